@@ -1,0 +1,71 @@
+"""The `llmgw` command line: one subcommand module per noun, wired here.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and
+sets ``handler`` (a callable taking the parsed namespace and returning the exit
+code). Exit codes follow the compiler convention: 0 success, 1 the input was
+rejected (invalid catalog, failed check), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from llmgw import __version__
+
+EXIT_OK = 0
+EXIT_REJECTED = 1
+EXIT_USAGE = 2
+
+Handler = Callable[[argparse.Namespace], int]
+
+# Command modules, imported lazily so `llmgw catalog check` does not pay for
+# aiohttp and the stand-ins at start-up.
+COMMAND_MODULES: tuple[str, ...] = (
+    "llmgw.cli.catalog_cmd",
+    "llmgw.cli.render_cmd",
+    "llmgw.cli.sim_cmd",
+    "llmgw.cli.dev_cmd",
+    "llmgw.cli.serve_cmd",
+    "llmgw.cli.ctl_cmd",
+    "llmgw.cli.mirror_cmd",
+    "llmgw.cli.status_cmd",
+)
+
+
+class CommandModule(Protocol):
+    def register(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmgw",
+        description="Serve many LLMs on a Nomad + Consul GPU cluster.",
+    )
+    parser.add_argument("--version", action="version", version=f"llmgw {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module: CommandModule = importlib.import_module(name)  # type: ignore[assignment]
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # that command is not built yet
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
