@@ -1,0 +1,301 @@
+"""The simulated engine's runtime settings: one frozen value, read from flags and env in one place.
+
+Owns: the `SimSettings` / `FaultSettings` values, their defaults (each commented),
+the flag table shared by `python -m llmgw.sim` and `llmgw sim`, the
+``LLMGW_SIM_*`` environment fallback (flags win), validation, and the exit codes.
+
+Must not: import aiohttp or anything that does I/O, so `llmgw --help` stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "LLMGW_SIM_"
+
+
+class ExitCode(enum.IntEnum):
+    """Why the process ended; distinct non-zero codes so tests and logs can tell causes apart."""
+
+    OK = 0
+    REFUSED = 1  # the settings or the start policy refused to start
+    USAGE = 2  # argparse's own code for a malformed command line
+    CRASH_FAULT = 3  # an injected crash (flag, env or POST /sim/fault)
+    PEER_LOST = 4  # a joined worker left (head) or the head went away (worker)
+    JOIN_TIMEOUT = 5  # the replica did not assemble within --join-timeout
+
+
+class FailStatus(enum.IntEnum):
+    INTERNAL_ERROR = 500
+    SERVICE_UNAVAILABLE = 503
+
+
+@dataclass(frozen=True)
+class FaultSettings:
+    """Faults present from start-up; `POST /sim/fault` changes them at runtime."""
+
+    # Serve this many API requests, then exit with CRASH_FAULT when the next one arrives.
+    crash_after_requests: int | None = None
+    # Accept connections but answer neither the API nor /health.
+    hang: bool = False
+    # Fraction of API requests answered with `fail_status` instead of being served.
+    fail_rate: float = 0.0
+    fail_status: FailStatus = FailStatus.INTERNAL_ERROR
+    # Extra delay before the first token, on top of the token pacing.
+    first_token_delay: float = 0.0
+    # Seed of the random draw behind fail_rate, so a run is reproducible.
+    fault_seed: int = 0
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    host: str = "127.0.0.1"
+    # 0 asks the OS for a free port; the bound port is printed on stdout.
+    port: int = 8000
+    # The weights path or HF id the engine pretends to load; only logged.
+    model: str = "llmgw/sim-greek"
+    # The name clients must send as `model`; defaults to `model` like vLLM.
+    served_model_name: str | None = None
+    # Decode speed of each sequence, in tokens per second.
+    token_rate: float = 50.0
+    # max_tokens when the request gives none (OpenAI's completions default).
+    default_max_tokens: int = 16
+    # Prompt plus completion tokens allowed per request, as vLLM's --max-model-len.
+    max_model_len: int = 4096
+    # Sequences decoded at once; later requests wait (vLLM's --max-num-seqs).
+    max_num_seqs: int = 256
+    # Length of the vectors /v1/embeddings returns.
+    embedding_dim: int = 384
+    # Seconds of simulated weight loading before /health turns 200.
+    load_time: float = 1.0
+    # On SIGTERM/SIGINT, in-flight requests get this long to finish before they are cancelled.
+    shutdown_timeout: float = 10.0
+    access_log: bool = False
+    log_level: str = "INFO"
+    # Multi-rank replica: rank 0 is the head and serves the API; ranks >= 1 are workers.
+    rank: int = 0
+    world_size: int = 1
+    # The head's HOST:PORT, given directly or through a file a Nomad template writes.
+    head: str | None = None
+    head_file: Path | None = None
+    # How long a replica may take to assemble (head: all workers joined; worker: joined the head).
+    join_timeout: float = 120.0
+    # The head writes a heartbeat line this often on each rendezvous stream.
+    heartbeat_interval: float = 1.0
+    # A worker that hears nothing from its head for this long treats it as gone.
+    heartbeat_timeout: float = 5.0
+    # A worker retries joining with exponential backoff between these bounds.
+    join_backoff_initial: float = 0.1
+    join_backoff_max: float = 2.0
+    # How often a worker rereads --head-file while it is missing or empty.
+    head_file_poll_interval: float = 0.25
+    faults: FaultSettings = field(default_factory=FaultSettings)
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.model
+
+    @property
+    def is_head(self) -> bool:
+        return self.rank == 0
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected a boolean (true/false/1/0), got {raw!r}")
+
+
+def _optional_int(raw: str) -> int | None:
+    return None if raw.strip().lower() in ("", "none") else int(raw)
+
+
+@dataclass(frozen=True)
+class _Flag:
+    """One command-line flag, its env twin and the settings field it fills."""
+
+    flag: str
+    dest: str
+    parse: Callable[[str], Any]
+    help: str
+    is_switch: bool = False
+    is_fault: bool = False
+
+    @property
+    def env_name(self) -> str:
+        return ENV_PREFIX + self.dest.upper()
+
+
+_FLAGS: tuple[_Flag, ...] = (
+    _Flag("--host", "host", str, "address to listen on"),
+    _Flag("--port", "port", int, "port to listen on (0: any free port, printed on stdout)"),
+    _Flag("--model", "model", str, "weights path or HF id to pretend to load (only logged)"),
+    _Flag("--served-model-name", "served_model_name", str, "model name clients must send"),
+    _Flag("--token-rate", "token_rate", float, "tokens per second per sequence"),
+    _Flag("--default-max-tokens", "default_max_tokens", int, "max_tokens when a request gives none"),
+    _Flag("--max-model-len", "max_model_len", int, "prompt + completion token limit"),
+    _Flag("--max-num-seqs", "max_num_seqs", int, "sequences decoded at once; more wait"),
+    _Flag("--embedding-dim", "embedding_dim", int, "dimension of embedding vectors"),
+    _Flag("--load-time", "load_time", float, "seconds of simulated weight loading"),
+    _Flag("--shutdown-timeout", "shutdown_timeout", float, "seconds in-flight requests get on shutdown"),
+    _Flag("--access-log", "access_log", _parse_bool, "log every request", is_switch=True),
+    _Flag("--log-level", "log_level", str, "DEBUG, INFO, WARNING or ERROR"),
+    _Flag("--rank", "rank", int, "rank of this process in its replica (0 is the head)"),
+    _Flag("--world-size", "world_size", int, "number of ranks in the replica"),
+    _Flag("--head", "head", str, "HOST:PORT of the head (rank 0), for workers"),
+    _Flag("--head-file", "head_file", Path, "file holding the head's HOST:PORT (polled; may start empty)"),
+    _Flag("--join-timeout", "join_timeout", float, "seconds for the replica to assemble"),
+    _Flag("--heartbeat-interval", "heartbeat_interval", float, "seconds between head heartbeats"),
+    _Flag("--heartbeat-timeout", "heartbeat_timeout", float, "seconds of head silence a worker tolerates"),
+    _Flag(
+        "--crash-after-requests",
+        "crash_after_requests",
+        _optional_int,
+        "fault: exit non-zero when request N+1 arrives",
+        is_fault=True,
+    ),
+    _Flag(
+        "--hang", "hang", _parse_bool, "fault: never answer the API or /health", is_switch=True, is_fault=True
+    ),
+    _Flag("--fail-rate", "fail_rate", float, "fault: fraction of requests that fail", is_fault=True),
+    _Flag(
+        "--fail-status",
+        "fail_status",
+        lambda raw: FailStatus(int(raw)),
+        "fault: status of failed requests (500 or 503)",
+        is_fault=True,
+    ),
+    _Flag(
+        "--first-token-delay",
+        "first_token_delay",
+        float,
+        "fault: extra seconds before the first token",
+        is_fault=True,
+    ),
+    _Flag("--fault-seed", "fault_seed", int, "seed of the fail-rate draw", is_fault=True),
+)
+
+
+def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every sim flag to `parser`; absent flags stay absent so env and defaults can apply."""
+    for spec in _FLAGS:
+        help_text = f"{spec.help} [env {spec.env_name}]"
+        if spec.is_switch:
+            parser.add_argument(
+                spec.flag,
+                dest=spec.dest,
+                action="store_const",
+                const=True,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                spec.flag, dest=spec.dest, type=spec.parse, default=argparse.SUPPRESS, help=help_text
+            )
+
+
+class SettingsError(ValueError):
+    """The settings cannot be used; the message lists every problem."""
+
+
+def settings_from_namespace(namespace: argparse.Namespace, environ: Mapping[str, str]) -> SimSettings:
+    """Build settings: a flag wins over its ``LLMGW_SIM_*`` variable, which wins over the default."""
+    values: dict[str, Any] = {}
+    fault_values: dict[str, Any] = {}
+    problems: list[str] = []
+    for spec in _FLAGS:
+        if hasattr(namespace, spec.dest):
+            value = getattr(namespace, spec.dest)
+        elif spec.env_name in environ:
+            try:
+                value = spec.parse(environ[spec.env_name])
+            except ValueError as exc:
+                problems.append(f"{spec.env_name}={environ[spec.env_name]!r}: {exc}")
+                continue
+        else:
+            continue
+        (fault_values if spec.is_fault else values)[spec.dest] = value
+    if problems:
+        raise SettingsError("; ".join(problems))
+    settings = SimSettings(**values, faults=FaultSettings(**fault_values))
+    problems = validate(settings)
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return settings
+
+
+def validate(settings: SimSettings) -> list[str]:
+    """Every reason the settings cannot run, each saying which flag to fix."""
+    problems: list[str] = []
+    if not 0 <= settings.port <= 65535:
+        problems.append(f"--port must be 0..65535, got {settings.port}")
+    if settings.token_rate <= 0:
+        problems.append(f"--token-rate must be > 0 tokens/s, got {settings.token_rate}")
+    for name in ("default_max_tokens", "max_model_len", "max_num_seqs", "embedding_dim", "world_size"):
+        if getattr(settings, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be >= 1, got {getattr(settings, name)}")
+    for name in (
+        "load_time",
+        "shutdown_timeout",
+        "join_timeout",
+        "join_backoff_initial",
+    ):
+        if getattr(settings, name) < 0:
+            problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(settings, name)}")
+    for name in ("heartbeat_interval", "heartbeat_timeout", "join_backoff_max", "head_file_poll_interval"):
+        if getattr(settings, name) <= 0:
+            problems.append(f"--{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}")
+    if settings.heartbeat_timeout <= settings.heartbeat_interval:
+        problems.append("--heartbeat-timeout must exceed --heartbeat-interval, or every worker would leave")
+    if not 0 <= settings.rank < settings.world_size:
+        problems.append(f"--rank must be in 0..{settings.world_size - 1} (--world-size), got {settings.rank}")
+    if settings.rank >= 1:
+        if settings.head is None and settings.head_file is None:
+            problems.append(f"rank {settings.rank} is a worker: give --head HOST:PORT or --head-file PATH")
+        if settings.head is not None and parse_host_port(settings.head) is None:
+            problems.append(f"--head must be HOST:PORT, got {settings.head!r}")
+    if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        problems.append(f"--log-level must be DEBUG, INFO, WARNING or ERROR, got {settings.log_level!r}")
+    faults = settings.faults
+    if faults.crash_after_requests is not None and faults.crash_after_requests < 0:
+        problems.append(f"--crash-after-requests must be >= 0, got {faults.crash_after_requests}")
+    if not 0.0 <= faults.fail_rate <= 1.0:
+        problems.append(f"--fail-rate must be within 0..1, got {faults.fail_rate}")
+    if faults.first_token_delay < 0:
+        problems.append(f"--first-token-delay must be >= 0, got {faults.first_token_delay}")
+    return problems
+
+
+def parse_host_port(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (IPv6 as ``[::1]:PORT``) or None when it is not one."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        return None
+    port = int(port_text)
+    if not 0 < port <= 65535:
+        return None
+    return host.strip("[]"), port
+
+
+def with_faults(settings: SimSettings, **changes: Any) -> SimSettings:
+    """A copy of `settings` with some fault fields changed (for tests and benchmarks)."""
+    return replace(settings, faults=replace(settings.faults, **changes))
+
+
+def flag_names() -> tuple[str, ...]:
+    """Every flag the sim accepts, for the start policy and documentation."""
+    return tuple(spec.flag for spec in _FLAGS)
+
+
+def flag_destinations() -> tuple[tuple[str, str, bool], ...]:
+    """(flag, settings field, is a fault field) per flag, so a test can hold the table to the fields."""
+    return tuple((spec.flag, spec.dest, spec.is_fault) for spec in _FLAGS)
