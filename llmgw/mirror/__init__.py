@@ -1,0 +1,21 @@
+"""The model mirror (``llmgw mirror``): fetch a model once, verify every byte, serve it to the nodes.
+
+Public face; the modules behind it:
+
+- ``adding``     ``mirror add``: plan a version, download it, publish its manifest when complete
+- ``hub``        the Hugging Face Hub API (resolve a revision, list files)
+- ``transfer``   resumable, throttled, verifying downloads (shared by ``add`` and ``fetch``)
+- ``store``      the directory store and its layout (S3: not implemented)
+- ``server``     the aiohttp app serving the index, manifests and files
+- ``fetching``   ``mirror fetch``: the node-side prestart fetch-and-verify
+- ``indexing``   ``load_index`` for ``llmgw catalog check``
+- ``collecting`` ``mirror gc``
+
+The decisions (what to select, when a version is complete, what gc deletes) are
+in ``llmgw.core.mirror``; see DESIGN.md beside this file.
+"""
+
+from llmgw.mirror.errors import ChecksumMismatch, DownloadFailed, HubError, MirrorError
+from llmgw.mirror.indexing import fetch_index, load_index
+
+__all__ = ["ChecksumMismatch", "DownloadFailed", "HubError", "MirrorError", "fetch_index", "load_index"]

@@ -16,6 +16,8 @@ from llmgw.core.mirror.manifest import (
     Sha256Hex,
     VersionPlan,
     check_rel_path,
+    check_sha256,
+    check_sha256_text,
     is_sha256,
     manifest_from_plan,
 )
@@ -27,6 +29,7 @@ from llmgw.core.mirror.refs import (
     check_name,
     check_version,
     is_mirror_source,
+    is_valid_segment,
     parse_ref,
 )
 from llmgw.core.mirror.selection import (
@@ -67,10 +70,13 @@ __all__ = [
     "check_name",
     "check_reference",
     "check_rel_path",
+    "check_sha256",
+    "check_sha256_text",
     "check_version",
     "index_path",
     "is_mirror_source",
     "is_sha256",
+    "is_valid_segment",
     "manifest_from_plan",
     "parse_ref",
     "parse_source",

@@ -46,6 +46,13 @@ def check_sha256(text: str, what: str) -> Sha256Hex:
     return Sha256Hex(text)
 
 
+def check_sha256_text(text: object) -> Sha256Hex:
+    """``check_sha256`` for a value read from a document of unknown shape."""
+    if not isinstance(text, str):
+        raise ManifestError(f"sha256 must be a string, got {type(text).__name__}")
+    return check_sha256(text, "sha256")
+
+
 def check_rel_path(text: str) -> RelPath:
     """A relative POSIX path whose every segment is plain: no ``..``, no hidden files, no reserved suffix."""
     segments = text.split("/")

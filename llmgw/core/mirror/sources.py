@@ -91,7 +91,7 @@ def is_repo_id(text: str) -> bool:
 
 
 def parse_source(text: str, hub_hosts: frozenset[str] = HUB_HOSTS) -> Source:
-    """Classify one argument. ``hub_hosts`` are hosts whose page URLs are refused (lower case, no port)."""
+    """Classify one argument. ``hub_hosts``: hosts (``host`` or ``host:port``) whose page URLs are refused."""
     url = split_url(text)
     if url is None:
         if is_repo_id(text):
@@ -102,8 +102,8 @@ def parse_source(text: str, hub_hosts: frozenset[str] = HUB_HOSTS) -> Source:
     if url.scheme not in ("http", "https"):
         raise SourceError(f"{_strip_query(text)!r}: only http and https URLs can be mirrored")
     segments = [s for s in url.path.split("/") if s]
-    hosts = {_host_only(h) for h in hub_hosts}
-    if _host_only(url.host) in hosts:
+    # An entry with a port (a configured endpoint) matches that port only; one without, any port.
+    if url.host in hub_hosts or _host_only(url.host) in hub_hosts:
         _refuse_hub_page(text, segments)
     if not segments:
         raise SourceError(f"{_strip_query(text)!r} names no file: give the URL of a file")

@@ -74,7 +74,10 @@ def test_repository_pages_are_refused_with_the_id_to_write(url: str, expected_in
 
 def test_the_configured_hub_host_is_treated_as_the_hub() -> None:
     with pytest.raises(SourceError, match="write the repository id org/m"):
-        parse_source("http://127.0.0.1:8080/org/m", frozenset({"127.0.0.1"}))
+        parse_source("http://127.0.0.1:8080/org/m", frozenset({"127.0.0.1:8080"}))
+    assert parse_source("http://127.0.0.1:9999/org/m", frozenset({"127.0.0.1:8080"})) == FileUrl(
+        "http://127.0.0.1:9999/org/m", "m"
+    )
 
 
 def test_hub_resolve_urls_and_other_urls_are_files() -> None:

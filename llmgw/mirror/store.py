@@ -1,0 +1,242 @@
+"""Where mirrored versions live: a directory store (done) behind a small interface (S3: not yet).
+
+Owns the on-disk layout of a version and the facts the completeness rule needs::
+
+    STORE/NAME/VERSION/plan.json       what the version should hold (written when `add` starts)
+    STORE/NAME/VERSION/verified.json   files verified so far: path -> size, sha256
+    STORE/NAME/VERSION/manifest.json   written when the version is complete (a copy for people)
+    STORE/NAME/VERSION/.lock           flock-ed by the `mirror add` downloading the version
+    STORE/NAME/VERSION/files/PATH      a verified file (renamed into place only after its hash matched)
+    STORE/NAME/VERSION/files/PATH.part a download in progress
+
+"Downloading" is a held ``flock`` on ``.lock``, so a killed ``add`` stops
+counting as downloading the moment it dies. A file counts as verified only if it
+is recorded in ``verified.json`` *and* present at its final path with the
+recorded size. Decisions (complete or not, what gc deletes) are the core's;
+this module only gathers facts and moves files. It must not download.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from llmgw.core.mirror import (
+    Manifest,
+    ManifestError,
+    ManifestFile,
+    MirrorIndex,
+    MirrorRef,
+    RelPath,
+    VersionPlan,
+    VersionState,
+    VersionStatus,
+    assess_version,
+    check_name,
+    check_rel_path,
+    check_sha256_text,
+    check_version,
+    is_valid_segment,
+    manifest_from_plan,
+)
+from llmgw.mirror.errors import MirrorError, VersionBusy
+
+PLAN_FILE = "plan.json"
+VERIFIED_FILE = "verified.json"
+MANIFEST_FILE = "manifest.json"
+LOCK_FILE = ".lock"
+FILES_DIR = "files"
+PART_SUFFIX = ".part"
+
+
+class MirrorStore(Protocol):
+    """What the HTTP server and ``mirror list`` need from a store, whatever its backend."""
+
+    def index(self) -> MirrorIndex: ...
+
+    def status(self, ref: MirrorRef) -> VersionStatus | None: ...
+
+    def complete_manifest(self, ref: MirrorRef) -> Manifest | None: ...
+
+    def local_path(self, ref: MirrorRef, path: RelPath) -> Path: ...
+
+
+def open_store(location: str) -> DirectoryStore:
+    """A store from ``--store``: a directory path. ``s3://`` is recognised and refused until implemented."""
+    if location.startswith("s3://"):
+        raise MirrorError(
+            f"{location}: S3 stores are not implemented yet; use a directory (an S3 bucket mounted with "
+            "s3fs/mountpoint-s3 works as one)"
+        )
+    if "://" in location:
+        raise MirrorError(f"{location}: --store is a directory path")
+    return DirectoryStore(Path(location))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class DirectoryStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    # -- layout -------------------------------------------------------------
+    def version_dir(self, ref: MirrorRef) -> Path:
+        return self.root / ref.name / ref.version
+
+    def local_path(self, ref: MirrorRef, path: RelPath) -> Path:
+        return self.version_dir(ref) / FILES_DIR / check_rel_path(path)
+
+    def refs(self) -> list[MirrorRef]:
+        """Every version with a plan, in order; directories that are not versions are ignored."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for name_dir in sorted(self.root.iterdir()):
+            if not name_dir.is_dir() or not is_valid_segment(name_dir.name):
+                continue
+            for version_dir in sorted(name_dir.iterdir()):
+                if is_valid_segment(version_dir.name) and (version_dir / PLAN_FILE).is_file():
+                    found.append(MirrorRef(check_name(name_dir.name), check_version(version_dir.name)))
+        return found
+
+    # -- documents ----------------------------------------------------------
+    def read_plan(self, ref: MirrorRef) -> VersionPlan | None:
+        try:
+            text = (self.version_dir(ref) / PLAN_FILE).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        plan = VersionPlan.from_json(text)
+        if plan.ref != ref:
+            raise ManifestError(f"{self.version_dir(ref) / PLAN_FILE} is for {plan.ref}, not {ref}")
+        return plan
+
+    def write_plan(self, plan: VersionPlan) -> None:
+        directory = self.version_dir(plan.ref)
+        (directory / FILES_DIR).mkdir(parents=True, exist_ok=True)
+        _write_atomic(directory / PLAN_FILE, plan.to_json())
+
+    def read_verified(self, ref: MirrorRef) -> dict[RelPath, ManifestFile]:
+        """Recorded files still present at their final path with their recorded size."""
+        try:
+            doc = json.loads((self.version_dir(ref) / VERIFIED_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except ValueError:
+            return {}  # a torn record only costs a re-download, never a wrong answer
+        verified = {}
+        for path, entry in doc.get("files", {}).items():
+            try:
+                record = ManifestFile(
+                    check_rel_path(path), int(entry["size"]), check_sha256_text(entry["sha256"])
+                )
+            except (ManifestError, KeyError, TypeError, ValueError):
+                continue
+            try:
+                present = self.local_path(ref, record.path).stat().st_size == record.size
+            except FileNotFoundError:
+                present = False
+            if present:
+                verified[record.path] = record
+        return verified
+
+    def record_verified(self, ref: MirrorRef, record: ManifestFile) -> None:
+        """Called by the one process holding the version's lock, after the file is at its final path."""
+        current = self.read_verified(ref)
+        current[record.path] = record
+        doc = {"files": {p: {"size": m.size, "sha256": m.sha256} for p, m in sorted(current.items())}}
+        _write_atomic(self.version_dir(ref) / VERIFIED_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+    def forget_verified(self, ref: MirrorRef, path: RelPath) -> None:
+        current = self.read_verified(ref)
+        if current.pop(path, None) is not None:
+            doc = {"files": {p: {"size": m.size, "sha256": m.sha256} for p, m in sorted(current.items())}}
+            _write_atomic(
+                self.version_dir(ref) / VERIFIED_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n"
+            )
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        _write_atomic(self.version_dir(manifest.ref) / MANIFEST_FILE, manifest.to_json())
+
+    # -- state ----------------------------------------------------------------
+    def is_downloading(self, ref: MirrorRef) -> bool:
+        try:
+            fd = os.open(self.version_dir(ref) / LOCK_FILE, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing releases the probe's shared lock
+        return False
+
+    @contextlib.contextmanager
+    def locked(self, ref: MirrorRef) -> Iterator[None]:
+        """Hold the version exclusively (downloading or deleting it); VersionBusy if someone else does."""
+        directory = self.version_dir(ref)
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise VersionBusy(
+                    f"{ref} is being downloaded by another `llmgw mirror add`; wait for it"
+                ) from None
+            yield
+        finally:
+            os.close(fd)
+
+    def status(self, ref: MirrorRef, *, holding_lock: bool = False) -> VersionStatus | None:
+        plan = self.read_plan(ref)
+        if plan is None:
+            return None
+        downloading = False if holding_lock else self.is_downloading(ref)
+        return assess_version(plan, self.read_verified(ref), downloading=downloading)
+
+    def index(self) -> MirrorIndex:
+        statuses = []
+        for ref in self.refs():
+            try:
+                status = self.status(ref)
+            except ManifestError:
+                continue  # an unreadable plan is not a version; `mirror list` on the store says so
+            if status is not None:
+                statuses.append(status)
+        return MirrorIndex.of(statuses)
+
+    def complete_manifest(self, ref: MirrorRef) -> Manifest | None:
+        """The manifest, only while the version is complete (computed: it cannot disagree with the files)."""
+        plan = self.read_plan(ref)
+        if plan is None:
+            return None
+        verified = self.read_verified(ref)
+        status = assess_version(plan, verified, downloading=self.is_downloading(ref))
+        if status.state is not VersionState.COMPLETE:
+            return None
+        return manifest_from_plan(plan, verified)
+
+    # -- removal ----------------------------------------------------------------
+    def delete(self, ref: MirrorRef) -> None:
+        """Remove a version under its lock: a version a download holds is never deleted."""
+        directory = self.version_dir(ref)
+        with self.locked(ref):
+            trash = directory.with_name(f".{ref.version}.deleting")
+            os.replace(directory, trash)
+        shutil.rmtree(trash)
+        with contextlib.suppress(OSError):
+            directory.parent.rmdir()  # the name's directory, once its last version is gone
