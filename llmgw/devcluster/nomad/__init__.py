@@ -1,0 +1,1 @@
+"""The Nomad stand-in behind `llmgw dev`: its HTTP API, state and job parsing."""
