@@ -123,6 +123,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="keep every mirror: source of this catalog (repeatable)",
     )
+    gc.add_argument(
+        "--policy", type=Path, help="engine security policy for --catalog (default: the bundled one)"
+    )
     gc.add_argument("--dry-run", action="store_true", help="print what would be deleted; delete nothing")
     gc.add_argument("--json", action="store_true")
     _store_argument(gc)
@@ -339,7 +342,7 @@ def _gc(args: argparse.Namespace) -> int:
     return _run("gc", args, None, _gc_body)
 
 
-def catalog_mirror_refs(path: Path) -> frozenset[MirrorRef]:
+def catalog_mirror_refs(path: Path, policy: Path | None = None) -> frozenset[MirrorRef]:
     """Every ``mirror:`` source of a catalog file; refuses an invalid catalog (gc must not guess)."""
     from llmgw.bundled import read_security_policy
     from llmgw.core.catalog import load_catalog
@@ -348,7 +351,7 @@ def catalog_mirror_refs(path: Path) -> frozenset[MirrorRef]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise _Usage(f"{path}: {exc.strerror}") from None
-    result = load_catalog(text, filename=str(path), policy=read_security_policy(None))
+    result = load_catalog(text, filename=str(path), policy=read_security_policy(policy))
     if result.catalog is None:
         raise MirrorError(
             f"{path} is not a valid catalog (run `llmgw catalog check {path}`); nothing was deleted"
@@ -369,7 +372,7 @@ def _gc_body(args: argparse.Namespace, say: _Say) -> int:
         raise _Usage("give --keep REF or --catalog FILE: gc with nothing kept would delete every version")
     keep = {parse_ref(r) for r in args.keep}
     for catalog in args.catalog:
-        keep |= catalog_mirror_refs(catalog)
+        keep |= catalog_mirror_refs(catalog, args.policy)
     store = open_store(_store_location(args))
     result = collect_garbage(store, keep, dry_run=args.dry_run)
     skipped = {d.status.ref for d, _ in result.skipped}

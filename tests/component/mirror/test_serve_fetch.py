@@ -201,3 +201,88 @@ def test_gc_keeps_what_is_referenced_and_honours_dry_run(harness: Harness) -> No
     assert [str(r) for r in store.refs()] == ["llama@v1", "llama@v3"]
 
     assert harness.run(*args).code == 2  # nothing kept would mean delete everything: refused
+
+
+CATALOG = """
+models:
+  llama:
+    profiles:
+      - engine: vllm
+        source: mirror:llama@v2
+        tp: 1
+        gpu: {memory_gb: 24}
+"""
+
+
+def test_gc_keeps_the_versions_a_catalog_references(harness: Harness) -> None:
+    harness.hub.repos[REPO] = harness.safetensors_repo(shards=1, shard_size=100)
+    for version in ("v1", "v2"):
+        assert harness.add(f"llama@{version}", REPO).code == 0
+    catalog = harness.tmp / "catalog.yaml"
+    catalog.write_text(CATALOG)
+    policy = Path(__file__).parents[2] / "fixtures" / "test-policy.yaml"
+    gc = ("mirror", "gc", "--store", str(harness.store), "--catalog", str(catalog), "--policy", str(policy))
+    result = harness.run(*gc, "--json")
+    assert result.code == 0, result.err
+    decisions = {v["ref"]: v["delete"] for v in json.loads(result.out)["versions"]}
+    assert decisions == {"llama@v1": True, "llama@v2": False}
+    assert [str(r) for r in DirectoryStore(harness.store).refs()] == ["llama@v2"]
+
+    catalog.write_text("models: [not, a, mapping]\n")
+    invalid = harness.run(*gc)
+    assert invalid.code == 1 and "nothing was deleted" in invalid.err
+    assert [str(r) for r in DirectoryStore(harness.store).refs()] == ["llama@v2"]
+
+
+def test_mirror_serve_runs_as_a_process(harness: Harness) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    harness.hub.repos[REPO] = harness.safetensors_repo(shards=1, shard_size=100)
+    assert harness.add("llama@v1", REPO).code == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmgw",
+            "mirror",
+            "serve",
+            "--store",
+            str(harness.store),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if get(f"{url}/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
+            assert time.monotonic() < deadline, "mirror serve did not come up"
+            time.sleep(0.1)
+        index = load_index(url)
+        assert [(str(v.ref), v.state.value) for v in index.versions] == [("llama@v1", "complete")]
+        dest = harness.tmp / "node"
+        result = harness.run("mirror", "fetch", "--mirror", url, "--ref", "llama@v1", "--dest", str(dest))
+        assert result.code == 0, result.err
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
