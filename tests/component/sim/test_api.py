@@ -1,0 +1,263 @@
+"""The sim through the official OpenAI client, as a user of the API sees it."""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+
+import aiohttp
+import openai
+import pytest
+from aiohttp.test_utils import TestServer
+
+from llmgw.sim import vocabulary
+from llmgw.sim.testing import TEST_MODEL, fast_settings
+
+from .conftest import ClientFor, StartServer
+
+
+def _is_greek(text: str) -> bool:
+    words = text.split(" ")
+    return bool(words) and all(word in vocabulary.GREEK for word in words)
+
+
+async def test_chat_completion_returns_greek_words_up_to_max_tokens(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    client = client_for(await start_server())
+    reply = await client.chat.completions.create(
+        model=TEST_MODEL, messages=[{"role": "user", "content": "say something nice"}], max_tokens=7
+    )
+    assert reply.object == "chat.completion"
+    assert reply.id.startswith("chatcmpl-")
+    assert reply.model == TEST_MODEL
+    assert reply.system_fingerprint and reply.system_fingerprint.startswith("fp_")
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length"
+    assert choice.message.role == "assistant"
+    assert choice.message.content is not None and _is_greek(choice.message.content)
+    assert len(choice.message.content.split()) == 7
+    assert reply.usage is not None
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.usage.total_tokens) == (3, 7, 10)
+
+
+async def test_same_prompt_same_answer_and_default_max_tokens(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    client = client_for(await start_server(fast_settings(default_max_tokens=5)))
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "repeat"}]
+    first = await client.chat.completions.create(model=TEST_MODEL, messages=messages)
+    second = await client.chat.completions.create(model=TEST_MODEL, messages=messages)
+    assert first.choices[0].message.content == second.choices[0].message.content
+    assert first.usage is not None and first.usage.completion_tokens == 5
+
+
+async def test_max_completion_tokens_is_honoured(start_server: StartServer, client_for: ClientFor) -> None:
+    client = client_for(await start_server())
+    reply = await client.chat.completions.create(
+        model=TEST_MODEL, messages=[{"role": "user", "content": "x"}], max_completion_tokens=3
+    )
+    assert reply.usage is not None and reply.usage.completion_tokens == 3
+
+
+async def test_streamed_chat_starts_with_the_role_and_joins_to_the_full_text(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    client = client_for(await start_server())
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "stream it"}]
+    whole = await client.chat.completions.create(model=TEST_MODEL, messages=messages, max_tokens=6)
+    stream = await client.chat.completions.create(
+        model=TEST_MODEL, messages=messages, max_tokens=6, stream=True
+    )
+    chunks = [chunk async for chunk in stream]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[0].choices[0].delta.content == ""
+    assert {chunk.id for chunk in chunks} == {chunks[0].id}
+    assert all(chunk.object == "chat.completion.chunk" for chunk in chunks)
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert all(chunk.usage is None for chunk in chunks)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
+    assert text == whole.choices[0].message.content
+    assert len(chunks) == 1 + 6 + 1  # role, one per token, finish
+
+
+async def test_include_usage_adds_a_final_chunk_without_choices(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    client = client_for(await start_server())
+    stream = await client.chat.completions.create(
+        model=TEST_MODEL,
+        messages=[{"role": "user", "content": "count me in"}],
+        max_tokens=4,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    last = chunks[-1]
+    assert last.choices == []
+    assert last.usage is not None
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.total_tokens) == (3, 4, 7)
+    assert all(chunk.usage is None for chunk in chunks[:-1])
+
+
+async def test_raw_sse_framing_ends_with_done(start_server: StartServer, http: aiohttp.ClientSession) -> None:
+    server = await start_server()
+    body = {"model": TEST_MODEL, "prompt": "raw", "max_tokens": 2, "stream": True}
+    async with http.post(server.make_url("/v1/completions"), json=body) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        raw = await response.read()
+    events = raw.split(b"\n\n")
+    assert events[-1] == b""  # every event ends with a blank line
+    assert events[-2] == b"data: [DONE]"
+    assert all(event.startswith(b"data: {") for event in events[:-2])
+
+
+async def test_text_completion_plain_and_streamed(start_server: StartServer, client_for: ClientFor) -> None:
+    client = client_for(await start_server())
+    whole = await client.completions.create(model=TEST_MODEL, prompt="once upon a time", max_tokens=5)
+    assert whole.object == "text_completion"
+    assert whole.id.startswith("cmpl-")
+    assert whole.choices[0].finish_reason == "length"
+    assert _is_greek(whole.choices[0].text)
+    assert whole.usage is not None and (whole.usage.prompt_tokens, whole.usage.completion_tokens) == (4, 5)
+    stream = await client.completions.create(
+        model=TEST_MODEL,
+        prompt="once upon a time",
+        max_tokens=5,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+
+
+async def test_tool_fields_pass_through(start_server: StartServer, client_for: ClientFor) -> None:
+    client = client_for(await start_server())
+    reply = await client.chat.completions.create(
+        model=TEST_MODEL,
+        messages=[
+            {"role": "user", "content": "weather?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ],
+        tools=[{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}],
+        tool_choice="auto",
+        temperature=0.3,
+        max_tokens=2,
+        extra_body={"top_k": 5, "repetition_penalty": 1.1},
+    )
+    assert reply.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("encoding", ["float", None])
+async def test_embeddings_are_deterministic_unit_vectors(
+    start_server: StartServer, client_for: ClientFor, encoding: str | None
+) -> None:
+    # Without encoding_format the client asks for base64 and decodes it: both paths must agree.
+    client = client_for(await start_server(fast_settings(embedding_dim=16)))
+    inputs = ["first text", "second"]
+    if encoding is None:
+        result = await client.embeddings.create(model=TEST_MODEL, input=inputs)
+    else:
+        result = await client.embeddings.create(model=TEST_MODEL, input=inputs, encoding_format="float")
+    assert result.model == TEST_MODEL
+    assert [item.index for item in result.data] == [0, 1]
+    vectors = [item.embedding for item in result.data]
+    assert all(len(vector) == 16 for vector in vectors)
+    assert all(math.isclose(sum(v * v for v in vector), 1.0, rel_tol=1e-5) for vector in vectors)
+    assert vectors[0] != vectors[1]
+    assert list(vectors[0]) == list(vocabulary.embedding_vector("first text", 16))
+    assert result.usage.prompt_tokens == 3
+
+
+async def test_embeddings_raw_base64_is_little_endian_float32(
+    start_server: StartServer, http: aiohttp.ClientSession
+) -> None:
+    server = await start_server(fast_settings(embedding_dim=8))
+    body = {"model": TEST_MODEL, "input": "x", "encoding_format": "base64"}
+    async with http.post(server.make_url("/v1/embeddings"), json=body) as response:
+        payload = await response.json()
+    encoded = payload["data"][0]["embedding"]
+    assert isinstance(encoded, str)
+    assert struct.unpack("<8f", base64.b64decode(encoded)) == vocabulary.embedding_vector("x", 8)
+
+
+async def test_embedding_dimensions_shorten_the_vector(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    client = client_for(await start_server(fast_settings(embedding_dim=16)))
+    result = await client.embeddings.create(model=TEST_MODEL, input="short", dimensions=4)
+    assert len(result.data[0].embedding) == 4
+
+
+async def test_models_lists_the_served_name(start_server: StartServer, client_for: ClientFor) -> None:
+    client = client_for(await start_server())
+    models = [model async for model in client.models.list()]
+    assert [(m.id, m.object, m.owned_by) for m in models] == [(TEST_MODEL, "model", "llmgw-sim")]
+    assert models[0].created > 0
+
+
+async def test_wrong_model_is_openai_404(start_server: StartServer, client_for: ClientFor) -> None:
+    client = client_for(await start_server())
+    with pytest.raises(openai.NotFoundError) as caught:
+        await client.chat.completions.create(model="gpt-nope", messages=[{"role": "user", "content": "x"}])
+    assert caught.value.status_code == 404
+    assert caught.value.code == "model_not_found"
+    assert caught.value.type == "invalid_request_error"
+    assert "gpt-nope" in caught.value.message
+
+
+async def test_missing_field_is_openai_400(start_server: StartServer, client_for: ClientFor) -> None:
+    client = client_for(await start_server())
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model=TEST_MODEL, messages=[])
+    assert caught.value.param == "messages"
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.post("/completions", body={"model": TEST_MODEL}, cast_to=object)
+    assert caught.value.param == "prompt"
+    assert caught.value.code == "missing_required_parameter"
+
+
+async def test_n_above_one_is_refused(start_server: StartServer, client_for: ClientFor) -> None:
+    client = client_for(await start_server())
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(
+            model=TEST_MODEL, messages=[{"role": "user", "content": "x"}], n=2
+        )
+    assert caught.value.param == "n"
+
+
+async def _raw_error(
+    http: aiohttp.ClientSession, server: TestServer, path: str, data: bytes
+) -> tuple[int, object]:
+    async with http.post(server.make_url(path), data=data, headers={"Content-Type": "application/json"}) as r:
+        return r.status, await r.json()
+
+
+@pytest.mark.parametrize("data", [b"{not json", b"[1, 2]", b"\xff\xfe"])
+async def test_bad_json_is_openai_400(
+    start_server: StartServer, http: aiohttp.ClientSession, data: bytes
+) -> None:
+    server = await start_server()
+    status, body = await _raw_error(http, server, "/v1/chat/completions", data)
+    assert status == 400
+    assert isinstance(body, dict)
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["type"] == "invalid_request_error"
+
+
+async def test_unknown_path_is_openai_404(start_server: StartServer, http: aiohttp.ClientSession) -> None:
+    server = await start_server()
+    async with http.get(server.make_url("/v1/nothing-here")) as response:
+        assert response.status == 404
+        body = await response.json()
+    assert body["error"]["code"] == "unknown_url"
