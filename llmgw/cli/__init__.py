@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
-            module: CommandModule = importlib.import_module(name)  # type: ignore[assignment]
+            module: CommandModule = importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise

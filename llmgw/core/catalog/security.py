@@ -1,0 +1,152 @@
+"""The engine security policy: which env and flags a catalog may give an engine.
+
+llmgw decides what runs as root on every GPU node, and a catalog profile's
+``args`` and ``env`` reach the engine's command line. The policy itself is data
+(``policies/engine-security.yaml``, reviewed like code); this module is the one
+checker every door calls: the catalog check, the admin API's apply, the
+renderer, and the engine's start command.
+
+Env is an allowlist of tuning families minus names that carry a path, plugin,
+library, address or credential: a name nobody has reviewed is refused. Flags are
+a denylist per engine (what reads, writes or loads code or files, and what llmgw
+sets itself); where the engine's parser accepts abbreviations, a prefix of a
+refused flag is refused too.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+from llmgw.core.catalog.model import Engine
+
+POLICY_FILE = "policies/engine-security.yaml"
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+(\.\d+)?([eE][-+]?\d+)?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _PolicyModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EnvPolicy(_PolicyModel):
+    allow_prefixes: tuple[StrictStr, ...] = ()
+    allow_names: tuple[StrictStr, ...] = ()
+    deny_patterns: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    deny_names: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    llamacpp_arg_env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+
+class EngineArgsPolicy(_PolicyModel):
+    argparse_abbreviations: StrictBool = False
+    underscore_equals_dash: StrictBool = False
+    deny: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    owned: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+
+class SecurityPolicy(_PolicyModel):
+    version: Literal[1]
+    env: EnvPolicy
+    args: dict[Engine, EngineArgsPolicy]
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One refused env name or argument. ``index`` is the argument's position, or None for env."""
+
+    subject: str
+    reason: str
+    index: int | None = None
+
+    @property
+    def message(self) -> str:
+        if self.index is None:
+            return f"environment variable {self.subject} is refused: {self.reason}"
+        return f"argument {self.subject} is refused: {self.reason}"
+
+
+def parse_policy(data: object) -> SecurityPolicy:
+    """Validate the policy file's parsed YAML. Raises pydantic's ValidationError."""
+    return SecurityPolicy.model_validate(data)
+
+
+def check_args(policy: SecurityPolicy, engine: Engine, args: Sequence[str]) -> list[Violation]:
+    engine_policy = policy.args.get(engine)
+    if engine_policy is None:
+        return [Violation(engine.value, f"the policy has no args section for engine {engine}", 0)]
+    violations: list[Violation] = []
+    for index, arg in enumerate(args):
+        reason = _refusal_of_arg(engine_policy, arg)
+        if reason is not None:
+            violations.append(Violation(arg if len(arg) <= 80 else arg[:77] + "...", reason, index))
+    return violations
+
+
+def check_env(policy: SecurityPolicy, engine: Engine, env: Mapping[str, str]) -> list[Violation]:
+    violations = []
+    for name in env:
+        reason = _refusal_of_env(policy, engine, name)
+        if reason is not None:
+            violations.append(Violation(name, reason))
+    return violations
+
+
+def check_profile(
+    policy: SecurityPolicy, engine: Engine, args: Sequence[str], env: Mapping[str, str]
+) -> list[Violation]:
+    """Every refusal for one profile's args and env: the check each door runs."""
+    return check_args(policy, engine, args) + check_env(policy, engine, env)
+
+
+def _refusal_of_env(policy: SecurityPolicy, engine: Engine, name: str) -> str | None:
+    env = policy.env
+    if not _ENV_NAME.match(name):
+        return "not a valid environment variable name"
+    upper = name.upper()
+    if upper in env.deny_names:
+        return env.deny_names[upper]
+    for pattern, reason in env.deny_patterns.items():
+        if fnmatch.fnmatchcase(upper, pattern.upper()):
+            return reason
+    if name in env.llamacpp_arg_env:
+        if engine is not Engine.LLAMACPP:
+            return "LLAMA_ARG_* variables are read by llama.cpp only"
+        flag = env.llamacpp_arg_env[name]
+        flag_reason = (
+            _refusal_of_arg(policy.args[Engine.LLAMACPP], flag) if Engine.LLAMACPP in policy.args else None
+        )
+        if flag_reason is not None:
+            return f"llama.cpp reads it as {flag}, which is refused: {flag_reason}"
+        return None
+    if upper.startswith("LLAMA_ARG_"):
+        return f"llama.cpp reads it as a flag that {POLICY_FILE} has not reviewed"
+    if name in env.allow_names or any(name.startswith(prefix) for prefix in env.allow_prefixes):
+        return None
+    return f"not in the allowlist of tuning variables in {POLICY_FILE}"
+
+
+def _refusal_of_arg(policy: EngineArgsPolicy, arg: str) -> str | None:
+    if arg.startswith("@"):
+        return "argparse reads further arguments from the file an @-argument names"
+    if not arg.startswith("-") or arg == "-" or _NEGATIVE_NUMBER.match(arg):
+        return None  # a value, not a flag
+    flag = arg.split("=", 1)[0]
+    if policy.underscore_equals_dash:
+        dashes = len(flag) - len(flag.lstrip("-"))
+        flag = flag[:dashes] + flag[dashes:].replace("_", "-")
+    for table, what in ((policy.owned, "llmgw sets it itself"), (policy.deny, None)):
+        if flag in table:
+            return f"{what} ({table[flag]})" if what else table[flag]
+    if policy.argparse_abbreviations and flag.startswith("--") and len(flag) > 2:
+        for table, what in ((policy.owned, "llmgw sets it itself"), (policy.deny, None)):
+            for refused, reason in table.items():
+                if refused.startswith("--") and refused.startswith(flag):
+                    why = f"{what} ({reason})" if what else reason
+                    return f"the engine's parser reads it as {refused}: {why}"
+    return None

@@ -1,0 +1,133 @@
+"""`llmgw catalog ...` as CI pipelines and editors run it: real process, exit codes, output."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "examples" / "catalog.yaml"
+COMPILER_STYLE = re.compile(
+    r"^(?P<file>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>error|warning): (?P<rest>.+)$"
+)
+
+
+def llmgw(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmgw", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+
+
+def test_example_catalog_is_valid_with_the_shipped_policy() -> None:
+    result = llmgw("catalog", "check", str(EXAMPLE))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "error" not in result.stdout
+
+
+def test_invalid_catalog_exits_1_with_every_error_compiler_style(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "models:\n"
+        "  m:\n"
+        "    profiles: [{engine: vllm, source: org/m, tp: 3, nodes: 2}]\n"
+        "    scaling: {min: 2, max: 1}\n"
+        "aliases: {a: nope}\n"
+    )
+    result = llmgw("catalog", "check", str(bad))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    parsed = [COMPILER_STYLE.match(line) for line in lines]
+    assert all(parsed), lines
+    assert [(m["line"], m["sev"], m["rest"].split(":")[0]) for m in parsed if m] == [
+        ("3", "error", "models.m.profiles[0].nodes"),
+        ("4", "error", "models.m.scaling.max"),
+        ("5", "error", "aliases.a"),
+    ]
+    assert all(m["file"] == str(bad) for m in parsed if m)
+    assert "3 error(s), 0 warning(s)" in result.stderr
+
+
+def test_json_format_lists_the_same_diagnostics(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  m:\n    profiles: [{engine: sim}]\n    scalling: {}\n")
+    result = llmgw("catalog", "check", "--format", "json", str(bad))
+    assert result.returncode == 1
+    assert json.loads(result.stdout) == [
+        {
+            "file": str(bad),
+            "line": 4,
+            "column": 5,
+            "path": "models.m.scalling",
+            "severity": "error",
+            "message": 'unknown key "scalling" (did you mean "scaling"?)',
+        }
+    ]
+
+
+def test_warnings_do_not_fail_the_check() -> None:
+    text = "models:\n  q:\n    profiles: [{engine: llamacpp, source: 'https://e.org/q.gguf', tp: 2}]\n"
+    result = llmgw("catalog", "check", "-", stdin=text)
+    assert result.returncode == 0
+    assert result.stdout.startswith("<stdin>:3:")
+    assert ": warning: " in result.stdout
+
+
+def test_several_files_are_checked_in_one_run(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("models: {m: {profiles: [{engine: sim}]}}\n")
+    bad.write_text("models: {m: {profiles: [{engine: nope}]}}\n")
+    result = llmgw("catalog", "check", str(good), str(bad))
+    assert result.returncode == 1
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == [str(bad)]
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert llmgw("catalog", "check").returncode == 2
+    missing = llmgw("catalog", "check", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2
+    assert "cannot read" in missing.stderr
+    assert llmgw("catalog", "frobnicate").returncode == 2
+
+
+def test_schema_is_json_schema_the_example_satisfies() -> None:
+    result = llmgw("catalog", "schema")
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    example = yaml.safe_load(EXAMPLE.read_text())
+    jsonschema.validate({k: v for k, v in example.items() if not k.startswith("x-")}, schema)
+    with_typo = {"models": {"m": {"profiles": [{"engine": "sim"}], "scalling": {}}}}
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(with_typo))
+    assert errors, "an editor must flag unknown keys too"
+
+
+def test_upgrade_prints_a_diff_and_writes_only_when_asked(tmp_path: Path) -> None:
+    legacy = tmp_path / "c.yaml"
+    original = (
+        "models:\n  q:  # keep\n    profiles: [{engine: llamacpp, source: 'https://e.org/q.gguf', tp: 2}]\n"
+    )
+    legacy.write_text(original)
+    shown = llmgw("catalog", "upgrade", str(legacy))
+    assert shown.returncode == 0
+    assert "-    profiles: [{engine: llamacpp, source: 'https://e.org/q.gguf', tp: 2}]" in shown.stdout
+    assert (
+        "+    profiles: [{engine: llamacpp, source: 'https://e.org/q.gguf', gpus_per_node: 2}]"
+        in shown.stdout
+    )
+    assert legacy.read_text() == original
+    written = llmgw("catalog", "upgrade", "--write", str(legacy))
+    assert written.returncode == 0
+    assert "tp: 2 -> gpus_per_node: 2" in written.stderr
+    assert legacy.read_text() == original.replace("tp: 2", "gpus_per_node: 2")
+    assert llmgw("catalog", "check", str(legacy)).stdout == ""
