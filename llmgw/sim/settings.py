@@ -186,8 +186,13 @@ _FLAGS: tuple[_Flag, ...] = (
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every sim flag to `parser`; absent flags stay absent so env and defaults can apply."""
+    defaults = {**vars(SimSettings()), **vars(FaultSettings())}
     for spec in _FLAGS:
-        help_text = f"{spec.help} [env {spec.env_name}]"
+        default = defaults[spec.dest]
+        if isinstance(default, enum.IntEnum):
+            default = int(default)
+        shown = "none" if default is None else str(default)
+        help_text = f"{spec.help} (default {shown}; env {spec.env_name})"
         if spec.is_switch:
             parser.add_argument(
                 spec.flag,
