@@ -61,7 +61,7 @@ def parse_jobspec(
     """
     smap = SourceMap(text, filename)
     try:
-        body = parse(text)
+        body = parse(text, filename)
     except SyntaxProblem as p:
         raise JobspecError([smap.diag(p.offset, p.summary, p.detail)]) from None
 

@@ -113,10 +113,11 @@ _BINARY_LEVELS: list[frozenset[str]] = [
 class Parser:
     """One parse of one source text. Newlines matter in bodies and object constructors only."""
 
-    __slots__ = ("_cache", "_cache_key", "nl", "pos", "src")
+    __slots__ = ("_cache", "_cache_key", "filename", "nl", "pos", "src")
 
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, filename: str = "") -> None:
         self.src = src
+        self.filename = filename
         self.pos = 0
         self.nl = True  # newlines are tokens (bodies); False inside () [] ${}
         self._cache: Tok | None = None
@@ -246,8 +247,9 @@ class Parser:
                 if text is None:
                     raise SyntaxProblem(
                         tok.start,
-                        "Invalid block label",
-                        "Template sequences are not allowed in block labels.",
+                        "Invalid string literal",
+                        "Template sequences are not allowed in this string. "
+                        'To include a literal "$", double it (as "$$") to escape it.',
                     )
                 labels.append(text)
                 label_starts.append(tok.start)
@@ -314,7 +316,7 @@ class Parser:
     def _where(self, offset: int) -> str:
         line = self.src.count("\n", 0, offset) + 1
         col = offset - (self.src.rfind("\n", 0, offset) + 1) + 1
-        return f"{line},{col}"
+        return f"{self.filename}:{line},{col}"
 
     # -- expressions
 
@@ -1022,6 +1024,6 @@ def _flush_heredoc(parts: list[Part]) -> None:
         parts[i] = text[min_spaces:]
 
 
-def parse(src: str) -> Body:
+def parse(src: str, filename: str = "") -> Body:
     """Parse a whole HCL file; raises :class:`SyntaxProblem` at the first syntax error."""
-    return Parser(src).parse_file()
+    return Parser(src, filename).parse_file()
