@@ -1,0 +1,192 @@
+"""The aiohttp application of one Consul agent of the stand-in: :func:`create_consul_app`.
+
+Owns the route table (Consul's paths and methods, each with its ACL rule), the
+middlewares that act on every request (outage faults, ``?dc=``, turning
+:class:`ConsulError` into Consul's plain-text answers, Consul's 404/405 texts),
+and wiring: the store, the agent node this app answers for, the change feed and
+the dev control go in as typed app keys. With ``supervise=True`` (the default)
+the app also runs the stand-in's supervisor (check runners, session and TTL
+timers) from ``cleanup_ctx``, so ``create_consul_app(state)`` alone is a whole,
+working single-agent Consul; :class:`ConsulStandIn` builds one app per node
+with ``supervise=False`` and runs a single supervisor itself.
+
+Must not: hold rules (the store) or render (rendering), or keep module state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from llmgw.devcluster.consul import devapi, handlers_agent, handlers_catalog, handlers_kv, handlers_session
+from llmgw.devcluster.consul.blocking import ChangeFeed
+from llmgw.devcluster.consul.devcontrol import DevControl, StateOnlyControl
+from llmgw.devcluster.consul.http_common import (
+    AGENT_NODE,
+    CONTROL,
+    FEED,
+    STATE,
+    Acl,
+    Handler,
+    guarded,
+    json_answer,
+    state_of,
+    text_answer,
+)
+from llmgw.devcluster.consul.model import ConsulError, OutageMode
+from llmgw.devcluster.consul.state import ConsulState
+from llmgw.devcluster.consul.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+DEV_PREFIX = "/_dev/"
+# Paths a client agent answers from its own state while the servers are away.
+_AGENT_LOCAL_PREFIXES = ("/v1/agent/",)
+
+_SUPERVISOR = web.AppKey("consul_supervisor", Supervisor)
+
+
+def _outage(request: web.Request) -> OutageMode | None:
+    outage = state_of(request).faults.outage
+    return outage.mode if outage is not None else None
+
+
+async def _through_outage(request: web.Request) -> web.StreamResponse | None:
+    """Hold, drop or refuse the request as the current outage says; None lets it pass."""
+    mode = _outage(request)
+    if mode is None:
+        return None
+    if mode is OutageMode.HANG:
+        feed = request.app[FEED]
+        await feed.wait_until(lambda: _outage(request) is not OutageMode.HANG)
+        if feed.closed:
+            return text_answer(503, "llmgw stand-in: shutting down")
+        return await _through_outage(request)
+    if mode is OutageMode.REFUSE:
+        # The stand-in closes its listeners too; a request that slipped in on a
+        # kept-alive connection sees the connection drop, as with a dead server.
+        request.protocol.force_close()
+        raise web.HTTPServiceUnavailable(text="llmgw stand-in: outage (connection dropped)")
+    if request.path.startswith(_AGENT_LOCAL_PREFIXES):
+        return None
+    if request.path == "/v1/status/leader":
+        return json_answer("")
+    return text_answer(500, "No cluster leader")
+
+
+@web.middleware
+async def _outage_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path.startswith(DEV_PREFIX):
+        return await handler(request)
+    early = await _through_outage(request)
+    if early is not None:
+        return early
+    response = await handler(request)
+    # A long poll that finished while an outage began must not be delivered through it.
+    late = await _through_outage(request)
+    return late if late is not None else response
+
+
+@web.middleware
+async def _consul_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        dc = request.query.get("dc")
+        if dc and request.path.startswith("/v1/") and dc != state_of(request).settings.datacenter:
+            raise ConsulError(500, "No path to datacenter")
+        return await handler(request)
+    except ConsulError as exc:
+        return text_answer(exc.status, exc.message)
+    except web.HTTPNotFound as exc:
+        if exc.text and not exc.text.startswith("404"):
+            raise
+        return text_answer(404, "404 page not found")
+    except web.HTTPMethodNotAllowed:
+        return text_answer(405, f"method {request.method} not allowed")
+
+
+def _routes(app: web.Application) -> None:
+    a, c, kv, s, dev = handlers_agent, handlers_catalog, handlers_kv, handlers_session, devapi
+    table: list[tuple[str, str, Acl, Handler]] = [
+        ("PUT", "/v1/agent/service/register", Acl.WRITE, a.register_service),
+        ("PUT", "/v1/agent/service/deregister/{service_id}", Acl.WRITE, a.deregister_service),
+        ("PUT", "/v1/agent/service/maintenance/{service_id}", Acl.WRITE, a.service_maintenance),
+        ("GET", "/v1/agent/service/{service_id}", Acl.READ, a.service),
+        ("GET", "/v1/agent/services", Acl.LIST, a.services),
+        ("GET", "/v1/agent/checks", Acl.LIST, a.checks),
+        ("PUT", "/v1/agent/check/register", Acl.WRITE, a.register_check),
+        ("PUT", "/v1/agent/check/deregister/{check_id}", Acl.WRITE, a.deregister_check),
+        ("PUT", "/v1/agent/check/pass/{check_id}", Acl.WRITE, a.check_pass),
+        ("PUT", "/v1/agent/check/warn/{check_id}", Acl.WRITE, a.check_warn),
+        ("PUT", "/v1/agent/check/fail/{check_id}", Acl.WRITE, a.check_fail),
+        ("PUT", "/v1/agent/check/update/{check_id}", Acl.WRITE, a.check_update),
+        ("PUT", "/v1/agent/maintenance", Acl.WRITE, a.node_maintenance),
+        ("GET", "/v1/agent/self", Acl.READ, a.agent_self),
+        ("GET", "/v1/status/leader", Acl.NONE, a.status_leader),
+        ("GET", "/v1/status/peers", Acl.NONE, a.status_peers),
+        ("GET", "/v1/health/service/{service}", Acl.LIST, c.health_service),
+        ("GET", "/v1/health/checks/{service}", Acl.LIST, c.health_checks),
+        ("GET", "/v1/health/state/{state}", Acl.LIST, c.health_state),
+        ("GET", "/v1/health/node/{node}", Acl.LIST, c.health_node),
+        ("GET", "/v1/catalog/services", Acl.LIST, c.catalog_services),
+        ("GET", "/v1/catalog/service/{service}", Acl.LIST, c.catalog_service),
+        ("GET", "/v1/catalog/nodes", Acl.LIST, c.catalog_nodes),
+        ("GET", "/v1/catalog/node/{node}", Acl.LIST, c.catalog_node),
+        # KV decides its ACL rule per request (a single key is a READ, a listing a LIST).
+        ("GET", "/v1/kv/{key:.*}", Acl.NONE, kv.kv_get),
+        ("PUT", "/v1/kv/{key:.*}", Acl.NONE, kv.kv_put),
+        ("DELETE", "/v1/kv/{key:.*}", Acl.NONE, kv.kv_delete),
+        ("PUT", "/v1/session/create", Acl.WRITE, s.create),
+        ("PUT", "/v1/session/destroy/{session_id}", Acl.WRITE, s.destroy),
+        ("PUT", "/v1/session/renew/{session_id}", Acl.WRITE, s.renew),
+        ("GET", "/v1/session/info/{session_id}", Acl.LIST, s.info),
+        ("GET", "/v1/session/list", Acl.LIST, s.listing),
+        ("GET", "/v1/session/node/{node}", Acl.LIST, s.listing),
+        ("GET", "/_dev/cluster", Acl.NONE, dev.cluster),
+        ("PUT", "/_dev/nodes/{node}", Acl.NONE, dev.add_node),
+        ("DELETE", "/_dev/nodes/{node}", Acl.NONE, dev.remove_node),
+        ("PUT", "/_dev/nodes/{node}/fail", Acl.NONE, dev.fail_node),
+        ("PUT", "/_dev/nodes/{node}/recover", Acl.NONE, dev.recover_node),
+        ("PUT", "/_dev/nodes/{node}/check-latency", Acl.NONE, dev.check_latency),
+        ("PUT", "/_dev/outage", Acl.NONE, dev.start_outage),
+        ("DELETE", "/_dev/outage", Acl.NONE, dev.end_outage),
+    ]
+    for method, path, rule, handler in table:
+        app.router.add_route(method, path, guarded(rule, handler))
+
+
+async def _supervise(app: web.Application) -> AsyncIterator[None]:
+    supervisor = Supervisor(app[STATE], app[FEED])
+    app[_SUPERVISOR] = supervisor
+    supervisor.start()
+    yield
+    app[FEED].close()
+    await supervisor.stop()
+
+
+def create_consul_app(
+    state: ConsulState,
+    *,
+    agent_node: str | None = None,
+    feed: ChangeFeed | None = None,
+    control: DevControl | None = None,
+    supervise: bool = True,
+) -> web.Application:
+    """The HTTP API of ``agent_node``'s Consul agent (default: the server node) over ``state``.
+
+    ``feed`` and ``control`` are shared when several agents serve one store (the
+    stand-in passes its own); ``supervise`` runs the background work (checks,
+    timers) with the app's lifetime and must be on for exactly one app per store.
+    """
+    node = agent_node or state.settings.server_node
+    state.require_node(node)
+    app = web.Application(middlewares=[_consul_errors, _outage_middleware])
+    app[STATE] = state
+    app[AGENT_NODE] = node
+    app[FEED] = feed if feed is not None else ChangeFeed(state)
+    app[CONTROL] = control if control is not None else StateOnlyControl(state)
+    _routes(app)
+    if supervise:
+        app.cleanup_ctx.append(_supervise)
+    return app

@@ -1,0 +1,156 @@
+"""The agent endpoints (``/v1/agent/...``) and ``/v1/status/...`` of one node's agent.
+
+Owns translating each agent request into one store call on the app's agent node:
+service and check registration, TTL updates, maintenance, and the agent's own
+views (services, checks, self). Each handler parses, calls, renders; nothing more.
+
+Must not: hold rules (the store) or shapes (rendering).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from llmgw.devcluster.consul import rendering
+from llmgw.devcluster.consul.decoding import (
+    decode_check_registration,
+    decode_check_update,
+    decode_service_registration,
+    parse_bool,
+)
+from llmgw.devcluster.consul.http_common import (
+    Handler,
+    agent_node,
+    json_answer,
+    now,
+    request_filter,
+    state_of,
+    text_answer,
+)
+from llmgw.devcluster.consul.model import ConsulError, HealthStatus
+
+
+async def register_service(request: web.Request) -> web.StreamResponse:
+    spec = decode_service_registration(await request.read())
+    replace_checks = request.query.get("replace-existing-checks", "")
+    state_of(request).register_service(
+        agent_node(request),
+        spec,
+        now(request),
+        replace_existing_checks=parse_bool(replace_checks, "replace-existing-checks")
+        if replace_checks
+        else False,
+    )
+    return web.Response()
+
+
+async def deregister_service(request: web.Request) -> web.StreamResponse:
+    state_of(request).deregister_service(agent_node(request), request.match_info["service_id"], now(request))
+    return web.Response()
+
+
+async def services(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    dc = state.settings.datacenter
+    docs = {s.service_id: rendering.agent_service(s, dc) for s in state.agent_services(agent_node(request))}
+    keep = request_filter(request, "AgentService")
+    if keep is not None:
+        docs = {k: v for k, v in docs.items() if keep(v)}
+    return json_answer(docs)
+
+
+async def service(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    sid = request.match_info["service_id"]
+    svc = state.agent_service(agent_node(request), sid)
+    if svc is None:
+        return text_answer(404, f'unknown service ID: "{sid}"')
+    doc = rendering.agent_service(svc, state.settings.datacenter, with_hash=True)
+    return json_answer(doc, headers={"X-Consul-ContentHash": str(doc["ContentHash"])})
+
+
+async def checks(request: web.Request) -> web.StreamResponse:
+    docs = {c.check_id: rendering.agent_check(c) for c in state_of(request).agent_checks(agent_node(request))}
+    keep = request_filter(request, "AgentCheck")
+    if keep is not None:
+        docs = {k: v for k, v in docs.items() if keep(v)}
+    return json_answer(docs)
+
+
+async def register_check(request: web.Request) -> web.StreamResponse:
+    spec = decode_check_registration(await request.read())
+    state_of(request).register_check(agent_node(request), spec, now(request))
+    return web.Response()
+
+
+async def deregister_check(request: web.Request) -> web.StreamResponse:
+    state_of(request).deregister_check(agent_node(request), request.match_info["check_id"], now(request))
+    return web.Response()
+
+
+def _ttl(status: HealthStatus) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        state_of(request).update_ttl(
+            agent_node(request),
+            request.match_info["check_id"],
+            status,
+            request.query.get("note", ""),
+            now(request),
+        )
+        return web.Response()
+
+    handler.__name__ = f"check_{status.value}"
+    return handler
+
+
+check_pass = _ttl(HealthStatus.PASSING)
+check_warn = _ttl(HealthStatus.WARNING)
+check_fail = _ttl(HealthStatus.CRITICAL)
+
+
+async def check_update(request: web.Request) -> web.StreamResponse:
+    status, output = decode_check_update(await request.read())
+    state_of(request).update_ttl(
+        agent_node(request), request.match_info["check_id"], status, output, now(request)
+    )
+    return web.Response()
+
+
+def _enable(request: web.Request) -> bool:
+    raw = request.query.get("enable")
+    if raw is None:
+        raise ConsulError(400, "Missing value for enable")
+    return parse_bool(raw, "enable")
+
+
+async def service_maintenance(request: web.Request) -> web.StreamResponse:
+    state_of(request).set_service_maintenance(
+        agent_node(request),
+        request.match_info["service_id"],
+        _enable(request),
+        request.query.get("reason", ""),
+        now(request),
+    )
+    return web.Response()
+
+
+async def node_maintenance(request: web.Request) -> web.StreamResponse:
+    state_of(request).set_node_maintenance(
+        agent_node(request), _enable(request), request.query.get("reason", ""), now(request)
+    )
+    return web.Response()
+
+
+async def agent_self(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    return json_answer(rendering.agent_self(state.require_node(agent_node(request)), state.settings))
+
+
+async def status_leader(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    return json_answer(f"{state.settings.server_address}:8300")
+
+
+async def status_peers(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    return json_answer([f"{state.settings.server_address}:8300"])

@@ -1,0 +1,141 @@
+"""The health and catalog reads (``/v1/health/...``, ``/v1/catalog/...``), all blocking.
+
+Owns, per endpoint: reading the view from the store as a blocking query,
+rendering it, applying ``?filter=`` and ``?node-meta=`` on the rendered
+documents (as Consul filters its structs), emptying it for an anonymous reader
+when ACLs are on, and answering with the view's index. ``?near=``, ``?stale``,
+``?consistent`` and ``?cached`` are accepted and ignored (one server, no cache).
+
+Must not: hold rules (the store) or shapes (rendering).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from llmgw.devcluster.consul import rendering
+from llmgw.devcluster.consul.filtering import Predicate
+from llmgw.devcluster.consul.http_common import (
+    acl_filtered,
+    blocking_read,
+    json_answer,
+    meta_headers,
+    node_meta_filter,
+    request_filter,
+    state_of,
+)
+from llmgw.devcluster.consul.rendering import Json
+
+
+def _passing(request: web.Request) -> bool:
+    # Consul treats ?passing with no value (or any value but a false one) as on.
+    raw = request.query.get("passing")
+    return raw is not None and raw.lower() not in ("0", "false", "f")
+
+
+def _select(
+    request: web.Request, docs: list[Json], root: str, node_meta_at: Callable[[Json], object] | None = None
+) -> list[Json]:
+    if acl_filtered(request):
+        return []
+    keep: Predicate | None = request_filter(request, root)
+    meta = node_meta_filter(request)
+    out = []
+    for d in docs:
+        if meta and node_meta_at is not None:
+            have = node_meta_at(d)
+            if not isinstance(have, dict) or any(have.get(k) != v for k, v in meta.items()):
+                continue
+        if keep is None or keep(d):
+            out.append(d)
+    return out
+
+
+async def health_service(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    name = request.match_info["service"]
+    keep = request_filter(request, "ServiceEntry")  # a bad filter is a 400 before any waiting
+    del keep
+    tags = request.query.getall("tag", [])
+    passing = _passing(request)
+    index, rows = await blocking_read(
+        request, lambda: state.health_service(name, passing_only=passing, tags=tags)
+    )
+    dc = state.settings.datacenter
+    docs = [rendering.service_entry(r.node, r.service, list(r.checks), dc) for r in rows]
+    docs = _select(request, docs, "ServiceEntry", lambda d: d["Node"]["Meta"])  # type: ignore[index]
+    return json_answer(docs, headers=meta_headers(request, index))
+
+
+async def health_checks(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    name = request.match_info["service"]
+    request_filter(request, "HealthCheck")
+    index, checks = await blocking_read(request, lambda: state.health_checks_of_service(name))
+    docs = _select(request, [rendering.health_check(c) for c in checks], "HealthCheck")
+    return json_answer(docs, headers=meta_headers(request, index))
+
+
+async def health_state(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    which = request.match_info["state"]
+    request_filter(request, "HealthCheck")
+    state.health_state(which)  # 400 for an unknown state before blocking
+    index, checks = await blocking_read(request, lambda: state.health_state(which))
+    docs = _select(request, [rendering.health_check(c) for c in checks], "HealthCheck")
+    return json_answer(docs, headers=meta_headers(request, index))
+
+
+async def health_node(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    node = request.match_info["node"]
+    request_filter(request, "HealthCheck")
+    index, checks = await blocking_read(request, lambda: state.health_node(node))
+    docs = _select(request, [rendering.health_check(c) for c in checks], "HealthCheck")
+    return json_answer(docs, headers=meta_headers(request, index))
+
+
+async def catalog_services(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    index, services = await blocking_read(request, state.catalog_services)
+    body: dict[str, list[str]] = {} if acl_filtered(request) else services
+    return json_answer(body, headers=meta_headers(request, index))
+
+
+async def catalog_service(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    name = request.match_info["service"]
+    request_filter(request, "CatalogService")
+    tags = request.query.getall("tag", [])
+    index, rows = await blocking_read(request, lambda: state.catalog_service(name, tags))
+    dc = state.settings.datacenter
+    docs = [rendering.catalog_service(n, s, dc) for n, s in rows]
+    docs = _select(request, docs, "CatalogService", lambda d: d["NodeMeta"])
+    return json_answer(docs, headers=meta_headers(request, index))
+
+
+async def catalog_nodes(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    request_filter(request, "Node")
+    index, nodes = await blocking_read(request, state.catalog_nodes)
+    dc = state.settings.datacenter
+    docs = _select(request, [rendering.node(n, dc) for n in nodes], "Node", lambda d: d["Meta"])
+    return json_answer(docs, headers=meta_headers(request, index))
+
+
+async def catalog_node(request: web.Request) -> web.StreamResponse:
+    state = state_of(request)
+    name = request.match_info["node"]
+    index, (found, services) = await blocking_read(
+        request, lambda: (lambda r: (r[0], (r[1], r[2])))(state.catalog_node(name))
+    )
+    if found is None or acl_filtered(request):
+        return json_answer(None, headers=meta_headers(request, index))
+    dc = state.settings.datacenter
+    body = {
+        "Node": rendering.node(found, dc),
+        "Services": {s.service_id: rendering.catalog_agent_service(s) for s in services},
+    }
+    return json_answer(body, headers=meta_headers(request, index))

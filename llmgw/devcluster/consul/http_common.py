@@ -1,0 +1,150 @@
+"""What every handler of the Consul stand-in shares: app keys, answers, ACL rules.
+
+Owns the typed ``web.AppKey``s (the store, the agent node an app answers for,
+the change feed, the dev control), the answer helpers (JSON with Consul's query
+meta headers, plain-text errors), reading blocking parameters, and the ACL
+decision for a request.
+
+Must not: hold state of its own (no module singletons) or implement an endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import TypeVar
+
+from aiohttp import web
+
+from llmgw.devcluster.consul.blocking import BlockingParams, ChangeFeed, block_until_changed, parse_blocking
+from llmgw.devcluster.consul.devcontrol import DevControl
+from llmgw.devcluster.consul.filtering import Predicate, compile_filter
+from llmgw.devcluster.consul.state import ConsulState
+
+T = TypeVar("T")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+STATE = web.AppKey("consul_state", ConsulState)
+AGENT_NODE = web.AppKey("consul_agent_node", str)
+FEED = web.AppKey("consul_change_feed", ChangeFeed)
+CONTROL = web.AppKey("consul_dev_control", DevControl)
+
+# The anonymous token's AccessorID in every Consul cluster.
+ANONYMOUS_ACCESSOR = "00000000-0000-0000-0000-000000000002"
+
+
+class Acl(StrEnum):
+    """What an endpoint needs when ACLs are on (settings.acl_token set)."""
+
+    NONE = "none"  # /v1/status/*: no token needed
+    LIST = "list"  # a read whose results ACLs filter: anonymous reads an empty list
+    READ = "read"  # anonymous gets 403
+    WRITE = "write"  # anonymous gets 403
+
+
+FILTERED = "consul_acl_filtered"  # request key: anonymous read, answer with nothing
+
+
+def state_of(request: web.Request) -> ConsulState:
+    return request.app[STATE]
+
+
+def agent_node(request: web.Request) -> str:
+    return request.app[AGENT_NODE]
+
+
+def now(_request: web.Request) -> float:
+    """The store's clock: the event loop's, in seconds."""
+    return asyncio.get_running_loop().time()
+
+
+def acl_filtered(request: web.Request) -> bool:
+    return bool(request.get(FILTERED, False))
+
+
+def request_token(request: web.Request) -> str:
+    """The token as Consul finds it: X-Consul-Token, then a Bearer header, then ?token=."""
+    token = request.headers.get("X-Consul-Token", "")
+    if not token:
+        auth = request.headers.get("Authorization", "")
+        if auth.lower().startswith("bearer "):
+            token = auth[7:].strip()
+    return token or request.query.get("token", "")
+
+
+def check_acl(request: web.Request, rule: Acl) -> None:
+    """Let the request through, mark it filtered, or raise Consul's 403."""
+    wanted = state_of(request).settings.acl_token
+    if wanted is None or rule is Acl.NONE:
+        return
+    token = request_token(request)
+    if token == wanted:
+        return
+    if token:
+        raise web.HTTPForbidden(text="ACL not found", content_type="text/plain")
+    if rule is Acl.LIST:
+        request[FILTERED] = True
+        return
+    perm = "write" if rule is Acl.WRITE else "read"
+    raise web.HTTPForbidden(
+        text=f"Permission denied: token with AccessorID '{ANONYMOUS_ACCESSOR}' lacks permission '{perm}'",
+        content_type="text/plain",
+    )
+
+
+def guarded(rule: Acl, handler: Handler) -> Handler:
+    async def run(request: web.Request) -> web.StreamResponse:
+        check_acl(request, rule)
+        return await handler(request)
+
+    run.__name__ = handler.__name__
+    return run
+
+
+def meta_headers(request: web.Request, index: int) -> dict[str, str]:
+    """Consul's QueryMeta headers for a read that reports an index."""
+    headers = {
+        "X-Consul-Index": str(max(1, index)),
+        "X-Consul-KnownLeader": "true",
+        "X-Consul-LastContact": "0",
+        "X-Consul-Effective-Consistency": "leader",
+    }
+    if acl_filtered(request):
+        headers["X-Consul-Results-Filtered-By-ACLs"] = "true"
+    return headers
+
+
+def json_answer(data: object, headers: dict[str, str] | None = None, status: int = 200) -> web.Response:
+    return web.Response(
+        body=json.dumps(data).encode(), status=status, content_type="application/json", headers=headers
+    )
+
+
+def text_answer(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, text=message, content_type="text/plain", headers=headers)
+
+
+def blocking_params(request: web.Request) -> BlockingParams:
+    return parse_blocking(request.query.get("index"), request.query.get("wait"), state_of(request).settings)
+
+
+async def blocking_read(request: web.Request, view: Callable[[], tuple[int, T]]) -> tuple[int, T]:
+    """Run ``view`` as a blocking query for this request's ``?index=`` and ``?wait=``."""
+    params = blocking_params(request)
+    return await block_until_changed(request.app[FEED], params, state_of(request).settings, view)
+
+
+def request_filter(request: web.Request, root: str) -> Predicate | None:
+    """The request's ``?filter=`` compiled against Go type ``root``, or None."""
+    expr = request.query.get("filter", "")
+    return compile_filter(expr, root) if expr else None
+
+
+def node_meta_filter(request: web.Request) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in request.query.getall("node-meta", []):
+        key, _, value = item.partition(":")
+        out[key] = value
+    return out
