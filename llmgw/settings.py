@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 
+DEFAULT_NOMAD_ADDR = "http://127.0.0.1:4646"
+
+
 class SettingsError(ValueError):
     """A setting has a value llmgw cannot use; the message names the variable."""
 
@@ -45,7 +48,7 @@ class NomadConnection:
     NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY, NOMAD_TLS_SERVER_NAME, NOMAD_SKIP_VERIFY,
     as the nomad CLI reads them (default address http://127.0.0.1:4646)."""
 
-    address: str = "http://127.0.0.1:4646"
+    address: str = DEFAULT_NOMAD_ADDR
     token: str | None = None
     namespace: str | None = None
     region: str | None = None
@@ -53,7 +56,7 @@ class NomadConnection:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> NomadConnection:
-        address = environ.get("NOMAD_ADDR") or cls.address
+        address = environ.get("NOMAD_ADDR") or DEFAULT_NOMAD_ADDR
         _check_url("NOMAD_ADDR", address)
         return cls(
             address=address.rstrip("/"),
