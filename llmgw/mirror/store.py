@@ -33,6 +33,7 @@ from llmgw.core.mirror import (
     ManifestFile,
     MirrorIndex,
     MirrorRef,
+    MirrorRefError,
     RelPath,
     VersionPlan,
     VersionState,
@@ -108,8 +109,12 @@ class DirectoryStore:
             if not name_dir.is_dir() or not is_valid_segment(name_dir.name):
                 continue
             for version_dir in sorted(name_dir.iterdir()):
-                if is_valid_segment(version_dir.name) and (version_dir / PLAN_FILE).is_file():
+                if not (version_dir / PLAN_FILE).is_file():
+                    continue
+                try:
                     found.append(MirrorRef(check_name(name_dir.name), check_version(version_dir.name)))
+                except MirrorRefError:
+                    continue  # not a name llmgw would have made (".x.deleting", a stray directory)
         return found
 
     # -- documents ----------------------------------------------------------

@@ -19,7 +19,7 @@ import asyncio
 import hashlib
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,12 +85,18 @@ class Throttle:
     """A shared byte budget: callers wait so that all downloads together stay under ``rate`` bytes/s.
 
     Each take books its bytes at the end of the schedule and sleeps until its
-    slot; idle time is not saved up beyond one second of burst.
+    slot; idle time is saved up as at most one second of burst.
     """
 
-    def __init__(self, rate: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        rate: int,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self._rate = rate
-        self._clock = clock  # the event loop's clock
+        self._clock = clock  # the event loop's clock; tests pass a virtual one
+        self._sleep = sleep
         self._next = clock()
 
     async def take(self, nbytes: int) -> None:
@@ -99,7 +105,7 @@ class Throttle:
         wait = self._next - now
         self._next += nbytes / self._rate
         if wait > 0:
-            await asyncio.sleep(wait)
+            await self._sleep(wait)
 
 
 class Downloader:

@@ -18,8 +18,10 @@ MirrorVersion = NewType("MirrorVersion", str)
 SOURCE_PREFIX = "mirror:"
 
 # A name or version is one path segment: no "/", no leading dot (so never "." or
-# ".."), short enough for any file system.
+# ".."), short enough for any file system. The lengths match the catalog's
+# mirror:NAME@VERSION rule in llmgw.core.catalog.sources.
 _SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class MirrorRefError(ValueError):
@@ -54,10 +56,10 @@ def check_name(text: str) -> MirrorName:
 
 
 def check_version(text: str) -> MirrorVersion:
-    if not is_valid_segment(text):
+    if _VERSION.fullmatch(text) is None:
         raise MirrorRefError(
             f"invalid mirror version {text!r}: use letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit (at most 128 characters)"
+            "starting with a letter or digit (at most 64 characters)"
         )
     return MirrorVersion(text)
 

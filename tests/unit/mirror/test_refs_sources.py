@@ -109,3 +109,9 @@ def test_parse_sources_rules() -> None:
         parse_sources(["https://a/x.gguf", "https://b/x.gguf"])
     with pytest.raises(SourceError):
         parse_sources([])
+
+
+def test_versions_are_at_most_64_characters_like_the_catalog_says() -> None:
+    assert parse_ref("m@" + "v" * 64).version == "v" * 64
+    with pytest.raises(MirrorRefError, match="at most 64"):
+        parse_ref("m@" + "v" * 65)
