@@ -38,6 +38,8 @@ log = logging.getLogger("llmgw.sim")
 
 FINISH_REASON = "length"  # the simulator never emits a stop token: it always runs to max_tokens
 _API_PREFIX = "/v1/"
+# Request bodies up to this size are read (aiohttp's 1 MiB default is too small for long prompts).
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 def exit_now(code: int, reason: str) -> None:
@@ -152,7 +154,7 @@ def create_app(settings: SimSettings, deps: SimDeps | None = None) -> web.Applic
         created=int(time.time()),
         fingerprint=openai_api.system_fingerprint(settings.served_name),
     )
-    app = web.Application(middlewares=[_error_envelope, _track_in_flight])
+    app = web.Application(middlewares=[_error_envelope, _track_in_flight], client_max_size=MAX_BODY_BYTES)
     app[STATE] = state
     app.router.add_get("/health", _health)
     app.router.add_get("/sim/stats", _stats)
@@ -187,11 +189,14 @@ async def _error_envelope(request: web.Request, handler: Handler) -> web.StreamR
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        error = ApiError(
-            exc.status, f"Unknown request URL: {request.method} {request.path}.", code="unknown_url"
-        )
-        if exc.status == 405:
+        if exc.status == 404:
+            error = ApiError(
+                404, f"Unknown request URL: {request.method} {request.path}.", code="unknown_url"
+            )
+        elif exc.status == 405:
             error = ApiError(405, f"Method {request.method} is not allowed on {request.path}.")
+        else:
+            error = ApiError(exc.status, exc.reason)
         return web.json_response(error.body(), status=error.status)
     except (asyncio.CancelledError, ConnectionResetError):
         raise
@@ -280,7 +285,7 @@ async def _drain(app: web.Application) -> None:
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
     try:
-        body = await request.json(loads=json.loads)
+        body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise openai_api.bad_json() from None
     return dict(openai_api.require_object(body))
@@ -326,7 +331,6 @@ async def _generate(
     if generation.stream:
         return await _stream(request, state, generation, identity)
     engine = state.engine
-    pieces: list[str] = []
     async with engine.sequence():
         engine.count_tokens(prompt=generation.prompt_tokens)
         tokens = engine.decode(
@@ -373,10 +377,11 @@ async def _stream(
             if generation.include_usage:
                 await response.write(openai_api.sse_event(openai_api.usage_chunk(generation, identity, sent)))
             await response.write(openai_api.SSE_DONE)
-        await response.write_eof()
     except ConnectionResetError:
         return response  # the client left; the engine counted the cancellation
     engine.count_completion()
+    with suppress(ConnectionResetError):  # everything was sent; a client gone now lost nothing
+        await response.write_eof()
     return response
 
 

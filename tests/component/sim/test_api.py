@@ -261,3 +261,22 @@ async def test_unknown_path_is_openai_404(start_server: StartServer, http: aioht
         assert response.status == 404
         body = await response.json()
     assert body["error"]["code"] == "unknown_url"
+
+
+async def test_wrong_method_is_an_openai_shaped_405(
+    start_server: StartServer, http: aiohttp.ClientSession
+) -> None:
+    server = await start_server()
+    async with http.get(server.make_url("/v1/chat/completions")) as response:
+        assert response.status == 405
+        body = await response.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_long_prompts_beyond_a_mebibyte_are_read(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    client = client_for(await start_server(fast_settings(max_model_len=1_000_000)))
+    prompt = "word " * 300_000  # 1.5 MB of JSON
+    reply = await client.completions.create(model=TEST_MODEL, prompt=prompt, max_tokens=1)
+    assert reply.usage is not None and reply.usage.prompt_tokens == 300_000
