@@ -25,6 +25,8 @@ from llmgw.core.mirror import (
     MirrorRef,
     MirrorRefError,
     SourceError,
+    check_name,
+    check_version,
     is_mirror_source,
     parse_ref,
     parse_sources,
@@ -214,6 +216,9 @@ def _add_body(args: argparse.Namespace, say: _Say, token: HubToken | None) -> in
 
     settings = _settings(args)
     name, _, version = args.ref.removeprefix("mirror:").partition("@")
+    check_name(name)  # refused before any request to the Hub
+    if version:
+        check_version(version)
     hub = split_url(settings.hub_endpoint)
     hosts = HUB_HOSTS | ({hub.host} if hub else set())
     request = AddRequest(

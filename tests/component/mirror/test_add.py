@@ -150,6 +150,12 @@ def test_a_repository_page_url_is_refused_with_the_repo_id(harness: Harness) -> 
     assert not harness.store.exists()
 
 
+def test_a_bad_version_name_is_refused_before_any_request(harness: Harness) -> None:
+    result = harness.add("llama@../../etc", REPO)
+    assert result.code == 2 and "invalid mirror version" in result.err
+    assert harness.hub.seen == []
+
+
 def test_a_gguf_is_taken_with_file(harness: Harness) -> None:
     File = harness.File
     harness.hub.repos["org/llama-gguf"] = {
