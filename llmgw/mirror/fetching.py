@@ -163,11 +163,24 @@ async def fetch_version(
         kept: list[str] = []
         replaced: list[str] = []
         todo: list[ManifestFile] = []
-        for entry in manifest.files:
+        # Hash what is already there, several files at once: hashlib releases the GIL,
+        # so a 100 GB model re-verifies at the disk's speed rather than one core's.
+        slots = asyncio.Semaphore(settings.concurrency)
+
+        async def check(entry: ManifestFile) -> str:
+            async with slots:
+                return await asyncio.to_thread(
+                    _local_state,
+                    dest / entry.path,
+                    entry,
+                    stamps,
+                    trust_stamps=trust_stamps,
+                    chunk_size=settings.chunk_size,
+                )
+
+        states = await asyncio.gather(*(check(e) for e in manifest.files))
+        for entry, state in zip(manifest.files, states, strict=True):
             path = dest / entry.path
-            state = await asyncio.to_thread(
-                _local_state, path, entry, stamps, trust_stamps=trust_stamps, chunk_size=settings.chunk_size
-            )
             if state == "ok":
                 kept.append(entry.path)
                 continue
