@@ -1,0 +1,114 @@
+"""Settings of the Nomad stand-in: its simulated client nodes and its timings.
+
+Owns: the ``NodeSpec`` / ``StandInConfig`` values and reading them from a small YAML
+document. Every timing is a named field with its default and the reason for it.
+
+Must not: start anything or hold state; ``NomadStandIn`` reads these values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One simulated Nomad client node."""
+
+    name: str
+    datacenter: str = "dc1"
+    node_class: str = ""
+    node_pool: str = "default"
+    gpus: int = 0
+    gpu_vendor: str = "nvidia"
+    gpu_model: str = "H100"
+    gpu_memory_mib: int = 81920
+    fabric: str = ""  # exported as Meta["llmgw_fabric"]
+    meta: dict[str, str] = field(default_factory=dict)
+    attributes: dict[str, str] = field(default_factory=dict)
+    cpu_shares: int = 64000  # generous: the stand-in does not simulate CPU pressure
+    memory_mb: int = 262144
+    disk_mb: int = 1048576
+
+
+def default_nodes(count: int = 3, gpus: int = 2, gpu_model: str = "H100") -> tuple[NodeSpec, ...]:
+    return tuple(
+        NodeSpec(name=f"dev-node-{i + 1}", gpus=gpus, gpu_model=gpu_model, fabric=f"fabric-{(i % 2) + 1}")
+        for i in range(count)
+    )
+
+
+@dataclass(frozen=True)
+class StandInConfig:
+    """How the stand-in behaves. Defaults suit ``llmgw dev``; tests shorten the timings."""
+
+    nodes: tuple[NodeSpec, ...] = field(default_factory=default_nodes)
+    region: str = "global"
+    # Where allocation directories live; None means a fresh temporary directory.
+    state_dir: Path | None = None
+    # Consul agent HTTP address ("http://127.0.0.1:8500") used for services and templates;
+    # None disables service registration and renders Consul lookups as empty.
+    consul_addr: str | None = None
+    # Refuse request bodies with keys real Nomad would silently drop (tests turn this on).
+    strict: bool = False
+    # When set, every API call must carry this X-Nomad-Token (403 otherwise), as with ACLs on.
+    acl_token: str | None = None
+    # Nomad's server keeps the last 100 event batches by default (event_buffer_size).
+    event_buffer_size: int = 100
+    # Nomad's event stream writes "{}" every 10s so idle connections stay open.
+    event_heartbeat_s: float = 10.0
+    # Time between a node failing and the server noticing the missed heartbeat
+    # (Nomad: heartbeat TTL + heartbeat_grace, tens of seconds; short here for dev).
+    heartbeat_grace_s: float = 2.0
+    # Default and cap of a blocking query's ?wait (Nomad: 5m default, 10m max).
+    blocking_default_wait_s: float = 300.0
+    blocking_max_wait_s: float = 600.0
+    # How often template watchers poll Consul when its blocking query returns early.
+    template_retry_s: float = 1.0
+    # How long a stopped task may take to exit after SIGKILL before we give up waiting.
+    kill_grace_s: float = 5.0
+
+    def with_overrides(self, **changes: Any) -> StandInConfig:
+        return replace(self, **changes)
+
+
+def node_spec_from_mapping(doc: dict[str, Any], index: int) -> NodeSpec:
+    known = {f for f in NodeSpec.__dataclass_fields__}
+    unknown = set(doc) - known
+    if unknown:
+        raise ValueError(f"node #{index + 1}: unknown keys {sorted(unknown)}; known keys are {sorted(known)}")
+    if "name" not in doc:
+        doc = {**doc, "name": f"dev-node-{index + 1}"}
+    return NodeSpec(**doc)
+
+
+def config_from_yaml(text: str) -> StandInConfig:
+    """A config from YAML such as::
+
+    nodes:
+      - {name: a, gpus: 4, gpu_model: H100, fabric: ib-1}
+      - {name: b, gpus: 2, gpu_model: A100, gpu_memory_mib: 40960}
+    heartbeat_grace_s: 1
+    """
+    doc = yaml.safe_load(text) or {}
+    if not isinstance(doc, dict):
+        raise ValueError("the stand-in config must be a YAML mapping")
+    nodes_doc = doc.pop("nodes", None)
+    known = set(StandInConfig.__dataclass_fields__) - {"nodes"}
+    unknown = set(doc) - known
+    if unknown:
+        raise ValueError(f"unknown stand-in settings {sorted(unknown)}; known settings are {sorted(known)}")
+    if "state_dir" in doc and doc["state_dir"] is not None:
+        doc["state_dir"] = Path(doc["state_dir"])
+    config = StandInConfig(**doc)
+    if nodes_doc is not None:
+        if not isinstance(nodes_doc, list):
+            raise ValueError("nodes must be a list of mappings")
+        config = replace(
+            config, nodes=tuple(node_spec_from_mapping(dict(n), i) for i, n in enumerate(nodes_doc))
+        )
+    return config

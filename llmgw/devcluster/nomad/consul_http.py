@@ -1,0 +1,209 @@
+"""The Nomad client's side of Consul: agent registrations and template lookups over HTTP.
+
+Owns: the few Consul HTTP calls a Nomad client makes, with Consul's own paths and
+JSON — ``PUT /v1/agent/service/register``, ``PUT /v1/agent/check/register``,
+``PUT /v1/agent/service/deregister/:id`` (Nomad registers a service, then its checks,
+as ``command/agent/consul/service_client.go`` does), blocking
+``GET /v1/health/service/:name`` and ``GET /v1/kv/:key`` for templates — and turning
+a Nomad ``Service`` block into those registration documents.
+
+This is the only coupling between the Nomad and Consul stand-ins.
+
+Must not: decide when to register (the task runner does) or cache beyond one call.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urljoin
+
+import aiohttp
+
+JSON = dict[str, Any]
+
+
+class ConsulError(Exception):
+    """Consul answered with an error, or could not be reached."""
+
+
+def go_duration(ns: int) -> str:
+    """time.Duration.String(): 10s, 1m30s, 500ms, 1h0m0s."""
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    if ns < 1_000:
+        return f"{sign}{ns}ns"
+    if ns < 1_000_000:
+        return f"{sign}{_trim(ns / 1_000)}µs"
+    if ns < 1_000_000_000:
+        return f"{sign}{_trim(ns / 1_000_000)}ms"
+    total_s = ns / 1_000_000_000
+    hours = int(total_s // 3600)
+    minutes = int((total_s - hours * 3600) // 60)
+    seconds = total_s - hours * 3600 - minutes * 60
+    if hours:
+        return f"{sign}{hours}h{minutes}m{_trim(seconds)}s"
+    if minutes:
+        return f"{sign}{minutes}m{_trim(seconds)}s"
+    return f"{sign}{_trim(seconds)}s"
+
+
+def _trim(value: float) -> str:
+    text = f"{value:.9f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+@dataclass(frozen=True)
+class Registration:
+    service: JSON  # AgentServiceRegistration
+    checks: list[JSON]  # AgentCheckRegistration
+
+
+def service_id(alloc_id: str, workload: str, service: JSON) -> str:
+    """MakeAllocServiceID: ``_nomad-task-<alloc>-<task or group-<name>>-<service>-<port label>``."""
+    return f"_nomad-task-{alloc_id}-{workload}-{service.get('Name') or ''}-{service.get('PortLabel') or ''}"
+
+
+def check_id(svc_id: str, check: JSON) -> str:
+    digest = hashlib.sha1(usedforsecurity=False)
+    digest.update(svc_id.encode())
+    for key in ("Name", "Type", "Path", "PortLabel", "Interval", "Timeout", "Method", "Protocol"):
+        digest.update(str(check.get(key) or "").encode())
+    return f"_nomad-check-{digest.hexdigest()}"
+
+
+def registration(
+    *, alloc_id: str, workload: str, service: JSON, address: str, port: int, check_ports: dict[str, int]
+) -> Registration:
+    """The Consul agent documents for one interpolated Nomad service block."""
+    sid = service_id(alloc_id, workload, service)
+    meta = {str(k): str(v) for k, v in (service.get("Meta") or {}).items()}
+    meta["external-source"] = "nomad"  # Nomad marks its registrations this way
+    svc: JSON = {
+        "ID": sid,
+        "Name": service.get("Name"),
+        "Tags": list(service.get("Tags") or []),
+        "Port": port,
+        "Address": address,
+        "Meta": meta,
+        "EnableTagOverride": bool(service.get("EnableTagOverride")),
+        "Kind": "",
+    }
+    if service.get("TaggedAddresses"):
+        svc["TaggedAddresses"] = {
+            k: {"Address": v.split(":")[0], "Port": int(v.split(":")[1]) if ":" in v else 0}
+            for k, v in service["TaggedAddresses"].items()
+        }
+    checks: list[JSON] = []
+    for check in service.get("Checks") or []:
+        check_type = str(check.get("Type") or "")
+        label = str(check.get("PortLabel") or service.get("PortLabel") or "")
+        check_port = check_ports.get(label, port)
+        reg: JSON = {
+            "ID": check_id(sid, check),
+            "Name": check.get("Name") or f'service: "{service.get("Name")}" check',
+            "ServiceID": sid,
+            "Status": check.get("InitialStatus") or "",
+            "Interval": go_duration(int(check.get("Interval") or 0)),
+            "Timeout": go_duration(int(check.get("Timeout") or 0)),
+        }
+        if check.get("SuccessBeforePassing"):
+            reg["SuccessBeforePassing"] = check["SuccessBeforePassing"]
+        if check.get("FailuresBeforeCritical"):
+            reg["FailuresBeforeCritical"] = check["FailuresBeforeCritical"]
+        if check_type == "http":
+            proto = check.get("Protocol") or "http"
+            base = f"{proto}://{address}:{check_port}"
+            reg["HTTP"] = (
+                urljoin(base + "/", str(check.get("Path") or "").lstrip("/")) if check.get("Path") else base
+            )
+            if check.get("Method"):
+                reg["Method"] = check["Method"]
+            if check.get("Header"):
+                reg["Header"] = check["Header"]
+            if check.get("TLSSkipVerify"):
+                reg["TLSSkipVerify"] = True
+        elif check_type == "tcp":
+            reg["TCP"] = f"{address}:{check_port}"
+        elif check_type == "grpc":
+            reg["GRPC"] = f"{address}:{check_port}/{check.get('GRPCService') or ''}"
+        else:
+            raise ConsulError(
+                f"check type {check_type!r} not valid for the dev stand-in (use http, tcp or grpc)"
+            )
+        checks.append(reg)
+    return Registration(svc, checks)
+
+
+class ConsulAgent:
+    """One Consul agent's HTTP API, as the Nomad client on a node talks to it."""
+
+    def __init__(self, session: aiohttp.ClientSession, addr: str, token: str | None = None) -> None:
+        self.session = session
+        self.addr = addr.rstrip("/")
+        self.headers = {"X-Consul-Token": token} if token else {}
+
+    async def _put(self, path: str, body: JSON | None) -> None:
+        try:
+            async with self.session.put(f"{self.addr}{path}", json=body, headers=self.headers) as resp:
+                if resp.status >= 300:
+                    raise ConsulError(f"PUT {path}: HTTP {resp.status}: {(await resp.text()).strip()}")
+        except aiohttp.ClientError as exc:
+            raise ConsulError(f"PUT {path}: {exc}") from exc
+
+    async def register(self, reg: Registration) -> None:
+        await self._put("/v1/agent/service/register", reg.service)
+        for check in reg.checks:
+            await self._put("/v1/agent/check/register", check)
+
+    async def deregister(self, svc_id: str) -> None:
+        await self._put(f"/v1/agent/service/deregister/{quote(svc_id, safe='')}", None)
+
+    async def health_service(
+        self, name: str, *, tag: str = "", passing: bool = True, index: int = 0, wait_s: float = 0
+    ) -> tuple[list[JSON], int]:
+        params: dict[str, str] = {}
+        if passing:
+            params["passing"] = "1"
+        if tag:
+            params["tag"] = tag
+        if index:
+            params["index"] = str(index)
+            params["wait"] = f"{max(1, int(wait_s))}s"
+        return await self._get_list(f"/v1/health/service/{quote(name, safe='')}", params, wait_s)
+
+    async def kv_get(self, key: str, *, index: int = 0, wait_s: float = 0) -> tuple[str | None, int]:
+        params: dict[str, str] = {}
+        if index:
+            params["index"] = str(index)
+            params["wait"] = f"{max(1, int(wait_s))}s"
+        entries, new_index = await self._get_list(
+            f"/v1/kv/{quote(key.lstrip('/'), safe='/')}", params, wait_s
+        )
+        if not entries:
+            return None, new_index
+        raw = entries[0].get("Value")
+        value = base64.b64decode(raw).decode("utf-8", "replace") if raw else ""
+        return value, new_index
+
+    async def _get_list(self, path: str, params: dict[str, str], wait_s: float) -> tuple[list[JSON], int]:
+        timeout = aiohttp.ClientTimeout(total=wait_s + 10)
+        try:
+            async with self.session.get(
+                f"{self.addr}{path}", params=params, headers=self.headers, timeout=timeout
+            ) as resp:
+                new_index = int(resp.headers.get("X-Consul-Index", "0") or 0)
+                if resp.status == 404:
+                    return [], new_index
+                if resp.status >= 300:
+                    raise ConsulError(f"GET {path}: HTTP {resp.status}: {(await resp.text()).strip()}")
+                body = await resp.json()
+                return (list(body) if isinstance(body, list) else []), new_index
+        except aiohttp.ClientError as exc:
+            raise ConsulError(f"GET {path}: {exc}") from exc
+        except TimeoutError as exc:
+            raise ConsulError(f"GET {path}: timed out") from exc
