@@ -3,7 +3,7 @@
 Owns the HTTP calls to the Hub and the parsing of its JSON, right at this edge:
 
 - ``GET {endpoint}/api/models/{repo}/revision/{rev}`` -> ``{"sha": COMMIT, ...}``
-- ``GET {endpoint}/api/models/{repo}/tree/{commit}?recursive=1`` -> a list of
+- ``GET {endpoint}/api/models/{repo}/tree/{commit}?recursive=true`` -> a list of
   ``{"type": "file"|"directory", "path", "size", "oid", "lfs": {"oid": SHA256, "size", "pointerSize"}}``,
   paginated with a ``Link: <...>; rel="next"`` header
 - ``{endpoint}/{repo}/resolve/{commit}/{path}``: the file (LFS files redirect to a CDN)
@@ -66,7 +66,7 @@ class HubClient:
 
     async def list_files(self, repo_id: str, commit: str) -> RepoListing:
         url: str | None = str(
-            (URL(f"{self.endpoint}/api/models/{repo_id}/tree/") / commit).with_query(recursive="1")
+            (URL(f"{self.endpoint}/api/models/{repo_id}/tree/") / commit).with_query(recursive="true")
         )
         files: list[RepoFile] = []
         pages = 0
