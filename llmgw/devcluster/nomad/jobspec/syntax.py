@@ -79,12 +79,23 @@ _SKIP = re.compile(r"(?:[ \t\r]+|#[^\n]*|//[^\n]*|/\*.*?\*/)*", re.S)
 _IDENT = re.compile(r"[^\W\d][\w-]*")
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _PUNCT = re.compile(r"=>|==|!=|<=|>=|&&|\|\||\.\.\.|<<-?|[{}\[\]()=,.:?!<>+\-*/%~\"\n]")
+_TOKEN_BODY = (
+    # a quoted string without escapes or template sequences is one token (the common case)
+    r'(?:"(?P<s>[^"\\$%\n]*)"'
+    r"|(?P<i>[^\W\d][\w-]*)|(?P<n>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
+    r"|(?P<p>=>|==|!=|<=|>=|&&|\|\||\.\.\.|<<-?|[{}\[\]()=,.:?!<>+\-*%~\"\n]|/(?![*/])))"
+)
+# one match per token: skip blanks and comments, then the token (newlines are tokens or blanks)
+_TOKEN = re.compile(r"(?:[ \t\r]+|#[^\n]*|//[^\n]*|/\*.*?\*/)*" + _TOKEN_BODY, re.S)
+_TOKEN_NL = re.compile(r"(?:[ \t\r\n]+|#[^\n]*|//[^\n]*|/\*.*?\*/)*" + _TOKEN_BODY, re.S)
+_KIND = {"i": "ident", "n": "number", "s": "string"}
 _HEREDOC_START = re.compile(r"<<(-?)([^\W\d][\w-]*)[ \t]*\r?\n")
 _QUOTED_LIT = re.compile(r'[^"\\$%\n]+')
 _HEREDOC_LIT = re.compile(r"[^$%\n]+")
 
 IDENT = "ident"
 NUMBER = "number"
+STRING = "string"  # a plain quoted string; its text is the content
 EOF = "eof"
 
 
@@ -100,20 +111,29 @@ class Tok:
 
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", '"': '"', "\\": "\\"}
 
-_BINARY_LEVELS: list[frozenset[str]] = [
-    frozenset({"||"}),
-    frozenset({"&&"}),
-    frozenset({"==", "!="}),
-    frozenset({"<", ">", "<=", ">="}),
-    frozenset({"+", "-"}),
-    frozenset({"*", "/", "%"}),
-]
+_ENDS_EXPRESSION = frozenset({"\n", ",", "]", "}", ")", EOF, ":", "=>", "..."})
+
+_PRECEDENCE: dict[str, int] = {
+    "||": 1,
+    "&&": 2,
+    "==": 3,
+    "!=": 3,
+    "<": 4,
+    ">": 4,
+    "<=": 4,
+    ">=": 4,
+    "+": 5,
+    "-": 5,
+    "*": 6,
+    "/": 6,
+    "%": 6,
+}
 
 
 class Parser:
     """One parse of one source text. Newlines matter in bodies and object constructors only."""
 
-    __slots__ = ("_cache", "_cache_key", "filename", "nl", "pos", "src")
+    __slots__ = ("_cache", "_cache_nl", "_cache_pos", "filename", "nl", "pos", "src")
 
     def __init__(self, src: str, filename: str = "") -> None:
         self.src = src
@@ -121,20 +141,32 @@ class Parser:
         self.pos = 0
         self.nl = True  # newlines are tokens (bodies); False inside () [] ${}
         self._cache: Tok | None = None
-        self._cache_key: tuple[int, bool] = (-1, True)
+        self._cache_pos = -1
+        self._cache_nl = True
 
     # -- tokens
 
     def peek(self) -> Tok:
         c = self._cache
-        if c is not None and self._cache_key == (self.pos, self.nl):
+        if c is not None and self._cache_pos == self.pos and self._cache_nl == self.nl:
             return c
-        tok = self._scan()
+        m = (_TOKEN if self.nl else _TOKEN_NL).match(self.src, self.pos)
+        if m is not None:
+            group = m.lastgroup
+            text = m.group(group)  # type: ignore[arg-type]
+            start = m.start(group)  # type: ignore[arg-type]
+            if group == "s":
+                start -= 1  # the opening quote
+            tok = Tok(_KIND.get(group, text), text, start, m.end())  # type: ignore[arg-type]
+        else:
+            tok = self._scan()
         self._cache = tok
-        self._cache_key = (self.pos, self.nl)
+        self._cache_pos = self.pos
+        self._cache_nl = self.nl
         return tok
 
     def _scan(self) -> Tok:
+        """The slow path: end of file, or a character that starts no token."""
         src = self.src
         pos = (_SKIP_NL if not self.nl else _SKIP).match(src, self.pos).end()  # type: ignore[union-attr]
         if pos >= len(src):
@@ -142,12 +174,6 @@ class Parser:
         ch = src[pos]
         if ch == "/" and src.startswith("/*", pos):
             raise SyntaxProblem(pos, "Unterminated comment", "There is no closing marker for this comment.")
-        m = _IDENT.match(src, pos)
-        if m is not None:
-            return Tok(IDENT, m.group(), pos, m.end())
-        m = _NUMBER.match(src, pos)
-        if m is not None:
-            return Tok(NUMBER, m.group(), pos, m.end())
         m = _PUNCT.match(src, pos)
         if m is not None:
             return Tok(m.group(), m.group(), pos, m.end())
@@ -240,6 +266,11 @@ class Parser:
                 labels.append(tok.text)
                 label_starts.append(tok.start)
                 continue
+            if tok.kind == STRING:
+                self.next()
+                labels.append(tok.text)
+                label_starts.append(tok.start)
+                continue
             if tok.kind == '"':
                 self.next()
                 tmpl = self._quoted_template(tok.start)
@@ -321,7 +352,17 @@ class Parser:
     # -- expressions
 
     def expression(self) -> Expr:
-        cond = self._binary(0)
+        tok = self.peek()
+        if tok.kind == STRING or tok.kind == NUMBER:
+            # fast path: a lone literal followed by something that cannot continue an expression
+            save = self.pos
+            self.next()
+            if self.peek().kind in _ENDS_EXPRESSION:
+                if tok.kind == STRING:
+                    return Template(tok.start, [tok.text] if tok.text else [])
+                return Literal(tok.start, parse_number(tok.text))
+            self.pos = save
+        cond = self._binary(1)
         tok = self.peek()
         if tok.kind != "?":
             return cond
@@ -338,17 +379,16 @@ class Parser:
         self.nl = saved
         return Conditional(cond.start, cond, t, f)
 
-    def _binary(self, level: int) -> Expr:
-        if level == len(_BINARY_LEVELS):
-            return self._unary()
-        ops = _BINARY_LEVELS[level]
-        left = self._binary(level + 1)
+    def _binary(self, min_prec: int) -> Expr:
+        # precedence climbing: one look at the next token per operand, not one per level
+        left = self._unary()
         while True:
             tok = self.peek()
-            if tok.kind not in ops:
+            prec = _PRECEDENCE.get(tok.kind)
+            if prec is None or prec < min_prec:
                 return left
             self.next()
-            right = self._binary(level + 1)
+            right = self._binary(prec + 1)
             left = Binary(left.start, tok.kind, left, right)
 
     def _unary(self) -> Expr:
@@ -448,6 +488,9 @@ class Parser:
     def _term(self) -> Expr:
         tok = self.peek()
         kind = tok.kind
+        if kind == STRING:
+            self.next()
+            return Template(tok.start, [tok.text] if tok.text else [])
         if kind == NUMBER:
             self.next()
             n = parse_number(tok.text)
@@ -579,7 +622,7 @@ class Parser:
                     "caused by incorrect brace nesting elsewhere in this file.",
                 )
             self.nl = False
-            key = self._binary(0) if tok.kind != IDENT else self._object_key()
+            key = self._binary(1) if tok.kind != IDENT else self._object_key()
             sep = self.peek()
             if sep.kind not in ("=", ":"):
                 raise SyntaxProblem(
@@ -612,7 +655,7 @@ class Parser:
         if self.peek().kind in ("=", ":"):
             return Literal(tok.start, tok.text)
         self.pos = save_pos
-        return self._binary(0)
+        return self._binary(1)
 
     def _for(self, start: int, close: str) -> Expr:
         self.next()  # for
