@@ -16,8 +16,8 @@ import jinja2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmgw.apispec import check_document  # noqa: E402
-from llmgw.devcluster.nomad.jobspec import parse_jobspec  # noqa: E402
+from llmgw.apispec import check_document
+from llmgw.devcluster.nomad.jobspec import parse_jobspec
 
 _GROUP = """
   group "{{ g.name }}" {
@@ -147,7 +147,7 @@ _JOB = (
 
 
 def main() -> None:
-    template = jinja2.Environment(autoescape=False, keep_trailing_newline=True).from_string(_JOB)  # noqa: S701
+    template = jinja2.Environment(autoescape=False, keep_trailing_newline=True).from_string(_JOB)
     groups = [{"name": f"g{i}", "count": 2, "gpus": 1 + i % 2} for i in range(2)]
     sample = template.render(model="qwen", spec="0", groups=groups)
     lines = sample.count("\n")

@@ -76,18 +76,16 @@ class Body:
 
 _SKIP_NL = re.compile(r"(?:[ \t\r\n]+|#[^\n]*|//[^\n]*|/\*.*?\*/)*", re.S)
 _SKIP = re.compile(r"(?:[ \t\r]+|#[^\n]*|//[^\n]*|/\*.*?\*/)*", re.S)
-_IDENT = re.compile(r"[^\W\d][\w-]*")
-_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _PUNCT = re.compile(r"=>|==|!=|<=|>=|&&|\|\||\.\.\.|<<-?|[{}\[\]()=,.:?!<>+\-*/%~\"\n]")
-_TOKEN_BODY = (
+_LEXEME = (
     # a quoted string without escapes or template sequences is one token (the common case)
     r'(?:"(?P<s>[^"\\$%\n]*)"'
     r"|(?P<i>[^\W\d][\w-]*)|(?P<n>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
     r"|(?P<p>=>|==|!=|<=|>=|&&|\|\||\.\.\.|<<-?|[{}\[\]()=,.:?!<>+\-*%~\"\n]|/(?![*/])))"
 )
 # one match per token: skip blanks and comments, then the token (newlines are tokens or blanks)
-_TOKEN = re.compile(r"(?:[ \t\r]+|#[^\n]*|//[^\n]*|/\*.*?\*/)*" + _TOKEN_BODY, re.S)
-_TOKEN_NL = re.compile(r"(?:[ \t\r\n]+|#[^\n]*|//[^\n]*|/\*.*?\*/)*" + _TOKEN_BODY, re.S)
+_TOKEN = re.compile(r"(?:[ \t\r]+|#[^\n]*|//[^\n]*|/\*.*?\*/)*" + _LEXEME, re.S)
+_TOKEN_NL = re.compile(r"(?:[ \t\r\n]+|#[^\n]*|//[^\n]*|/\*.*?\*/)*" + _LEXEME, re.S)
 _KIND = {"i": "ident", "n": "number", "s": "string"}
 _HEREDOC_START = re.compile(r"<<(-?)([^\W\d][\w-]*)[ \t]*\r?\n")
 _QUOTED_LIT = re.compile(r'[^"\\$%\n]+')
