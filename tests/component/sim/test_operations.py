@@ -68,13 +68,13 @@ async def test_metrics_expose_vllm_gauges_and_token_counters(
 async def test_requests_beyond_max_num_seqs_wait(
     start_server: StartServer, http: aiohttp.ClientSession, client_for: ClientFor
 ) -> None:
-    server = await start_server(fast_settings(max_num_seqs=2, token_rate=50.0))
+    server = await start_server(fast_settings(max_num_seqs=2, token_rate=50.0))  # 0.5 s per request
     client = client_for(server)
     stats_url = server.make_url("/sim/stats")
 
     async def one() -> str | None:
         reply = await client.chat.completions.create(
-            model=TEST_MODEL, messages=[{"role": "user", "content": "queue"}], max_tokens=10
+            model=TEST_MODEL, messages=[{"role": "user", "content": "queue"}], max_tokens=25
         )
         content: str | None = reply.choices[0].message.content
         return content
@@ -86,7 +86,7 @@ async def test_requests_beyond_max_num_seqs_wait(
     assert f'vllm:num_requests_running{{model_name="{TEST_MODEL}"}} 2.0' in text
     assert f'vllm:num_requests_waiting{{model_name="{TEST_MODEL}"}} 3.0' in text
     answers = await asyncio.gather(*tasks)
-    assert all(answer and len(answer.split()) == 10 for answer in answers)
+    assert all(answer and len(answer.split()) == 25 for answer in answers)
     stats = await _stats(http, stats_url)
     assert (stats["running"], stats["waiting"], stats["completed"]) == (0, 0, 5)
 
