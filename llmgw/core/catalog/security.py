@@ -44,8 +44,15 @@ class EnvPolicy(_PolicyModel):
 
 
 class EngineArgsPolicy(_PolicyModel):
+    # The engine parses with Python's argparse (allow_abbrev): unambiguous prefixes
+    # of long flags and short flags with attached values (-n2) are read as the flag.
     argparse_abbreviations: StrictBool = False
     underscore_equals_dash: StrictBool = False
+    # vLLM reads --some-config.key VALUE (and --some-config+...) as --some-config.
+    dotted_subkeys: StrictBool = False
+    # Real options that are prefixes of refused ones: argparse matches an exact
+    # option before trying abbreviations, so these are not abbreviations.
+    exact_options: tuple[StrictStr, ...] = ()
     deny: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     owned: dict[StrictStr, StrictStr] = Field(default_factory=dict)
 
@@ -111,24 +118,28 @@ def _refusal_of_env(policy: SecurityPolicy, engine: Engine, name: str) -> str | 
     upper = name.upper()
     if upper in env.deny_names:
         return env.deny_names[upper]
-    for pattern, reason in env.deny_patterns.items():
-        if fnmatch.fnmatchcase(upper, pattern.upper()):
-            return reason
+    # llama.cpp's argument variables are judged as the flag they stand for, before
+    # the name patterns (LLAMA_ARG_NO_HOST is a flag, not a host).
     if name in env.llamacpp_arg_env:
         if engine is not Engine.LLAMACPP:
             return "LLAMA_ARG_* variables are read by llama.cpp only"
         flag = env.llamacpp_arg_env[name]
-        flag_reason = (
-            _refusal_of_arg(policy.args[Engine.LLAMACPP], flag) if Engine.LLAMACPP in policy.args else None
-        )
+        flag_policy = policy.args.get(Engine.LLAMACPP)
+        flag_reason = _refusal_of_arg(flag_policy, flag) if flag_policy is not None else None
         if flag_reason is not None:
             return f"llama.cpp reads it as {flag}, which is refused: {flag_reason}"
         return None
     if upper.startswith("LLAMA_ARG_"):
         return f"llama.cpp reads it as a flag that {POLICY_FILE} has not reviewed"
+    for pattern, reason in env.deny_patterns.items():
+        if fnmatch.fnmatchcase(upper, pattern.upper()):
+            return reason
     if name in env.allow_names or any(name.startswith(prefix) for prefix in env.allow_prefixes):
         return None
     return f"not in the allowlist of tuning variables in {POLICY_FILE}"
+
+
+_OWNED = "llmgw sets it itself"
 
 
 def _refusal_of_arg(policy: EngineArgsPolicy, arg: str) -> str | None:
@@ -136,17 +147,39 @@ def _refusal_of_arg(policy: EngineArgsPolicy, arg: str) -> str | None:
         return "argparse reads further arguments from the file an @-argument names"
     if not arg.startswith("-") or arg == "-" or _NEGATIVE_NUMBER.match(arg):
         return None  # a value, not a flag
-    flag = arg.split("=", 1)[0]
-    if policy.underscore_equals_dash:
-        dashes = len(flag) - len(flag.lstrip("-"))
-        flag = flag[:dashes] + flag[dashes:].replace("_", "-")
-    for table, what in ((policy.owned, "llmgw sets it itself"), (policy.deny, None)):
-        if flag in table:
-            return f"{what} ({table[flag]})" if what else table[flag]
-    if policy.argparse_abbreviations and flag.startswith("--") and len(flag) > 2:
-        for table, what in ((policy.owned, "llmgw sets it itself"), (policy.deny, None)):
+    flag = _normalised_flag(policy, arg)
+    exact = _refusal_of_exact_flag(policy, flag)
+    if exact is not None:
+        return exact
+    if not policy.argparse_abbreviations:
+        return None
+    if flag.startswith("--") and len(flag) > 2 and flag not in policy.exact_options:
+        for table, what in ((policy.owned, _OWNED), (policy.deny, None)):
             for refused, reason in table.items():
                 if refused.startswith("--") and refused.startswith(flag):
                     why = f"{what} ({reason})" if what else reason
                     return f"the engine's parser reads it as {refused}: {why}"
+    if not flag.startswith("--") and len(flag) > 2:
+        # argparse reads -n2 as -n 2 (and -O{...} as -O {...}).
+        short = _refusal_of_exact_flag(policy, flag[:2])
+        if short is not None:
+            return f"the engine's parser reads it as {flag[:2]} with a value: {short}"
+    return None
+
+
+def _normalised_flag(policy: EngineArgsPolicy, arg: str) -> str:
+    flag = arg.split("=", 1)[0]
+    if policy.dotted_subkeys and flag.startswith("--"):
+        flag = re.split(r"[.+]", flag, maxsplit=1)[0]
+    if policy.underscore_equals_dash:
+        dashes = len(flag) - len(flag.lstrip("-"))
+        flag = flag[:dashes] + flag[dashes:].replace("_", "-")
+    return flag
+
+
+def _refusal_of_exact_flag(policy: EngineArgsPolicy, flag: str) -> str | None:
+    if flag in policy.owned:
+        return f"{_OWNED} ({policy.owned[flag]})"
+    if flag in policy.deny:
+        return policy.deny[flag]
     return None
