@@ -139,7 +139,14 @@ STATE = web.AppKey("llmgw_sim_state", SimState)
 
 
 def create_app(settings: SimSettings, deps: SimDeps | None = None) -> web.Application:
-    """The head's API app for rank 0, a worker's health app for ranks >= 1."""
+    """The head's API app for rank 0, a worker's health app for ranks >= 1.
+
+    Run it with ``handler_cancellation=True`` (as `server.serve` and aiohttp's
+    `TestServer` do) so a client that leaves cancels its generation at once;
+    without it a stream notices at its next write and a non-streamed request
+    only at its end. The default `SimDeps` really ends the process on a crash
+    fault: in-process tests that crash pass their own `exit_process`.
+    """
     deps = deps or SimDeps()
     engine = Engine(settings.max_num_seqs, settings.token_rate)
     state = SimState(
