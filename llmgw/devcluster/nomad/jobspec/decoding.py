@@ -82,6 +82,17 @@ def schema(struct_name: str) -> Schema:
     return Schema(struct_name, attrs, tuple(required), blocks, tuple(labels))
 
 
+@cache
+def _label_names(go_type_text: str) -> tuple[str, ...]:
+    """The label names of the struct a block field holds (one per ``,label`` field)."""
+    t = go_type(go_type_text).deref()
+    if t.kind in (Kind.SLICE, Kind.MAP) and t.elem is not None:
+        t = t.elem.deref()
+    if t.kind is Kind.STRUCT:
+        return tuple(f.hcl.name if f.hcl else "" for f in schema(t.name).labels)
+    return ()
+
+
 def _levenshtein(a: str, b: str) -> int:
     prev = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
@@ -198,12 +209,7 @@ class Decoder:
         return attrs, blocks
 
     def _label_names(self, f: FieldSpec) -> tuple[str, ...]:
-        t = go_type(f.go_type).deref()
-        if (t.kind is Kind.SLICE and t.elem is not None) or (t.kind is Kind.MAP and t.elem is not None):
-            t = t.elem.deref()
-        if t.kind is Kind.STRUCT:
-            return tuple(f.hcl.name if f.hcl else "" for f in schema(t.name).labels)
-        return ()
+        return _label_names(f.go_type)
 
     def _labels_ok(self, block: Block, names: tuple[str, ...]) -> bool:
         got = len(block.labels)
