@@ -53,6 +53,9 @@ class StandInConfig:
     # Consul agent HTTP address ("http://127.0.0.1:8500") used for services and templates;
     # None disables service registration and renders Consul lookups as empty.
     consul_addr: str | None = None
+    # Per-node Consul agent addresses (node name -> URL): a Nomad client talks to the
+    # agent on its own machine. Nodes not listed use ``consul_addr``.
+    consul_agents: dict[str, str] = field(default_factory=dict)
     # Refuse request bodies with keys real Nomad would silently drop (tests turn this on).
     strict: bool = False
     # When set, every API call must carry this X-Nomad-Token (403 otherwise), as with ACLs on.

@@ -534,7 +534,7 @@ class Placer:
                     return None
                 devices_out.append(picked)
             tasks_out[str(task["Name"])] = {
-                "Cpu": {"CpuShares": cpu, "ReservedCores": None},
+                "Cpu": {"CpuShares": cpu},
                 "Memory": {"MemoryMB": mem, "MemoryMaxMB": int(resources.get("MemoryMaxMB") or 0)},
                 "Networks": None,
                 "Devices": devices_out or None,

@@ -135,7 +135,7 @@ class Scheduler:
         store = self.store
         outcome = PlanOutcome(job)
         spec = job_doc if job_doc is not None else (job.job if job is not None else None)
-        stopped = job is None or (job.stop and job_doc is None) or spec is None
+        stopped = spec is None or (job_doc is None and (job is None or job.stop))
         allocs = [a for a in store.job_allocs(job_id) if not a.server_terminal()]
         if stopped or spec is None:
             for alloc in allocs:

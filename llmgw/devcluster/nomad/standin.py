@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import platform
 import shutil
@@ -20,6 +21,7 @@ import socket
 import sys
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,13 @@ def _gpu_devices(spec: NodeSpec, node_index: int) -> list[JSON]:
     ]
 
 
+async def _call_hooks(hooks: list[Callable[[str], Awaitable[None] | None]], name: str) -> None:
+    for hook in hooks:
+        result = hook(name)
+        if inspect.isawaitable(result):
+            await result
+
+
 class NomadStandIn:
     """The dev Nomad: state, scheduler, simulated clients. Start it, then serve ``http_api.create_app``."""
 
@@ -129,6 +138,10 @@ class NomadStandIn:
         self._own_state_root = False
         self._seen_status: dict[str, str] = {}
         self._started = False
+        # Called with the node's name when a node fails / is restored (``DevCluster``
+        # uses them to fail the node's Consul agent too, as a dead machine would).
+        self.on_node_failed: list[Callable[[str], Awaitable[None] | None]] = []
+        self.on_node_restored: list[Callable[[str], Awaitable[None] | None]] = []
 
     # -- lifecycle --------------------------------------------------------
 
@@ -284,8 +297,8 @@ class NomadStandIn:
     def consul_for(self, node_id: str) -> ConsulAgent | None:
         node = self.store.nodes.get(node_id)
         addr = self.config.consul_addr
-        if node is not None and node.spec.meta.get("consul_addr"):
-            addr = node.spec.meta["consul_addr"]
+        if node is not None:
+            addr = self.config.consul_agents.get(node.spec.name, addr)
         if not addr or self._session is None:
             return None
         if addr not in self._agents:
@@ -672,6 +685,7 @@ class NomadStandIn:
         if node.failed_at is not None:
             return node
         node.failed_at = asyncio.get_running_loop().time()
+        await _call_hooks(self.on_node_failed, node.spec.name)
         for alloc in self.store.node_allocs(node.id):
             runner = self.runners.pop(alloc.id, None)
             if runner is not None:
@@ -738,6 +752,7 @@ class NomadStandIn:
         """The node comes back empty: ready again, its old allocations lost, stale services removed."""
         node = self.node_by_name_or_id(node_ref)
         node.failed_at = None
+        await _call_hooks(self.on_node_restored, node.spec.name)
         stale = [
             a for a in self.store.node_allocs(node.id) if not a.terminal() or a.client_status == "unknown"
         ]

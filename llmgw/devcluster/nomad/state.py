@@ -277,15 +277,6 @@ class Store:
     def _commit(self, tx: _Txn) -> None:
         if not (tx.nodes or tx.jobs or tx.evals or tx.allocs or tx.deleted_jobs):
             return
-        # Job status follows its allocations and evaluations in the same write, as in
-        # Nomad's setJobStatus; a status change is itself a job change.
-        for job_id in {a.job_id for a in tx.allocs.values()} | {e.job_id for e in tx.evals.values()}:
-            job = self.jobs.get(job_id)
-            if job is not None and job_id not in tx.deleted_jobs:
-                status = self.job_status(job)
-                if status != job.status:
-                    job.status = status
-                    tx.jobs[job_id] = job
         self.index += 1
         index = self.index
         stamp = now_ns()
@@ -295,15 +286,6 @@ class Store:
             node.modify_index = index
             self.nodes[node.id] = node
             self.table_index["nodes"] = index
-        for job in tx.jobs.values():
-            if job.create_index == 0:
-                job.create_index = index
-            job.modify_index = index
-            self.jobs[job.id] = job
-            self.table_index["jobs"] = index
-        for job_id in tx.deleted_jobs:
-            self.jobs.pop(job_id, None)
-            self.table_index["jobs"] = index
         for ev in tx.evals.values():
             if ev.create_index == 0:
                 ev.create_index = index
@@ -323,6 +305,29 @@ class Store:
             alloc.modify_time = stamp
             self.allocs[alloc.id] = alloc
             self.table_index["allocs"] = index
+        for job in tx.jobs.values():
+            self.jobs[job.id] = job
+        for job_id in tx.deleted_jobs:
+            self.jobs.pop(job_id, None)
+            self.table_index["jobs"] = index
+        # Job status follows its allocations and evaluations in the same write, as in
+        # Nomad's setJobStatus; a status change is itself a job change.
+        touched = (
+            {a.job_id for a in tx.allocs.values()} | {e.job_id for e in tx.evals.values()} | set(tx.jobs)
+        )
+        for job_id in touched - tx.deleted_jobs:
+            job = self.jobs.get(job_id)
+            if job is None:
+                continue
+            status = self.job_status(job)
+            if status != job.status or job_id in tx.jobs:
+                job.status = status
+                tx.jobs[job_id] = job
+        for job in tx.jobs.values():
+            if job.create_index == 0:
+                job.create_index = index
+            job.modify_index = index
+            self.table_index["jobs"] = index
         self.broker.publish(index, self._events(tx, index))
         self._changed.set()
         self._changed = asyncio.Event()

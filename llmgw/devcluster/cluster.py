@@ -1,0 +1,88 @@
+"""``DevCluster``: the Consul and Nomad stand-ins started together and wired like a real cluster.
+
+Owns: starting the Consul stand-in, one Consul agent per simulated Nomad node (a Nomad
+client registers its allocations' services with the agent on its own machine), the
+Nomad stand-in pointed at those agents, and linking node faults (a failed Nomad node's
+Consul agent fails too, as a dead machine's would). Exposes ``nomad_addr`` and
+``consul_addr`` (NOMAD_ADDR / CONSUL_HTTP_ADDR for llmgw).
+
+The two stand-ins stay coupled only through Consul's HTTP API; this module only hands
+addresses from one to the other.
+
+Must not: contain scheduling or Consul logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
+from llmgw.devcluster.nomad import NomadServer, NomadStandIn, StandInConfig
+
+
+@dataclass(frozen=True)
+class DevClusterConfig:
+    nomad: StandInConfig = field(default_factory=StandInConfig)
+    consul: ConsulSettings | None = None  # None: real Consul's clocks
+    state_dir: Path | None = None  # overrides nomad.state_dir when set
+    nomad_port: int = 0  # 0: a free port
+    consul_port: int = 0
+
+
+class DevCluster:
+    """``async with DevCluster(DevClusterConfig()) as dev: dev.nomad_addr, dev.consul_addr``."""
+
+    def __init__(self, config: DevClusterConfig | None = None) -> None:
+        self.config = config or DevClusterConfig()
+        self.consul = ConsulStandIn(self.config.consul, port=self.config.consul_port)
+        self.nomad: NomadStandIn | None = None
+        self._server: NomadServer | None = None
+
+    @property
+    def nomad_addr(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the dev cluster is not started")
+        return self._server.address
+
+    @property
+    def consul_addr(self) -> str:
+        return self.consul.url
+
+    async def start(self) -> None:
+        await self.consul.start()
+        try:
+            nomad_config = self.config.nomad
+            agents: dict[str, str] = {}
+            for node in nomad_config.nodes:
+                agents[node.name] = await self.consul.add_node(node.name, "127.0.0.1")
+            nomad_config = nomad_config.with_overrides(
+                consul_addr=self.consul.url,
+                consul_agents=agents,
+                state_dir=self.config.state_dir or nomad_config.state_dir,
+            )
+            self.nomad = NomadStandIn(nomad_config)
+            self.nomad.on_node_failed.append(self.consul.fail_node)
+            self.nomad.on_node_restored.append(self.consul.recover_node)
+            self._server = NomadServer(self.nomad, port=self.config.nomad_port)
+            await self._server.start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        # Nomad first: its tasks deregister nothing on the way down (they are killed), and
+        # no process may outlive the cluster.
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+        elif self.nomad is not None:
+            await self.nomad.stop()
+        await self.consul.stop()
+
+    async def __aenter__(self) -> DevCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,208 @@
+"""Placement through the HTTP API: groups on distinct hosts, GPUs assigned once, why a plan fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import nomad
+
+from llmgw.devcluster.nomad import NomadServer
+
+from .conftest import assert_shape, call, group, read_alloc_file, server_task, wait_for
+
+GPU = [
+    {
+        "Name": "nvidia/gpu",
+        "Count": 1,
+        "Constraints": [
+            {"LTarget": "${device.attr.memory}", "Operand": ">=", "RTarget": "80 GiB"},
+            {"LTarget": "${device.model}", "Operand": "=", "RTarget": "H100"},
+        ],
+    }
+]
+
+
+def multi_group_job(job_id: str = "llm") -> dict[str, Any]:
+    return {
+        "ID": job_id,
+        "Type": "service",
+        "Datacenters": ["dc1"],
+        "Constraints": [{"Operand": "distinct_hosts", "RTarget": "true"}],
+        "TaskGroups": [
+            group("big", devices=[{**GPU[0], "Count": 2}]),
+            group("small", count=2, devices=GPU),
+        ],
+    }
+
+
+def running(client: nomad.Nomad, job_id: str, n: int) -> Any:
+    allocs = client.job.get_allocations(job_id)
+    live = [a for a in allocs if a["ClientStatus"] == "running"]
+    return allocs if len(live) == n else None
+
+
+async def test_multi_group_job_lands_on_distinct_hosts_with_its_own_gpus(
+    client: nomad.Nomad, server: NomadServer
+) -> None:
+    reply = await call(client.jobs.register_job, {"Job": multi_group_job()})
+    assert_shape(reply, "JobRegisterResponse")
+    allocs = await wait_for(lambda: running(client, "llm", 3), "3 running allocations")
+    assert_shape(allocs, "AllocationListStub")
+
+    assert len({a["NodeID"] for a in allocs}) == 3, (
+        "job-level distinct_hosts puts every alloc on its own node"
+    )
+    seen: set[str] = set()
+    for stub in allocs:
+        alloc = await call(client.allocation.get_allocation, stub["ID"])
+        assert_shape(alloc, "Allocation")
+        devices = alloc["AllocatedResources"]["Tasks"]["server"]["Devices"]
+        ids = devices[0]["DeviceIDs"]
+        assert devices[0]["Name"] == "H100" and devices[0]["Vendor"] == "nvidia"
+        assert len(ids) == (2 if alloc["TaskGroup"] == "big" else 1)
+        assert not seen & set(ids), "a GPU instance is never given to two allocations"
+        seen |= set(ids)
+        # The process really runs, with Nomad's runtime environment.
+        env = json.loads(await read_alloc_file(client, stub["ID"], "server/local/env.json"))
+        assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(ids)
+        assert env["NOMAD_ALLOC_ID"] == stub["ID"]
+        assert env["NOMAD_GROUP_NAME"] == alloc["TaskGroup"]
+        assert env["GREETING"] == f"hello from {alloc['Name']} on {alloc['NodeName']}"
+        port = int(env["NOMAD_PORT_http"])
+        shared_ports = alloc["AllocatedResources"]["Shared"]["Ports"]
+        assert shared_ports[0]["Label"] == "http" and shared_ports[0]["Value"] == port
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/") as resp:
+            assert (await resp.json())["alloc"] == stub["ID"]
+        assert Path(env["NOMAD_ALLOC_DIR"]).name == "alloc" and env["NOMAD_TASK_DIR"].endswith("server/local")
+
+    job = await call(client.job.get_job, "llm")
+    assert_shape(job, "Job")
+    assert job["Status"] == "running"
+    nodes = await call(client.nodes.get_nodes)
+    assert_shape(nodes, "NodeListStub")
+    node = await call(client.node.get_node, nodes[0]["ID"])
+    assert_shape(node, "Node")
+    assert node["NodeResources"]["Devices"][0]["Attributes"]["memory"] == {
+        "Int": 81920,
+        "Unit": "MiB",
+        "Bool": None,
+        "Float": None,
+        "String": None,
+    }
+    assert node["Meta"]["llmgw_fabric"] in ("ib-0", "ib-1")
+    evals = await call(client.job.get_evaluations, "llm")
+    assert_shape(evals, "Evaluation")
+    assert evals[0]["Status"] == "complete" and evals[0]["TriggeredBy"] == "job-register"
+
+
+async def test_plan_of_an_infeasible_job_says_why(client: nomad.Nomad, server: NomadServer) -> None:
+    too_big = {"ID": "huge", "TaskGroups": [group("g", devices=[{"Name": "nvidia/gpu", "Count": 4}])]}
+    plan = await call(client.job.plan_job, "huge", {"Job": too_big}, diff=True)
+    assert_shape(plan, "JobPlanResponse")
+    metric = plan["FailedTGAllocs"]["g"]
+    assert_shape(metric, "AllocationMetric")
+    assert metric["NodesEvaluated"] == 3
+    assert metric["ConstraintFiltered"] == {"missing devices": 3}
+    assert plan["Annotations"]["DesiredTGUpdates"]["g"]["Place"] == 1
+    assert plan["Diff"]["Type"] == "Added"
+
+    docker = {
+        "ID": "dock",
+        "TaskGroups": [
+            {"Name": "g", "Tasks": [{"Name": "t", "Driver": "docker", "Config": {"image": "redis"}}]}
+        ],
+    }
+    plan = await call(client.job.plan_job, "dock", {"Job": docker})
+    assert plan["FailedTGAllocs"]["g"]["ConstraintFiltered"] == {"missing drivers": 3}
+
+    # All six GPUs in use: the next request is exhausted, not filtered; it blocks and
+    # places as soon as capacity frees, while the placed job keeps its GPUs.
+    await call(
+        client.jobs.register_job,
+        {
+            "Job": {
+                "ID": "all",
+                "TaskGroups": [group("g", count=3, devices=[{"Name": "nvidia/gpu", "Count": 2}])],
+            }
+        },
+    )
+    await wait_for(lambda: running(client, "all", 3), "the GPU-filling job")
+    one_more = {"ID": "more", "TaskGroups": [group("g", devices=GPU)]}
+    plan = await call(client.job.plan_job, "more", {"Job": one_more})
+    assert plan["FailedTGAllocs"]["g"]["DimensionExhausted"] == {"devices: no devices match request": 3}
+    assert plan["FailedTGAllocs"]["g"]["NodesExhausted"] == 3
+
+    await call(client.jobs.register_job, {"Job": one_more})
+    blocked = await wait_for(
+        lambda: [e for e in client.job.get_evaluations("more") if e["Status"] == "blocked"], "a blocked eval"
+    )
+    assert blocked[0]["FailedTGAllocs"]["g"]["DimensionExhausted"]
+    job = await call(client.job.get_job, "more")
+    assert job["Status"] == "pending"
+    await call(client.job.deregister_job, "all")
+    await wait_for(lambda: running(client, "more", 1), "the blocked job placed once GPUs free")
+    evals = await call(client.job.get_evaluations, "more")
+    assert [e["Status"] for e in evals] == ["complete", "complete"]
+
+
+async def test_job_update_is_destructive_and_same_spec_is_a_noop(
+    client: nomad.Nomad, server: NomadServer
+) -> None:
+    job = {"ID": "upd", "TaskGroups": [group("g")]}
+    first = await call(client.jobs.register_job, {"Job": job})
+    before = await wait_for(lambda: running(client, "upd", 1), "first version running")
+    again = await call(client.jobs.register_job, {"Job": job})
+    assert again["JobModifyIndex"] == first["JobModifyIndex"], "an unchanged job is not a new version"
+    assert again["EvalID"] != first["EvalID"]
+    job["TaskGroups"][0]["Tasks"][0]["Env"] = {"GREETING": "changed"}
+    await call(client.jobs.register_job, {"Job": job})
+
+    def replaced() -> Any:
+        allocs = client.job.get_allocations("upd")
+        new = [a for a in allocs if a["JobVersion"] == 1 and a["ClientStatus"] == "running"]
+        old = [a for a in allocs if a["ID"] == before[0]["ID"] and a["ClientStatus"] == "complete"]
+        return (new, old) if new and old else None
+
+    new, old = await wait_for(replaced, "destructive update")
+    assert old[0]["DesiredDescription"] == "alloc is being updated due to job update"
+    assert new[0]["Name"] == "upd.g[0]"
+    detail = await call(client.allocation.get_allocation, new[0]["ID"])
+    assert detail["PreviousAllocation"] == before[0]["ID"]
+    summary_job = await call(client.job.get_job, "upd")
+    assert summary_job["Version"] == 1
+
+
+async def test_constraints_on_attributes_and_meta(client: nomad.Nomad, server: NomadServer) -> None:
+    pinned = {
+        "ID": "pin",
+        "Constraints": [{"LTarget": "${meta.llmgw_fabric}", "Operand": "=", "RTarget": "ib-1"}],
+        "TaskGroups": [
+            group(
+                "g",
+                Constraints=[
+                    {"LTarget": "${attr.kernel.name}", "Operand": "regexp", "RTarget": "^lin"},
+                    {
+                        "LTarget": "${node.unique.name}",
+                        "Operand": "set_contains_any",
+                        "RTarget": "node-1,node-2",
+                    },
+                ],
+            )
+        ],
+    }
+    await call(client.jobs.register_job, {"Job": pinned})
+    allocs = await wait_for(lambda: running(client, "pin", 1), "pinned alloc")
+    assert allocs[0]["NodeName"] == "node-1"
+    nowhere = {
+        "ID": "nowhere",
+        "TaskGroups": [
+            group("g", Constraints=[{"LTarget": "${attr.kernel.name}", "Operand": "=", "RTarget": "windows"}])
+        ],
+    }
+    plan = await call(client.job.plan_job, "nowhere", {"Job": nowhere})
+    assert plan["FailedTGAllocs"]["g"]["ConstraintFiltered"] == {"${attr.kernel.name} = windows": 3}
+    task = server_task("t")
+    assert task["Driver"] == "raw_exec"
