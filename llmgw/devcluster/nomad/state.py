@@ -316,13 +316,13 @@ class Store:
             {a.job_id for a in tx.allocs.values()} | {e.job_id for e in tx.evals.values()} | set(tx.jobs)
         )
         for job_id in touched - tx.deleted_jobs:
-            job = self.jobs.get(job_id)
-            if job is None:
+            found = self.jobs.get(job_id)
+            if found is None:
                 continue
-            status = self.job_status(job)
-            if status != job.status or job_id in tx.jobs:
-                job.status = status
-                tx.jobs[job_id] = job
+            status = self.job_status(found)
+            if status != found.status or job_id in tx.jobs:
+                found.status = status
+                tx.jobs[job_id] = found
         for job in tx.jobs.values():
             if job.create_index == 0:
                 job.create_index = index
