@@ -44,7 +44,8 @@ class Acl(StrEnum):
     WRITE = "write"  # anonymous gets 403
 
 
-FILTERED = "consul_acl_filtered"  # request key: anonymous read, answer with nothing
+# Set on an anonymous read when ACLs are on: answer with nothing, marked filtered.
+FILTERED = web.RequestKey("consul_acl_filtered", bool)
 
 
 def state_of(request: web.Request) -> ConsulState:
