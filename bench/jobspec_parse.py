@@ -17,7 +17,7 @@ import jinja2
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmgw.apispec import check_document
-from llmgw.devcluster.nomad.jobspec import parse_jobspec
+from llmgw.apispec.jobspec import parse_jobspec
 
 _GROUP = """
   group "{{ g.name }}" {

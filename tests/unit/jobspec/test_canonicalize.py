@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.apispec import check_document
-from llmgw.devcluster.nomad.jobspec import parse_jobspec
+from llmgw.apispec.jobspec import parse_jobspec
 
 S = 1_000_000_000
 

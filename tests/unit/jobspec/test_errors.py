@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw.devcluster.nomad.jobspec import Diagnostic, JobspecError, parse_jobspec
+from llmgw.apispec.jobspec import Diagnostic, JobspecError, parse_jobspec
 
 
 def _errors(text: str) -> list[Diagnostic]:

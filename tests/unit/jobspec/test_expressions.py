@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw.devcluster.nomad.jobspec import JobspecError, parse_jobspec
+from llmgw.apispec.jobspec import JobspecError, parse_jobspec
 
 
 def _region(expr: str, prelude: str = "") -> object:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.apispec import check_document
-from llmgw.devcluster.nomad.jobspec import parse_jobspec
+from llmgw.apispec.jobspec import parse_jobspec
 
 from .fixtures import FIXTURES
 

@@ -1,12 +1,5 @@
-"""Nomad's HCL2 job parser (jobspec2) as the dev stand-in's ``/v1/jobs/parse`` needs it.
+"""Moved to ``llmgw.apispec.jobspec`` (the renderer checks jobs with it too); kept for old imports."""
 
-Public face: :func:`parse_jobspec` (HCL text -> the api.Job JSON Nomad returns),
-:class:`JobspecError` carrying :class:`Diagnostic` values with file, line and
-column. Mirrors jobspec2's decoding from the ``hcl`` tags of :mod:`llmgw.apispec`;
-see DESIGN.md for what is mirrored and what is not. Must not do I/O.
-"""
-
-from llmgw.devcluster.nomad.jobspec.diagnostics import Diagnostic, JobspecError
-from llmgw.devcluster.nomad.jobspec.parse import parse_jobspec
+from llmgw.apispec.jobspec import Diagnostic, JobspecError, parse_jobspec
 
 __all__ = ["Diagnostic", "JobspecError", "parse_jobspec"]

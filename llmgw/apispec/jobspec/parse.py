@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from llmgw.devcluster.nomad.jobspec.canonical import canonicalize_job
-from llmgw.devcluster.nomad.jobspec.decoding import Decoder, decode_job
-from llmgw.devcluster.nomad.jobspec.diagnostics import Diagnostic, JobspecError, SourceMap, SyntaxProblem
-from llmgw.devcluster.nomad.jobspec.expressions import (
+from llmgw.apispec.jobspec.canonical import canonicalize_job
+from llmgw.apispec.jobspec.decoding import Decoder, decode_job
+from llmgw.apispec.jobspec.diagnostics import Diagnostic, JobspecError, SourceMap, SyntaxProblem
+from llmgw.apispec.jobspec.expressions import (
     Context,
     ConversionError,
     Expr,
@@ -30,8 +30,8 @@ from llmgw.devcluster.nomad.jobspec.expressions import (
     to_number,
     to_string,
 )
-from llmgw.devcluster.nomad.jobspec.functions import FUNCTIONS
-from llmgw.devcluster.nomad.jobspec.syntax import Block, Body, parse
+from llmgw.apispec.jobspec.functions import FUNCTIONS
+from llmgw.apispec.jobspec.syntax import Block, Body, parse
 
 # A variable type constraint: ("string",), ("list", t), ("map", t), ("object", {k: t}),
 # ("tuple", [t]) or ("any",)

@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
-from llmgw.devcluster.nomad.jobspec.diagnostics import SyntaxProblem
+from llmgw.apispec.jobspec.diagnostics import SyntaxProblem
 
 if TYPE_CHECKING:
-    from llmgw.devcluster.nomad.jobspec.functions import Function
+    from llmgw.apispec.jobspec.functions import Function
 
 Value = object
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from llmgw.apispec import FieldSpec, GoType, HclKind, Kind, go_type, struct
-from llmgw.devcluster.nomad.jobspec.diagnostics import Diagnostic, SourceMap, SyntaxProblem
-from llmgw.devcluster.nomad.jobspec.expressions import (
+from llmgw.apispec.jobspec.diagnostics import Diagnostic, SourceMap, SyntaxProblem
+from llmgw.apispec.jobspec.expressions import (
     Context,
     ConversionError,
     Expr,
@@ -34,8 +34,8 @@ from llmgw.devcluster.nomad.jobspec.expressions import (
     to_string,
     type_name,
 )
-from llmgw.devcluster.nomad.jobspec.goduration import DurationError, parse_go_duration
-from llmgw.devcluster.nomad.jobspec.syntax import Attribute, Block, Body
+from llmgw.apispec.jobspec.goduration import DurationError, parse_go_duration
+from llmgw.apispec.jobspec.syntax import Attribute, Block, Body
 
 Doc = dict[str, object]
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from llmgw.devcluster.nomad.jobspec.diagnostics import SyntaxProblem
-from llmgw.devcluster.nomad.jobspec.expressions import (
+from llmgw.apispec.jobspec.diagnostics import SyntaxProblem
+from llmgw.apispec.jobspec.expressions import (
     Binary,
     Conditional,
     Expr,

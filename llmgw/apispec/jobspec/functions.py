@@ -20,7 +20,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from llmgw.devcluster.nomad.jobspec.expressions import (
+from llmgw.apispec.jobspec.expressions import (
     ConversionError,
     Value,
     equal,
