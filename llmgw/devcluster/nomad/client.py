@@ -592,10 +592,17 @@ class AllocRunner:
         self.crashed = True
         for runner in self.tasks.values():
             runner.crash()
-        if self.main is not None:
-            self.main.cancel()
+        handles = [h for h in [self.main, *self.task_handles] if h is not None]
+        for handle in handles:
+            handle.cancel()
+        for handle in handles:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.main
+                await handle
+        for runner in self.tasks.values():
+            if runner.proc is not None:
+                self.host.procs.forget(runner.proc)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(runner.proc.wait(), 5.0)
 
     async def wait(self) -> None:
         if self.main is not None:

@@ -153,6 +153,16 @@ class Scheduler:
         placer = Placer(list(store.nodes.values()), usage, store.region, self.pick_port)
         now = self.now_ns()
         for name, group in groups.items():
+            # Lost allocations that the group says not to replace keep their names taken.
+            held = {
+                a.index
+                for a in store.job_allocs(job_id)
+                if a.task_group == name
+                and a.client_status == "lost"
+                and not a.next_allocation
+                and a.job_version == version
+                and not replace_lost(group)
+            }
             self._reconcile_group(
                 outcome,
                 spec,
@@ -162,6 +172,7 @@ class Scheduler:
                 job_doc is not None,
                 placer,
                 now,
+                held,
             )
         return outcome
 
@@ -175,6 +186,7 @@ class Scheduler:
         is_plan: bool,
         placer: Placer,
         now: int,
+        held: set[int],
     ) -> None:
         name = str(group["Name"])
         raw_count = group.get("Count")
@@ -208,6 +220,8 @@ class Scheduler:
                 if replace_lost(group) and not alloc.next_allocation:
                     replace.append(Place(group, alloc.index, alloc))
                     out.bump(name, "Place")
+                elif not replace_lost(group):
+                    held.add(alloc.index)  # its name stays taken: nothing takes its place
                 continue
             if alloc.desired_transition.get("Migrate"):
                 stop(alloc, DESC_MIGRATING, "Migrate")
@@ -247,7 +261,7 @@ class Scheduler:
                 out.bump(name, "Ignore")
             keep[alloc.index] = alloc
         # Scale to count: drop the highest names first, then fill the lowest free ones.
-        slots = set(keep) | {p.index for p in replace}
+        slots = set(keep) | {p.index for p in replace} | held
         for index in sorted(slots, reverse=True):
             if len(slots) <= count:
                 break

@@ -1,0 +1,224 @@
+"""Allocation lifecycles through the HTTP API: node failure, restarts, stop and purge, real pids."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import nomad
+import pytest
+
+from llmgw.devcluster.nomad import NomadServer, NomadStandIn
+
+from .conftest import assert_shape, call, fast_config, group, read_alloc_file, wait_for
+
+S = 1_000_000_000
+
+
+def by_group(client: nomad.Nomad, job_id: str) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for alloc in client.job.get_allocations(job_id):
+        out.setdefault(alloc["TaskGroup"], []).append(alloc)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes: read its state.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+async def test_node_failure_loses_only_that_groups_allocs(client: nomad.Nomad, server: NomadServer) -> None:
+    job = {
+        "ID": "two",
+        "Constraints": [{"Operand": "distinct_hosts", "RTarget": "true"}],
+        "TaskGroups": [
+            # llmgw's shape: no reschedule, and no replacement of lost allocs either.
+            group("keep", Disconnect={"Replace": False}),
+            group("other"),
+        ],
+    }
+    await call(client.jobs.register_job, {"Job": job})
+    groups = await wait_for(
+        lambda: (
+            (g := by_group(client, "two"))
+            and all(a[0]["ClientStatus"] == "running" for a in g.values())
+            and g
+        ),
+        "both groups running",
+    )
+    victim = groups["keep"][0]
+    other = groups["other"][0]
+    pid = int(await read_alloc_file(client, victim["ID"], "server/local/pid"))
+    async with aiohttp.ClientSession() as http:
+        resp = await http.post(f"{server.address}/_dev/node/{victim['NodeID']}/fail")
+        assert resp.status == 200
+    assert not alive(pid), "a failed node's processes die with it"
+
+    node = await wait_for(
+        lambda: (n := client.node.get_node(victim["NodeID"]))["Status"] == "down" and n, "node marked down"
+    )
+    assert_shape(node, "Node")
+    lost = await wait_for(
+        lambda: (a := client.allocation.get_allocation(victim["ID"]))["ClientStatus"] == "lost" and a,
+        "alloc lost",
+    )
+    assert lost["DesiredStatus"] == "stop"
+    assert lost["DesiredDescription"] == "alloc is lost since its node is down"
+    after = await call(by_group, client, "two")
+    assert len(after["keep"]) == 1, "disconnect { replace = false }: the lost alloc is not replaced"
+    assert [a["ID"] for a in after["other"]] == [other["ID"]], "the other group is untouched"
+    assert after["other"][0]["ClientStatus"] == "running"
+
+    # Real Nomad replaces lost allocations by default (the reschedule block does not apply).
+    async with aiohttp.ClientSession() as http:
+        await http.post(f"{server.address}/_dev/node/{other['NodeID']}/fail")
+    replaced = await wait_for(
+        lambda: [
+            a
+            for a in by_group(client, "two")["other"]
+            if a["ClientStatus"] == "running" and a["ID"] != other["ID"]
+        ],
+        "the default group's replacement",
+    )
+    assert replaced[0]["NodeID"] not in (victim["NodeID"], other["NodeID"])
+
+    async with aiohttp.ClientSession() as http:
+        await http.post(f"{server.address}/_dev/node/{victim['NodeID']}/restore")
+    restored = await wait_for(
+        lambda: (n := client.node.get_node(victim["NodeID"]))["Status"] == "ready" and n, "node ready again"
+    )
+    assert restored["SchedulingEligibility"] == "eligible"
+
+
+async def test_restart_policy_then_failed_without_reschedule(
+    client: nomad.Nomad, server: NomadServer
+) -> None:
+    crashing = group("g", RestartPolicy={"Attempts": 2, "Interval": 60 * S, "Delay": S // 20, "Mode": "fail"})
+    crashing["Tasks"][0]["Config"]["args"] += ["0.1", "3"]  # exit 3 after 0.1 s
+    await call(client.jobs.register_job, {"Job": {"ID": "crash", "TaskGroups": [crashing]}})
+    failed = await wait_for(
+        lambda: [a for a in client.job.get_allocations("crash") if a["ClientStatus"] == "failed"],
+        "failed alloc",
+    )
+    alloc = await call(client.allocation.get_allocation, failed[0]["ID"])
+    state = alloc["TaskStates"]["server"]
+    assert state["State"] == "dead" and state["Failed"] is True
+    assert state["Restarts"] == 2
+    kinds = [e["Type"] for e in state["Events"]]
+    assert kinds.count("Terminated") == 3 and kinds.count("Restarting") == 2
+    assert kinds[-1] == "Not Restarting"
+    assert (
+        'Exceeded allowed attempts 2 in interval 1m0s and mode is "fail"'
+        in state["Events"][-1]["DisplayMessage"]
+    )
+    assert {e["ExitCode"] for e in state["Events"] if e["Type"] == "Terminated"} == {3}
+    # reschedule { attempts = 0, unlimited = false }: no replacement.
+    allocs = await call(client.job.get_allocations, "crash")
+    assert len(allocs) == 1
+    evals = await call(client.job.get_evaluations, "crash")
+    assert "alloc-failure" in {e["TriggeredBy"] for e in evals}
+    logs = await call(client.client.stream_logs.stream, failed[0]["ID"], "server", "stdout", plain=True)
+    assert logs.count("exiting with 3") == 3
+
+
+async def test_crashed_task_is_restarted_in_place(client: nomad.Nomad, server: NomadServer) -> None:
+    await call(
+        client.jobs.register_job,
+        {
+            "Job": {
+                "ID": "once",
+                "TaskGroups": [
+                    group("g", RestartPolicy={"Attempts": 3, "Interval": 60 * S, "Delay": 0, "Mode": "fail"})
+                ],
+            }
+        },
+    )
+    alloc = (
+        await wait_for(
+            lambda: [a for a in client.job.get_allocations("once") if a["ClientStatus"] == "running"],
+            "running",
+        )
+    )[0]
+    pid = int(await read_alloc_file(client, alloc["ID"], "server/local/pid"))
+    async with aiohttp.ClientSession() as http:
+        resp = await http.post(f"{server.address}/_dev/alloc/{alloc['ID']}/crash", params={"task": "server"})
+        assert (await resp.json())["Killed"] == pid
+    restarted = await wait_for(
+        lambda: (
+            (a := client.allocation.get_allocation(alloc["ID"]))["TaskStates"]["server"]["Restarts"] == 1
+            and a["ClientStatus"] == "running"
+            and a
+        ),
+        "restart after crash",
+    )
+    assert [e for e in restarted["TaskStates"]["server"]["Events"] if e["Type"] == "Terminated"][0][
+        "Signal"
+    ] == 9
+
+
+async def test_deregister_kills_every_process_and_purge_removes_the_job(
+    client: nomad.Nomad, server: NomadServer
+) -> None:
+    job = {"ID": "gone", "TaskGroups": [group("g", count=2, ShutdownDelay=S // 10)]}
+    await call(client.jobs.register_job, {"Job": job})
+    allocs = await wait_for(
+        lambda: [a for a in client.job.get_allocations("gone") if a["ClientStatus"] == "running"] or None,
+        "running",
+    )
+    allocs = await wait_for(
+        lambda: (
+            (a := client.job.get_allocations("gone"))
+            and sum(x["ClientStatus"] == "running" for x in a) == 2
+            and a
+        ),
+        "two running",
+    )
+    pids = [int(await read_alloc_file(client, a["ID"], "server/local/pid")) for a in allocs]
+    assert all(alive(p) for p in pids)
+    reply = await call(client.job.deregister_job, "gone")
+    assert_shape(reply, "JobDeregisterResponse")
+    done = await wait_for(
+        lambda: (
+            all(a["ClientStatus"] == "complete" for a in client.job.get_allocations("gone"))
+            and client.job.get_allocations("gone")
+        ),
+        "allocs complete",
+    )
+    for alloc in done:
+        assert alloc["DesiredStatus"] == "stop"
+        events = [e["Type"] for e in alloc["TaskStates"]["server"]["Events"]]
+        assert events[-3:] == ["Killing", "Terminated", "Killed"]
+    assert not [p for p in pids if alive(p)], "no task process survives a deregister"
+    job_after = await call(client.job.get_job, "gone")
+    assert job_after["Stop"] is True and job_after["Status"] == "dead"
+    await call(client.job.deregister_job, "gone", purge=True)
+    with pytest.raises(nomad.api.exceptions.URLNotFoundNomadException):
+        await call(client.job.get_job, "gone")
+
+
+async def test_stop_kills_processes_even_when_the_standin_is_stopped_abruptly(tmp_path: Path) -> None:
+    srv = NomadServer(NomadStandIn(fast_config(tmp_path)))
+    await srv.start()
+    try:
+        client = nomad.Nomad(host="127.0.0.1", port=srv.port, timeout=10)
+        await call(client.jobs.register_job, {"Job": {"ID": "j", "TaskGroups": [group("g", count=3)]}})
+        allocs = await wait_for(
+            lambda: (
+                (a := client.job.get_allocations("j"))
+                and all(x["ClientStatus"] == "running" for x in a)
+                and len(a) == 3
+                and a
+            ),
+            "running",
+        )
+        pids = [int(await read_alloc_file(client, a["ID"], "server/local/pid")) for a in allocs]
+    finally:
+        await srv.stop()
+    assert not [p for p in pids if alive(p)]
