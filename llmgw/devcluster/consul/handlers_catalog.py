@@ -16,6 +16,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from llmgw.devcluster.consul import rendering
+from llmgw.devcluster.consul.decoding import parse_bool
 from llmgw.devcluster.consul.filtering import Predicate
 from llmgw.devcluster.consul.http_common import (
     acl_filtered,
@@ -30,9 +31,11 @@ from llmgw.devcluster.consul.rendering import Json
 
 
 def _passing(request: web.Request) -> bool:
-    # Consul treats ?passing with no value (or any value but a false one) as on.
+    # Consul: a bare ?passing is on; a value must be a Go bool ("1", "true", "0", ...).
     raw = request.query.get("passing")
-    return raw is not None and raw.lower() not in ("0", "false", "f")
+    if raw is None:
+        return False
+    return raw == "" or parse_bool(raw, "passing")
 
 
 def _select(

@@ -64,6 +64,9 @@ async def test_index_from_the_future_waits_then_answers_the_current_lower_index(
     assert int(answered) < int(future)
     assert answered == index
     assert loop.time() - started >= 0.2
+    # An index older than the view's answers at once with the current one.
+    again, _ = await asyncio.wait_for(server_client.health.service("vllm", index="1", wait="10s"), 5)
+    assert again == index
 
 
 async def test_index_is_never_zero(standin: ConsulStandIn, http: ClientSession) -> None:
