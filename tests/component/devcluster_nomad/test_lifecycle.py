@@ -158,9 +158,10 @@ async def test_crashed_task_is_restarted_in_place(client: nomad.Nomad, server: N
         ),
         "restart after crash",
     )
-    assert [e for e in restarted["TaskStates"]["server"]["Events"] if e["Type"] == "Terminated"][0][
-        "Signal"
-    ] == 9
+    assert (
+        next(e for e in restarted["TaskStates"]["server"]["Events"] if e["Type"] == "Terminated")["Signal"]
+        == 9
+    )
 
 
 async def test_deregister_kills_every_process_and_purge_removes_the_job(
