@@ -1,0 +1,93 @@
+"""Nomad stand-in + Consul stand-in (DevCluster): services with checks, templates fed by Consul."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import nomad
+
+from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
+from llmgw.devcluster.consul import ConsulSettings
+
+from .conftest import call, fast_config, group, read_alloc_file, wait_for
+
+S = 1_000_000_000
+
+
+async def passing(consul: str, name: str) -> list[dict[str, Any]]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{consul}/v1/health/service/{name}?passing=1") as resp,
+    ):
+        return list(await resp.json())
+
+
+async def test_services_register_with_checks_and_templates_render_from_consul(tmp_path: Path) -> None:
+    config = DevClusterConfig(nomad=fast_config(tmp_path), consul=ConsulSettings.for_tests())
+    async with DevCluster(config) as dev:
+        client = nomad.Nomad(address=dev.nomad_addr, timeout=10)
+        web = group(
+            "web",
+            count=2,
+            Services=[
+                {
+                    "Name": "web",
+                    "PortLabel": "http",
+                    "Tags": ["v1"],
+                    "Meta": {"alloc": "${NOMAD_ALLOC_ID}"},
+                    "Checks": [{"Type": "http", "Path": "/", "Interval": S // 10, "Timeout": S}],
+                }
+            ],
+        )
+        watcher = group("watcher")
+        watcher["Tasks"][0]["Templates"] = [
+            {
+                "EmbeddedTmpl": (
+                    '{{ range service "web" }}{{ .Address }}:{{ .Port }} '
+                    '{{ index .ServiceMeta "alloc" }}\n{{ else }}none\n{{ end }}'
+                ),
+                "DestPath": "local/upstreams.txt",
+                "ChangeMode": "noop",
+            }
+        ]
+        await call(client.jobs.register_job, {"Job": {"ID": "svc", "TaskGroups": [web, watcher]}})
+
+        entries: list[dict[str, Any]] = []
+        for _ in range(200):
+            entries = await passing(dev.consul_addr, "web")
+            if len(entries) == 2:
+                break
+            await asyncio.sleep(0.1)
+        assert len(entries) == 2, "both instances registered and their HTTP checks pass"
+        allocs = {a["ID"]: a for a in await call(client.job.get_allocations, "svc")}
+        for entry in entries:
+            svc = entry["Service"]
+            alloc_id = svc["Meta"]["alloc"]
+            assert alloc_id in allocs, "Meta is interpolated with the alloc's own id"
+            assert svc["ID"] == f"_nomad-task-{alloc_id}-group-web-web-http"
+            assert svc["Meta"]["external-source"] == "nomad"
+            assert svc["Tags"] == ["v1"]
+            assert entry["Node"]["Node"] == allocs[alloc_id]["NodeName"], (
+                "registered with its own node's agent"
+            )
+
+        watcher_alloc = next(a for a in allocs.values() if a["TaskGroup"] == "watcher")
+
+        def rendered_both() -> str | None:
+            text = client.client.cat.read_file(watcher_alloc["ID"], "server/local/upstreams.txt")
+            return text if text.count("127.0.0.1:") == 2 else None
+
+        text = await wait_for(rendered_both, "the template re-rendered with both instances")
+        assert {line.split()[1] for line in text.splitlines()} == {
+            a for a in allocs if allocs[a]["TaskGroup"] == "web"
+        }
+        assert await read_alloc_file(client, watcher_alloc["ID"], "server/local/pid")
+
+        await call(client.job.deregister_job, "svc")
+        await wait_for(
+            lambda: all(a["ClientStatus"] == "complete" for a in client.job.get_allocations("svc")), "stopped"
+        )
+        assert await passing(dev.consul_addr, "web") == [], "services are deregistered on stop"
