@@ -20,6 +20,7 @@ from llmgw.devcluster.consul.decoding import (
 )
 from llmgw.devcluster.consul.http_common import (
     Handler,
+    acl_filtered,
     agent_node,
     json_answer,
     now,
@@ -53,6 +54,8 @@ async def services(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     dc = state.settings.datacenter
     docs = {s.service_id: rendering.agent_service(s, dc) for s in state.agent_services(agent_node(request))}
+    if acl_filtered(request):
+        docs = {}
     keep = request_filter(request, "AgentService")
     if keep is not None:
         docs = {k: v for k, v in docs.items() if keep(v)}
@@ -71,6 +74,8 @@ async def service(request: web.Request) -> web.StreamResponse:
 
 async def checks(request: web.Request) -> web.StreamResponse:
     docs = {c.check_id: rendering.agent_check(c) for c in state_of(request).agent_checks(agent_node(request))}
+    if acl_filtered(request):
+        docs = {}
     keep = request_filter(request, "AgentCheck")
     if keep is not None:
         docs = {k: v for k, v in docs.items() if keep(v)}

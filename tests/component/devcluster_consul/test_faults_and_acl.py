@@ -146,6 +146,8 @@ async def test_acl_token_is_required_when_configured(
         async with http.get(standin.url + "/v1/health/service/vllm") as resp:
             assert await resp.json() == []
             assert resp.headers["X-Consul-Results-Filtered-By-ACLs"] == "true"
+        assert await anonymous.agent.services() == {}
+        assert list(await right.agent.services()) == ["v1"]
         with pytest.raises(consul.exceptions.ACLPermissionDenied, match="Permission denied"):
             await anonymous.kv.put("k", "x")
         with pytest.raises(consul.exceptions.ACLPermissionDenied, match="Permission denied"):
