@@ -1,0 +1,123 @@
+"""How llmgw's Consul adapter times itself: every timeout, interval and backoff, with its reason.
+
+Owns :class:`ClientSettings` (one HTTP request), :class:`WatchSettings` (a
+blocking-query loop) and :class:`ElectionSettings` (the leader lock). The
+defaults suit production; tests pass small values. Where to reach Consul (address,
+token, TLS) is :class:`llmgw.settings.ConsulConnection`, not here.
+
+Must not: read the environment, or do I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ConsulSettingsError(ValueError):
+    """A timing setting that cannot work; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    # Opening a TCP (and TLS) connection to the local agent: it is on the same host
+    # or LAN, so a few seconds means it is down, not slow.
+    connect_timeout: float = 5.0
+    # A request that does not block (a write, a plain read): Consul answers these in
+    # milliseconds unless it has lost its leader; then the caller should retry.
+    request_timeout: float = 10.0
+    # Added to a blocking query's wait (plus Consul's wait/16 jitter) before the
+    # client gives up on the answer: covers a slow server, never a hung one for long.
+    blocking_slack: float = 5.0
+    # Connections kept to the agent. A router holds about five long polls at once;
+    # the agent allows 200 connections per client address by default (http_max_conns_per_client).
+    max_connections: int = 16
+    # Error bodies quoted in exceptions are cut here (they can be whole HTML pages behind a proxy).
+    error_body_chars: int = 300
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout", "request_timeout", "blocking_slack"):
+            if getattr(self, name) <= 0:
+                raise ConsulSettingsError(f"ClientSettings.{name} must be positive")
+        if self.max_connections < 1:
+            raise ConsulSettingsError("ClientSettings.max_connections must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    # How long Consul holds one blocking query open (?wait=). Consul's own default
+    # is 5 min; 60 s bounds how long a silently dead connection goes unnoticed
+    # (the watcher reports unhealthy within wait + wait/16 + slack), at one cheap
+    # request per minute per watch when nothing changes.
+    wait: float = 60.0
+    # Rate limit, as Consul's "Blocking Queries" page advises: a token bucket that
+    # lets `burst` answers through at once, then one per `min_interval`, so a value
+    # that churns (checks flapping in an incident) degrades into polling instead of
+    # a busy loop that loads the servers.
+    min_interval: float = 1.0
+    burst: int = 2
+    # After a failed request: full-jitter exponential backoff from `backoff_initial`
+    # doubling up to `backoff_max`, so a thousand routers do not reconnect in step
+    # when Consul comes back.
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    # ?stale lets any Consul server answer (not only the leader): reads scale with
+    # the servers and keep working while a leader is being elected, at the price of
+    # data up to a few hundred ms old. Off by default; the endpoint watch may turn it on.
+    stale: bool = False
+
+    def __post_init__(self) -> None:
+        if self.wait <= 0:
+            raise ConsulSettingsError("WatchSettings.wait must be positive")
+        if self.wait > 600:
+            raise ConsulSettingsError("WatchSettings.wait must be at most 600 s (Consul's cap is 10 min)")
+        if self.min_interval < 0 or self.backoff_initial <= 0 or self.backoff_max < self.backoff_initial:
+            raise ConsulSettingsError(
+                "WatchSettings: min_interval >= 0 and 0 < backoff_initial <= backoff_max are required"
+            )
+        if self.burst < 1:
+            raise ConsulSettingsError("WatchSettings.burst must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionSettings:
+    # The leader session's TTL. Consul refuses TTLs under 10 s and invalidates a
+    # session only after 2 x TTL without a renewal; the leader itself gives up at TTL.
+    ttl: float = 15.0
+    # Renew this often (None: ttl / 2, so one lost renewal still leaves time for another).
+    renew_interval: float | None = None
+    # Consul refuses to let anyone take the lock for this long after the holder's
+    # session is invalidated. Must be >= ttl: that is what keeps an old leader that
+    # has not heard of its loss from overlapping a new one (see DESIGN.md).
+    lock_delay: float = 15.0
+    # The leader stops considering itself leader this long before its TTL runs out,
+    # to absorb clock-rate differences and event-loop lag.
+    safety_margin: float = 1.0
+    # A contender whose acquire was refused while the key was free (lock-delay)
+    # tries again after this long; Consul's Go client uses 5 s (DefaultLockRetryTime).
+    acquire_retry_interval: float = 5.0
+    # After a failed session create, renew or acquire: retry after this long
+    # (doubling up to backoff_max, with jitter).
+    backoff_initial: float = 0.5
+    backoff_max: float = 10.0
+    # The blocking query on the leader key while leading or waiting: shorter than
+    # the watchers' wait so a hung connection is noticed well within one TTL.
+    key_wait: float = 10.0
+
+    @property
+    def renew_every(self) -> float:
+        return self.renew_interval if self.renew_interval is not None else self.ttl / 2
+
+    def __post_init__(self) -> None:
+        if self.ttl <= 0 or self.safety_margin < 0 or self.safety_margin >= self.ttl:
+            raise ConsulSettingsError("ElectionSettings: ttl > safety_margin >= 0 is required")
+        if not 0 < self.renew_every < self.ttl - self.safety_margin:
+            raise ConsulSettingsError(
+                "ElectionSettings.renew_interval must be positive and shorter than ttl - safety_margin"
+            )
+        if self.lock_delay < self.ttl:
+            raise ConsulSettingsError(
+                f"ElectionSettings.lock_delay ({self.lock_delay}s) must be at least the ttl ({self.ttl}s): "
+                "otherwise a new leader may act before an old one that missed its loss has stopped"
+            )
+        if self.acquire_retry_interval <= 0 or self.backoff_initial <= 0 or self.key_wait <= 0:
+            raise ConsulSettingsError("ElectionSettings: intervals must be positive")

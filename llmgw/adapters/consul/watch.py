@@ -1,0 +1,274 @@
+"""One blocking-query loop that keeps the latest value of something in Consul: :class:`Watch`.
+
+Owns Consul's index rules for a long poll ("Blocking Queries", Implementation
+Details): block on the last ``X-Consul-Index``; reset to 0 (a fresh, non-blocking
+read) when an index goes backwards; never block on an index below 1; rate-limit
+the loop with a token bucket (a burst, then one request per interval) instead of
+sleeping on every pass. On errors it backs off with jitter and KEEPS the last good
+value, reporting ``healthy``, ``last_error`` and ``last_success_at`` (event-loop
+clock) so its owner can decide how long stale data stays usable.
+
+The owner reads :attr:`Watch.latest` whenever it likes and waits for a change with
+:meth:`Watch.wait_changed` or ``async for value in watch.values()``; a new value is
+published only when it differs from the last one (Consul also answers on timeouts
+and idempotent writes).
+
+Must not: know what it watches (a fetch function does), or raise out of its loop:
+every failure is a status, never a dead task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Generic, TypeVar, cast
+
+from llmgw.adapters.consul.client import ConsulError
+from llmgw.adapters.consul.settings import WatchSettings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# fetch(index, wait) -> (value, X-Consul-Index of the answer). index 0: answer at once.
+Fetch = Callable[[int, float], Awaitable[tuple[T, int]]]
+
+
+class WatchClosed(RuntimeError):
+    """The watch was stopped while someone waited on it."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchStatus:
+    """How a watch is doing, for health endpoints and logs."""
+
+    name: str
+    healthy: bool  # the last request succeeded
+    last_error: str | None  # the last failure's message (kept after recovery)
+    last_success_at: float | None  # event-loop clock
+    index: int  # the index the next request blocks on
+    generation: int  # how many distinct values have been published
+
+
+def next_index(previous: int, returned: int) -> int:
+    """The index to block on after an answer carrying ``returned``, per Consul's rules:
+    backwards means the data was reset (snapshot restore, the newest key deleted...):
+    start over with a non-blocking read; otherwise never less than 1, so the next
+    request really blocks."""
+    if returned < previous:
+        return 0
+    return max(1, returned)
+
+
+class _TokenBucket:
+    """``burst`` requests at once, then one per ``interval`` (event-loop clock)."""
+
+    def __init__(self, burst: int, interval: float) -> None:
+        self._capacity = float(burst)
+        self._tokens = float(burst)
+        self._interval = interval
+        self._stamp: float | None = None
+
+    async def take(self) -> None:
+        if self._interval <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._stamp is not None:
+            self._tokens = min(self._capacity, self._tokens + (now - self._stamp) / self._interval)
+        self._stamp = now
+        if self._tokens < 1:
+            delay = (1 - self._tokens) * self._interval
+            await asyncio.sleep(delay)
+            self._stamp = loop.time()
+            self._tokens = 1.0
+        self._tokens -= 1
+
+
+class Watch(Generic[T]):
+    """The latest value of one blocking query, kept by a background task.
+
+    ``async with watch:`` (or :meth:`start` / :meth:`stop`) runs the loop. Before
+    the first success :attr:`latest` is None; :meth:`wait_ready` waits for it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fetch: Fetch[T],
+        settings: WatchSettings | None = None,
+        *,
+        same: Callable[[T, T], bool] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self._fetch = fetch
+        self._settings = settings or WatchSettings()
+        self._same: Callable[[T, T], bool] = same if same is not None else _equal
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not secrets)
+        self._latest: T | None = None
+        self._generation = 0
+        self._index = 0
+        self._healthy = False
+        self._last_error: str | None = None
+        self._last_success_at: float | None = None
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def latest(self) -> T | None:
+        return self._latest
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    @property
+    def last_error(self) -> str | None:
+        return self._last_error
+
+    @property
+    def last_success_at(self) -> float | None:
+        return self._last_success_at
+
+    @property
+    def settings(self) -> WatchSettings:
+        return self._settings
+
+    def status(self) -> WatchStatus:
+        return WatchStatus(
+            name=self.name,
+            healthy=self._healthy,
+            last_error=self._last_error,
+            last_success_at=self._last_success_at,
+            index=self._index,
+            generation=self._generation,
+        )
+
+    async def wait_changed(self, generation: int) -> T:
+        """The latest value once more than ``generation`` values have been published
+        (pass :attr:`generation` as you last saw it). Raises WatchClosed on stop."""
+        while self._generation <= generation:
+            if self._closed:
+                raise WatchClosed(f"watch {self.name} stopped")
+            await self._changed.wait()
+        # generation > 0: a value was published (it may itself be None for an optional T).
+        return cast(T, self._latest)
+
+    async def wait_ready(self) -> T:
+        """The first value (at once if there is one already)."""
+        return await self.wait_changed(0)
+
+    async def values(self) -> AsyncIterator[T]:
+        """The current value (once there is one), then every new one. A slow consumer
+        skips intermediate values: it always gets the latest."""
+        seen = 0
+        while True:
+            try:
+                value = await self.wait_changed(seen)
+            except WatchClosed:
+                return
+            seen = self._generation
+            yield value
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._closed = False
+            self._task = asyncio.create_task(self._run(), name=f"consul-watch:{self.name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        self._closed = True
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._wake()
+
+    async def __aenter__(self) -> Watch[T]:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ the loop
+
+    def _wake(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    def _publish(self, value: T) -> None:
+        if self._generation and self._same(cast(T, self._latest), value):
+            return
+        self._latest = value
+        self._generation += 1
+        self._wake()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        bucket = _TokenBucket(self._settings.burst, self._settings.min_interval)
+        failures = 0
+        while True:
+            await bucket.take()
+            try:
+                value, returned = await self._fetch(self._index, self._settings.wait)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                self._fail(exc, failures)
+                await asyncio.sleep(self._backoff(failures))
+                continue
+            if failures:
+                log.info("Consul watch %s: answering again after %d failed requests", self.name, failures)
+            failures = 0
+            self._healthy = True
+            self._last_success_at = loop.time()
+            new_index = next_index(self._index, returned)
+            if new_index == 0:
+                log.info(
+                    "Consul watch %s: index went back from %d to %d; reading afresh",
+                    self.name,
+                    self._index,
+                    returned,
+                )
+            self._index = new_index
+            self._publish(value)
+
+    def _fail(self, exc: Exception, failures: int) -> None:
+        message = str(exc) if isinstance(exc, ConsulError) else f"{type(exc).__name__}: {exc}"
+        changed = message != self._last_error
+        self._healthy = False
+        self._last_error = message
+        if not isinstance(exc, ConsulError):
+            # A bug in a fetch function: say so loudly, but keep the watch alive.
+            log.error("Consul watch %s: unexpected error", self.name, exc_info=exc)
+        elif failures == 1 or changed:
+            log.warning("Consul watch %s: %s (keeping the last good value)", self.name, message)
+
+    def _backoff(self, failures: int) -> float:
+        s = self._settings
+        ceiling = min(s.backoff_max, s.backoff_initial * 2.0 ** min(failures - 1, 32))
+        # Equal jitter: at least half the step, so retries never collapse to a busy loop.
+        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+
+
+def _equal(a: T, b: T) -> bool:
+    return a == b
