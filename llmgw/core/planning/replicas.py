@@ -1,0 +1,164 @@
+"""Judging one replica from what Nomad and Consul show: placing, loading, healthy, unreachable
+or failed, with the reason in words and the time the judgement would change.
+
+Owns: the failure rules. A replica is one Nomad job with one task group per node; Nomad
+replaces a lost group alone and has no gang scheduling, so any failed or lost group,
+a restarted rank of a multi-node replica, a placement or load timeout, or a health
+check failing too long makes the whole replica FAILED (the caller stops it whole).
+A node that is down or disconnected is first only unreachable: its replicas are kept
+until the node has been down for ``node_lost_grace``.
+
+Must not: decide what to do about it (``deciding``) or read a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from llmgw.core.planning.observed import (
+    AllocStatus,
+    NodeId,
+    NodeStatus,
+    ObservedAlloc,
+    ObservedJob,
+    ObservedNode,
+)
+from llmgw.core.planning.settings import PlanningSettings
+from llmgw.core.planning.status import Phase
+from llmgw.core.records import HealthStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    phase: Phase
+    reason: str
+    deadline: float | None  # when this judgement changes by itself (a timeout)
+    nodes: tuple[str, ...]
+    gpus: tuple[str, ...]
+    lost_node: bool = False  # FAILED because a node is lost (not the replica's own fault)
+
+
+def assess(
+    job: ObservedJob,
+    health: HealthStatus | None,
+    nodes: Mapping[NodeId, ObservedNode],
+    node_down_since: Mapping[NodeId, float],
+    *,
+    was_healthy_at: float | None,
+    first_seen: float,
+    load_timeout: float,
+    now: float,
+    settings: PlanningSettings,
+) -> Assessment:
+    current = _current_allocs(job)
+    node_names = tuple(
+        sorted({nodes[a.node_id].name if a.node_id in nodes else str(a.node_id) for a in current.values()})
+    )
+    gpus = tuple(g for a in current.values() for g in a.gpus)
+
+    def judged(phase: Phase, reason: str, deadline: float | None = None, lost: bool = False) -> Assessment:
+        return Assessment(phase, reason, deadline, node_names, gpus, lost)
+
+    if job.stopped:
+        return judged(Phase.STOPPED, "the job is stopped in Nomad")
+
+    multi = len(job.groups) > 1
+    unreachable_until: float | None = None
+    unreachable_why = ""
+    for alloc in job.allocs:
+        node = nodes.get(alloc.node_id)
+        where = node.name if node else str(alloc.node_id)
+        if alloc.client_status is AllocStatus.FAILED:
+            return judged(Phase.FAILED, f"group {alloc.group} failed on {where}")
+        if alloc.client_status is AllocStatus.COMPLETE and alloc.desired_run:
+            # A service's engine that exits, even with status 0, no longer serves.
+            return judged(Phase.FAILED, f"group {alloc.group} exited on {where}")
+        if not alloc.client_status.terminal or alloc.client_status is AllocStatus.LOST:
+            trouble = _node_trouble(node, alloc, node_down_since, now, settings)
+            if trouble is not None:
+                lost_at, what = trouble
+                if now >= lost_at:
+                    return judged(
+                        Phase.FAILED,
+                        f"node {where} {what} for more than {settings.node_lost_grace:g}s: "
+                        f"group {alloc.group} is lost",
+                        lost=True,
+                    )
+                if unreachable_until is None or lost_at < unreachable_until:
+                    unreachable_until, unreachable_why = lost_at, f"node {where} {what}"
+                continue
+            if alloc.client_status is AllocStatus.LOST:
+                return judged(Phase.FAILED, f"group {alloc.group} was lost on {where}")
+        if multi and alloc.restarts > 0 and alloc.desired_run:
+            return judged(
+                Phase.FAILED,
+                f"group {alloc.group} restarted on {where}: the ranks of a multi-node replica "
+                "cannot rejoin a running one",
+            )
+    if unreachable_until is not None:
+        return judged(Phase.UNREACHABLE, f"{unreachable_why}; kept until it is lost", unreachable_until)
+
+    missing = [
+        g for g in job.groups if g not in current or current[g].client_status is not AllocStatus.RUNNING
+    ]
+    if missing:
+        deadline = job.submitted_at + settings.placement_timeout
+        detail = ", ".join(
+            f"{g} {current[g].client_status}" if g in current else f"{g} not placed" for g in missing
+        )
+        if now >= deadline:
+            return judged(
+                Phase.FAILED,
+                f"not every group running {settings.placement_timeout:g}s after it was registered ({detail})",
+            )
+        return judged(Phase.PLACING, f"waiting for {detail}", deadline)
+
+    if health is HealthStatus.PASSING:
+        return judged(Phase.HEALTHY, "passing")
+    if was_healthy_at is not None:
+        deadline = was_healthy_at + settings.health_lost_timeout
+        if now >= deadline:
+            return judged(Phase.FAILED, f"health check not passing for {settings.health_lost_timeout:g}s")
+        return judged(Phase.UNHEALTHY, f"health check {health or 'missing'}", deadline)
+    started = [a.running_since for a in current.values() if a.running_since is not None]
+    running_since = max(started) if len(started) == len(current) else max([first_seen, *started])
+    deadline = running_since + load_timeout
+    if now >= deadline:
+        return judged(Phase.FAILED, f"not healthy {load_timeout:g}s after its engine started (load timeout)")
+    return judged(Phase.LOADING, f"engine loading (health check {health or 'not registered yet'})", deadline)
+
+
+def _current_allocs(job: ObservedJob) -> dict[str, ObservedAlloc]:
+    """Per group, the allocation that stands for it now: the newest one Nomad wants running."""
+    out: dict[str, ObservedAlloc] = {}
+    for alloc in job.allocs:
+        if not alloc.desired_run:
+            continue
+        best = out.get(alloc.group)
+        if best is None or alloc.created_at > best.created_at:
+            out[alloc.group] = alloc
+    return out
+
+
+def _node_trouble(
+    node: ObservedNode | None,
+    alloc: ObservedAlloc,
+    node_down_since: Mapping[NodeId, float],
+    now: float,
+    settings: PlanningSettings,
+) -> tuple[float, str] | None:
+    """(when the node counts as lost, what is wrong) if the allocation's node is unreachable."""
+    if node is None:
+        # A node Nomad forgot (garbage-collected after being down long): lost already.
+        if alloc.client_status in (AllocStatus.UNKNOWN, AllocStatus.LOST):
+            return now, "is gone"
+        return None
+    if node.status in (NodeStatus.DOWN, NodeStatus.DISCONNECTED):
+        since = node_down_since.get(node.node_id, node.status_since if node.status_since is not None else now)
+        return since + settings.node_lost_grace, f"is {node.status}"
+    if alloc.client_status is AllocStatus.UNKNOWN:
+        # Nomad has not caught up with a node that is back; wait for the next update.
+        since = node_down_since.get(node.node_id, now)
+        return since + settings.node_lost_grace, "reports the allocation unknown"
+    return None
