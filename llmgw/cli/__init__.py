@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "llmgw.cli.ctl_cmd",
     "llmgw.cli.mirror_cmd",
     "llmgw.cli.status_cmd",
+    "llmgw.cli.rendezvous_cmd",
 )
 
 

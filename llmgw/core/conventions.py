@@ -42,6 +42,7 @@ JOB_META_MANAGED_BY: Final = "llmgw_managed_by"  # always "llmgw": jobs without 
 MANAGED_BY_VALUE: Final = "llmgw"
 JOB_META_MODEL: Final = "llmgw_model"
 JOB_META_PROFILE: Final = "llmgw_profile"
+JOB_META_ENGINE: Final = "llmgw_engine"
 JOB_META_REPLICA: Final = "llmgw_replica"
 JOB_META_CATALOG_HASH: Final = "llmgw_catalog_hash"
 JOB_META_SPEC_HASH: Final = (

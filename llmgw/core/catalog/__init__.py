@@ -10,7 +10,7 @@ Public face:
 - the model types: ``Catalog``, ``Model``, ``Profile``, ``Scaling``, ``GuardPolicy``, ``Engine``, ``Role``...
 """
 
-from llmgw.core.catalog.dumping import dump_catalog
+from llmgw.core.catalog.dumping import catalog_digest, dump_catalog
 from llmgw.core.catalog.loading import LoadResult, load_catalog
 from llmgw.core.catalog.model import (
     Catalog,
@@ -66,6 +66,7 @@ __all__ = [
     "SourceError",
     "UpgradeResult",
     "Violation",
+    "catalog_digest",
     "check_profile",
     "dump_catalog",
     "json_schema",

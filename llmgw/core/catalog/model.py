@@ -95,6 +95,20 @@ def _no_nul(value: str) -> str:
     return value
 
 
+def _no_interpolation(value: object) -> object:
+    """Refuse ``${``: the Nomad client substitutes ``${NAME}`` in a task's args, env and
+    constraints at run time (there is no escape for it), so a catalog value with it
+    could read the task's environment (NOMAD_TOKEN, secrets paths) into an engine's flags."""
+    if isinstance(value, str) and "${" in value:
+        raise ValueError(
+            "contains ${, which Nomad would replace at run time; llmgw passes catalog text verbatim"
+        )
+    return value
+
+
+CatalogText = Annotated[StrictStr, BeforeValidator(_no_interpolation)]
+
+
 Seconds = Annotated[
     int,
     BeforeValidator(parse_duration),
@@ -103,6 +117,7 @@ Seconds = Annotated[
 ]
 ArgText = Annotated[
     StrictStr,
+    BeforeValidator(_no_interpolation),
     BeforeValidator(_scalar_text),
     BeforeValidator(lambda v: _no_nul(v) if isinstance(v, str) else v),
     WithJsonSchema({"type": ["string", "number"]}),
@@ -116,7 +131,7 @@ class _Strict(BaseModel):
 class GpuSpec(_Strict):
     """Constraints on the GPUs a replica lands on (Nomad device constraints)."""
 
-    model: StrictStr | None = Field(
+    model: CatalogText | None = Field(
         None, description='GPU model name as the NVIDIA device plugin reports it, e.g. "H100"'
     )
     memory_gb: StrictInt | None = Field(None, gt=0, description="minimum memory per GPU, in GB")
@@ -140,7 +155,7 @@ class Profile(_Strict):
     """One way to run a model; a model lists them in order of preference."""
 
     engine: Engine
-    source: StrictStr | None = Field(
+    source: CatalogText | None = Field(
         None,
         description="Hugging Face repository id, https URL of a file, or mirror:NAME@VERSION "
         "(optional for engine sim)",
@@ -156,7 +171,7 @@ class Profile(_Strict):
     env: dict[StrictStr, ArgText] = Field(
         default_factory=dict, description="extra engine environment, checked by policies/"
     )
-    image: StrictStr | None = Field(None, description="container image overriding the engine's default")
+    image: CatalogText | None = Field(None, description="container image overriding the engine's default")
     resources: Resources | None = None
     load_timeout: Seconds | None = Field(
         None, description="how long the replica may take to become healthy (default per engine)"

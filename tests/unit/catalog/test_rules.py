@@ -897,3 +897,23 @@ def test_vllm_shape_is_written_as_tp_not_gpus_per_node(load: Load) -> None:
     diagnostic = only(result)
     assert where(diagnostic) == (6, "models.m.profiles[0].gpus_per_node")
     assert "write tp: 4 instead" in diagnostic.message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("args", '["--x", "${NOMAD_TOKEN}"]'),
+        ("env", '{NCCL_DEBUG: "${NOMAD_SECRETS_DIR}"}'),
+        ("source", '"https://e.org/${attr.unique.hostname}.gguf"'),
+        ("gpu", '{model: "${node.unique.name}"}'),
+    ],
+)
+def test_nomad_runtime_interpolation_is_refused_in_catalog_values(load: Load, key: str, value: str) -> None:
+    result = load(f"""
+        models:
+          m:
+            profiles:
+              - engine: llamacpp
+                {key}: {value}
+        """)
+    assert any("Nomad would replace at run time" in d.message for d in result.errors), result.diagnostics

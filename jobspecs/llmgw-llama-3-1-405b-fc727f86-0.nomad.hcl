@@ -1,0 +1,282 @@
+# Rendered by llmgw 0.1.0 from templates/sglang.nomad.hcl.j2.
+# One replica of model "llama-3.1-405b" (profile 0, engine sglang).
+# Do not edit: change the catalog or the template, then `llmgw render` again.
+
+job "llmgw-llama-3-1-405b-fc727f86-0" {
+  name        = "llmgw-llama-3-1-405b-fc727f86-0"
+  type        = "service"
+  datacenters = ["*"]
+  priority    = 50
+
+  # What llmgw needs to adopt this job after its own restart.
+  meta = {
+    "llmgw_catalog_hash" = "9732bc126fd18d32dfb5fb47c35a0fbe221ad0fde1cb55de8164a9edede8c980"
+    "llmgw_engine" = "sglang"
+    "llmgw_fabric" = "fabric-a"
+    "llmgw_managed_by" = "llmgw"
+    "llmgw_model" = "llama-3.1-405b"
+    "llmgw_profile" = "0"
+    "llmgw_replica" = "0"
+    "llmgw_spec_hash" = "9c3404bd28bd2046295e1735c19910b945c2316c24b07298906faef621c5bb50"
+    "llmgw_version" = "0.1.0"
+  }
+
+  # llmgw rebuilds a failed replica whole (every shard, freeing every GPU);
+  # Nomad must not replace one shard of it on its own.
+  reschedule {
+    attempts  = 0
+    unlimited = false
+  }
+
+  # The ranks of one replica run on distinct nodes of one fabric.
+  constraint {
+    operator = "distinct_hosts"
+    value    = "true"
+  }
+
+  constraint {
+    attribute = "${meta.llmgw_fabric}"
+    value     = "fabric-a"
+  }
+
+  group "rank-0" {
+    count = 1
+
+    # A few local restarts, then the allocation fails and llmgw rebuilds the replica.
+    restart {
+      attempts = 2
+      interval = "5m"
+      delay    = "10s"
+      mode     = "fail"
+    }
+
+    # An unreachable node keeps its allocation (a network blip must not tear
+    # down a replica that still serves); lost only after this long.
+    disconnect {
+      lost_after = "5m"
+      replace    = false
+    }
+
+    # Deregistered from Consul first, so routers stop sending before the kill.
+    shutdown_delay = "10s"
+
+    network {
+      mode = "host"
+      port "http" {}
+      port "dist" {}
+    }
+
+    # The endpoint routers send requests to: one service name for every
+    # model, the model in tags and meta, so routers watch them all at once.
+    service {
+      provider = "consul"
+      name     = "llmgw-engine"
+      port     = "http"
+      tags     = ["llmgw", "model=llama-3-1-405b-fc727f86", "replica=llmgw-llama-3-1-405b-fc727f86-0", "rank=0"]
+
+      meta {
+        llmgw_engine = "sglang"
+        llmgw_job = "llmgw-llama-3-1-405b-fc727f86-0"
+        llmgw_model = "llama-3.1-405b"
+        llmgw_model_slug = "llama-3-1-405b-fc727f86"
+        llmgw_profile = "0"
+        llmgw_rank = "0"
+        llmgw_replica = "0"
+        llmgw_simulated = "false"
+        nomad_alloc_id = "${NOMAD_ALLOC_ID}"
+      }
+
+      check {
+        name     = "engine health"
+        type     = "http"
+        path     = "/health"
+        interval = "5s"
+        timeout  = "2s"
+      }
+    }
+
+    # Rendezvous between the ranks of this replica (never routed to).
+    service {
+      provider = "consul"
+      name     = "llmgw-rank"
+      port     = "dist"
+      tags     = ["llmgw", "replica=llmgw-llama-3-1-405b-fc727f86-0", "rank=0", "head=llmgw-llama-3-1-405b-fc727f86-0"]
+
+      meta {
+        llmgw_engine = "sglang"
+        llmgw_job = "llmgw-llama-3-1-405b-fc727f86-0"
+        llmgw_model = "llama-3.1-405b"
+        llmgw_model_slug = "llama-3-1-405b-fc727f86"
+        llmgw_profile = "0"
+        llmgw_rank = "0"
+        llmgw_replica = "0"
+        llmgw_simulated = "false"
+        nomad_alloc_id = "${NOMAD_ALLOC_ID}"
+      }
+
+      check {
+        name     = "rank reachable"
+        type     = "tcp"
+        interval = "5s"
+        timeout  = "2s"
+      }
+    }
+
+    task "engine" {
+      driver       = "docker"
+      kill_timeout = "1m"
+      kill_signal  = "SIGTERM"
+
+      config {
+        image        = "lmsysorg/sglang:v0.5.3-cu129"
+        entrypoint   = ["python3"]
+        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "${NOMAD_ADDR_dist}"]
+        network_mode = "host"
+        ipc_mode     = "host"
+      }
+
+      env = {
+        "NCCL_IB_DISABLE" = "0"
+        "NCCL_SOCKET_IFNAME" = "eth0"
+      }
+
+      resources {
+        cpu    = 4000
+        memory = 32768
+
+        device "nvidia/gpu" {
+          count = 8
+
+          constraint {
+            attribute = "${device.model}"
+            value     = "H100"
+          }
+
+          constraint {
+            attribute = "${device.attr.memory}"
+            operator  = ">="
+            value     = "76293 MiB"
+          }
+        }
+      }
+    }
+  }
+
+  group "rank-1" {
+    count = 1
+
+    # A few local restarts, then the allocation fails and llmgw rebuilds the replica.
+    restart {
+      attempts = 2
+      interval = "5m"
+      delay    = "10s"
+      mode     = "fail"
+    }
+
+    # An unreachable node keeps its allocation (a network blip must not tear
+    # down a replica that still serves); lost only after this long.
+    disconnect {
+      lost_after = "5m"
+      replace    = false
+    }
+
+    # Deregistered from Consul first, so routers stop sending before the kill.
+    shutdown_delay = "10s"
+
+    network {
+      mode = "host"
+    }
+
+    # Rendezvous between the ranks of this replica (never routed to).
+    service {
+      provider = "consul"
+      name     = "llmgw-rank"
+      tags     = ["llmgw", "replica=llmgw-llama-3-1-405b-fc727f86-0", "rank=1", "worker=llmgw-llama-3-1-405b-fc727f86-0"]
+
+      meta {
+        llmgw_engine = "sglang"
+        llmgw_job = "llmgw-llama-3-1-405b-fc727f86-0"
+        llmgw_model = "llama-3.1-405b"
+        llmgw_model_slug = "llama-3-1-405b-fc727f86"
+        llmgw_profile = "0"
+        llmgw_rank = "1"
+        llmgw_replica = "0"
+        llmgw_simulated = "false"
+        nomad_alloc_id = "${NOMAD_ALLOC_ID}"
+      }
+    }
+
+    task "await-head" {
+      driver = "raw_exec"
+
+      lifecycle {
+        hook    = "prestart"
+        sidecar = false
+      }
+
+      config {
+        command = "llmgw"
+        args    = ["rendezvous", "wait", "--file", "${NOMAD_TASK_DIR}/llmgw-head", "--lines", "1", "--timeout", "900"]
+      }
+
+      # The address of rank 0 of this replica, once it is registered and reachable.
+      template {
+        destination = "local/llmgw-head"
+        data        = "{{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Address }}:{{ .Port }}{{ end }}\n"
+        change_mode = "noop"
+      }
+
+      resources {
+        cpu    = 50
+        memory = 64
+      }
+    }
+
+    task "engine" {
+      driver       = "docker"
+      kill_timeout = "1m"
+      kill_signal  = "SIGTERM"
+
+      config {
+        image        = "lmsysorg/sglang:v0.5.3-cu129"
+        entrypoint   = ["python3"]
+        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}"]
+        network_mode = "host"
+        ipc_mode     = "host"
+      }
+
+      env = {
+        "NCCL_IB_DISABLE" = "0"
+        "NCCL_SOCKET_IFNAME" = "eth0"
+      }
+
+      # The address of rank 0 of this replica, once it is registered and reachable.
+      template {
+        destination = "secrets/llmgw-head.env"
+        data        = "LLMGW_HEAD_ADDR={{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Address }}:{{ .Port }}{{ end }}\n"
+        change_mode = "noop"
+        env         = true
+      }
+
+      resources {
+        cpu    = 4000
+        memory = 32768
+
+        device "nvidia/gpu" {
+          count = 8
+
+          constraint {
+            attribute = "${device.model}"
+            value     = "H100"
+          }
+
+          constraint {
+            attribute = "${device.attr.memory}"
+            operator  = ">="
+            value     = "76293 MiB"
+          }
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,112 @@
+# Rendered by llmgw 0.1.0 from templates/vllm.nomad.hcl.j2.
+# One replica of model "mixtral-8x7b" (profile 0, engine vllm).
+# Do not edit: change the catalog or the template, then `llmgw render` again.
+
+job "llmgw-mixtral-8x7b-e8e5abec-0" {
+  name        = "llmgw-mixtral-8x7b-e8e5abec-0"
+  type        = "service"
+  datacenters = ["*"]
+  priority    = 50
+
+  # What llmgw needs to adopt this job after its own restart.
+  meta = {
+    "llmgw_catalog_hash" = "9732bc126fd18d32dfb5fb47c35a0fbe221ad0fde1cb55de8164a9edede8c980"
+    "llmgw_engine" = "vllm"
+    "llmgw_managed_by" = "llmgw"
+    "llmgw_model" = "mixtral-8x7b"
+    "llmgw_profile" = "0"
+    "llmgw_replica" = "0"
+    "llmgw_spec_hash" = "bffa2076c6f94552adfecf6ea91db925ab818ffcb3159247c50db8d5474dc335"
+    "llmgw_version" = "0.1.0"
+  }
+
+  # llmgw rebuilds a failed replica whole (every shard, freeing every GPU);
+  # Nomad must not replace one shard of it on its own.
+  reschedule {
+    attempts  = 0
+    unlimited = false
+  }
+
+  group "rank-0" {
+    count = 1
+
+    # A few local restarts, then the allocation fails and llmgw rebuilds the replica.
+    restart {
+      attempts = 2
+      interval = "5m"
+      delay    = "10s"
+      mode     = "fail"
+    }
+
+    # An unreachable node keeps its allocation (a network blip must not tear
+    # down a replica that still serves); lost only after this long.
+    disconnect {
+      lost_after = "5m"
+      replace    = false
+    }
+
+    # Deregistered from Consul first, so routers stop sending before the kill.
+    shutdown_delay = "10s"
+
+    network {
+      mode = "host"
+      port "http" {}
+    }
+
+    # The endpoint routers send requests to: one service name for every
+    # model, the model in tags and meta, so routers watch them all at once.
+    service {
+      provider = "consul"
+      name     = "llmgw-engine"
+      port     = "http"
+      tags     = ["llmgw", "model=mixtral-8x7b-e8e5abec", "replica=llmgw-mixtral-8x7b-e8e5abec-0", "rank=0"]
+
+      meta {
+        llmgw_engine = "vllm"
+        llmgw_job = "llmgw-mixtral-8x7b-e8e5abec-0"
+        llmgw_model = "mixtral-8x7b"
+        llmgw_model_slug = "mixtral-8x7b-e8e5abec"
+        llmgw_profile = "0"
+        llmgw_rank = "0"
+        llmgw_replica = "0"
+        llmgw_simulated = "false"
+        nomad_alloc_id = "${NOMAD_ALLOC_ID}"
+      }
+
+      check {
+        name     = "engine health"
+        type     = "http"
+        path     = "/health"
+        interval = "5s"
+        timeout  = "2s"
+      }
+    }
+
+    task "engine" {
+      driver       = "docker"
+      kill_timeout = "1m"
+      kill_signal  = "SIGTERM"
+
+      config {
+        image        = "vllm/vllm-openai:v0.11.0"
+        entrypoint   = ["vllm"]
+        args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1"]
+        network_mode = "host"
+        ipc_mode     = "host"
+      }
+
+      env = {
+        "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      resources {
+        cpu    = 4000
+        memory = 32768
+
+        device "nvidia/gpu" {
+          count = 2
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,102 @@
+# Rendered by llmgw 0.1.0 from templates/sim.nomad.hcl.j2.
+# One replica of model "sim-on-demand" (profile 0, engine sim).
+# Do not edit: change the catalog or the template, then `llmgw render` again.
+
+job "llmgw-sim-on-demand-20e747f0-0" {
+  name        = "llmgw-sim-on-demand-20e747f0-0"
+  type        = "service"
+  datacenters = ["*"]
+  priority    = 50
+
+  # What llmgw needs to adopt this job after its own restart.
+  meta = {
+    "llmgw_catalog_hash" = "9732bc126fd18d32dfb5fb47c35a0fbe221ad0fde1cb55de8164a9edede8c980"
+    "llmgw_engine" = "sim"
+    "llmgw_managed_by" = "llmgw"
+    "llmgw_model" = "sim-on-demand"
+    "llmgw_profile" = "0"
+    "llmgw_replica" = "0"
+    "llmgw_spec_hash" = "4b1815ec5904a6b6131a74a838d6f66ac1bea464a9724f8f3279c6815b89b830"
+    "llmgw_version" = "0.1.0"
+  }
+
+  # llmgw rebuilds a failed replica whole (every shard, freeing every GPU);
+  # Nomad must not replace one shard of it on its own.
+  reschedule {
+    attempts  = 0
+    unlimited = false
+  }
+
+  group "rank-0" {
+    count = 1
+
+    # A few local restarts, then the allocation fails and llmgw rebuilds the replica.
+    restart {
+      attempts = 2
+      interval = "5m"
+      delay    = "10s"
+      mode     = "fail"
+    }
+
+    # An unreachable node keeps its allocation (a network blip must not tear
+    # down a replica that still serves); lost only after this long.
+    disconnect {
+      lost_after = "5m"
+      replace    = false
+    }
+
+    # Deregistered from Consul first, so routers stop sending before the kill.
+    shutdown_delay = "10s"
+
+    network {
+      port "http" {}
+    }
+
+    # The endpoint routers send requests to: one service name for every
+    # model, the model in tags and meta, so routers watch them all at once.
+    service {
+      provider = "consul"
+      name     = "llmgw-engine"
+      port     = "http"
+      tags     = ["llmgw", "model=sim-on-demand-20e747f0", "replica=llmgw-sim-on-demand-20e747f0-0", "rank=0"]
+
+      meta {
+        llmgw_engine = "sim"
+        llmgw_job = "llmgw-sim-on-demand-20e747f0-0"
+        llmgw_model = "sim-on-demand"
+        llmgw_model_slug = "sim-on-demand-20e747f0"
+        llmgw_profile = "0"
+        llmgw_rank = "0"
+        llmgw_replica = "0"
+        llmgw_simulated = "true"
+        nomad_alloc_id = "${NOMAD_ALLOC_ID}"
+      }
+
+      check {
+        name     = "engine health"
+        type     = "http"
+        path     = "/health"
+        interval = "5s"
+        timeout  = "2s"
+      }
+    }
+
+    task "engine" {
+      driver       = "raw_exec"
+      kill_timeout = "1m"
+      kill_signal  = "SIGTERM"
+
+      config {
+        command = "llmgw"
+        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-on-demand", "--served-model-name", "sim-on-demand", "--rank", "0", "--world-size", "1", "--token-rate", "100.0", "--load-time", "2.0"]
+      }
+
+      env = {}
+
+      resources {
+        cpu    = 100
+        memory = 256
+      }
+    }
+  }
+}

@@ -1,0 +1,9 @@
+"""Nomad as llmgw uses it: parse, plan, register, deregister, read jobs, allocs and nodes, follow events.
+
+A thin async client of llmgw's own on aiohttp (see DESIGN.md for why not python-nomad).
+"""
+
+from llmgw.adapters.nomad.client import EventBatch, NomadClient, NomadError, NomadTimeouts, Page
+from llmgw.adapters.nomad.plans import PlanOutcome, explain_plan
+
+__all__ = ["EventBatch", "NomadClient", "NomadError", "NomadTimeouts", "Page", "PlanOutcome", "explain_plan"]

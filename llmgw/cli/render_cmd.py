@@ -1,0 +1,170 @@
+"""``llmgw render``: the Nomad jobs llmgw would submit, as files an operator can read and review.
+
+``--check`` compares with a folder of rendered jobs (the golden files in
+``jobspecs/``) and says how to refresh them; ``--plan`` asks Nomad's scheduler
+(NOMAD_ADDR) whether each job would place, and answers in words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmgw.bundled import read_security_policy
+from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from llmgw.cli.catalog_cmd import load_catalog_file
+from llmgw.core.catalog import Catalog, catalog_digest
+from llmgw.render import Renderer, RenderError, RenderSettings, ReplicaRequest
+from llmgw.render.settings import DEFAULT_IMAGES
+from llmgw.settings import NomadConnection
+
+DEFAULT_FABRIC = "fabric-a"
+REFRESH_HINT = "llmgw render examples/catalog.yaml --out jobspecs --all-profiles"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "render",
+        help="render catalog models into Nomad jobs (HCL or JSON)",
+        description="Render replica 0 of each model's first profile into a Nomad job. Without --out the "
+        "jobs are printed; --check compares with files already in --out.",
+    )
+    parser.add_argument("catalog", metavar="CATALOG")
+    parser.add_argument("--out", type=Path, help="write one file per job into this folder")
+    parser.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
+    parser.add_argument("--profile", type=int, help="this profile index instead of the first")
+    parser.add_argument("--all-profiles", action="store_true", help="every profile of every model")
+    parser.add_argument("--replica", default="0", help="replica id (default 0)")
+    parser.add_argument("--fabric", default=DEFAULT_FABRIC, help="fabric of multi-node replicas")
+    parser.add_argument(
+        "--format", choices=("hcl", "json"), default="hcl", help="json: the job as Nomad's parser returns it"
+    )
+    parser.add_argument(
+        "--templates",
+        type=Path,
+        default=_env_path("LLMGW_TEMPLATES"),
+        help="folder of templates overriding the bundled ones",
+    )
+    parser.add_argument("--mirror-url", default=os.environ.get("LLMGW_MIRROR_URL"))
+    parser.add_argument("--check", action="store_true", help="exit 1 when files in --out are stale")
+    parser.add_argument("--plan", action="store_true", help="ask Nomad (NOMAD_ADDR) whether each job places")
+    parser.add_argument("--policy", type=Path, help="engine security policy (default: the bundled one)")
+    parser.set_defaults(handler=_render)
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedFile:
+    name: str
+    text: str
+    request: ReplicaRequest
+    hcl: str
+
+
+def _requests(catalog: Catalog, args: argparse.Namespace) -> list[tuple[ReplicaRequest, str]]:
+    models = args.model or list(catalog.models)
+    out: list[tuple[ReplicaRequest, str]] = []
+    for model in models:
+        if model not in catalog.models:
+            raise RenderError(f"the catalog has no model {model!r}")
+        profiles = catalog.models[model].profiles
+        indexes = range(len(profiles)) if args.all_profiles else [args.profile or 0]
+        for index in indexes:
+            fabric = args.fabric if 0 <= index < len(profiles) and profiles[index].node_count > 1 else None
+            suffix = "" if index == 0 else f".profile-{index}"
+            out.append((ReplicaRequest(model, index, args.replica, fabric), suffix))
+    return out
+
+
+def render_files(catalog: Catalog, renderer: Renderer, args: argparse.Namespace) -> list[RenderedFile]:
+    files = []
+    digest = catalog_digest(catalog)
+    for request, suffix in _requests(catalog, args):
+        rendered = renderer.render(catalog, request, catalog_hash=digest)
+        job = renderer.check(rendered, model=request.model)
+        if args.format == "json":
+            text = json.dumps({"Job": job}, indent=2, sort_keys=True) + "\n"
+            name = f"{rendered.job_id}{suffix}.json"
+        else:
+            text, name = rendered.hcl, f"{rendered.job_id}{suffix}.nomad.hcl"
+        files.append(RenderedFile(name, text, request, rendered.hcl))
+    return files
+
+
+def _render(args: argparse.Namespace) -> int:
+    policy = read_security_policy(args.policy)
+    loaded = load_catalog_file(args.catalog, policy)
+    if loaded is None:
+        return EXIT_USAGE
+    for diagnostic in loaded.diagnostics:
+        print(diagnostic.format(), file=sys.stderr)
+    if loaded.catalog is None:
+        return EXIT_REJECTED
+    settings = RenderSettings(templates_dir=args.templates, mirror_url=args.mirror_url, images=DEFAULT_IMAGES)
+    try:
+        files = render_files(loaded.catalog, Renderer(settings, policy), args)
+    except RenderError as exc:
+        print(f"llmgw render: {exc}", file=sys.stderr)
+        return EXIT_REJECTED
+    if args.check:
+        return _check(files, args.out or Path("jobspecs"))
+    if args.plan:
+        return asyncio.run(_plan(files))
+    if args.out is None:
+        sys.stdout.write("".join(f.text for f in files))
+        return EXIT_OK
+    args.out.mkdir(parents=True, exist_ok=True)
+    for rendered in files:
+        (args.out / rendered.name).write_text(rendered.text, encoding="utf-8")
+        print(f"wrote {args.out / rendered.name}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _check(files: list[RenderedFile], folder: Path) -> int:
+    expected = {f.name: f.text for f in files}
+    problems = []
+    for name, text in sorted(expected.items()):
+        path = folder / name
+        if not path.exists():
+            problems.append(f"{path}: missing")
+        elif path.read_text(encoding="utf-8") != text:
+            problems.append(f"{path}: stale (the templates or the catalog changed)")
+    suffix = ".json" if files and files[0].name.endswith(".json") else ".nomad.hcl"
+    for path in sorted(folder.glob(f"*{suffix}")):
+        if path.name not in expected:
+            problems.append(f"{path}: no longer rendered")
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"refresh with: {REFRESH_HINT}", file=sys.stderr)
+        return EXIT_REJECTED
+    print(f"{folder}: {len(files)} job(s) up to date", file=sys.stderr)
+    return EXIT_OK
+
+
+async def _plan(files: list[RenderedFile]) -> int:
+    from llmgw.adapters.nomad import NomadClient, NomadError
+
+    connection = NomadConnection.from_env(os.environ)
+    placed = True
+    async with NomadClient(connection) as nomad:
+        for rendered in files:
+            try:
+                job = await nomad.parse_hcl(rendered.hcl)
+                outcome = await nomad.plan(job)
+            except NomadError as exc:
+                print(f"{rendered.name}: Nomad refused it: {exc}")
+                placed = False
+                continue
+            print(f"{rendered.name}: {outcome.explanation}")
+            placed = placed and outcome.feasible
+    return EXIT_OK if placed else EXIT_REJECTED

@@ -1,0 +1,113 @@
+"""The values an engine's launch is made of: words, steps, ranks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from llmgw.core.catalog.model import Engine
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """Text the Nomad client interpolates when the task starts, e.g. ``${NOMAD_PORT_http}``.
+
+    Only llmgw's own code makes these; a catalog string is never one, so the
+    renderer escapes every catalog string and writes these verbatim.
+    """
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+# One argv word or env value: catalog text (escaped when rendered) or runtime interpolation.
+Word = str | Runtime
+
+
+def port(label: str) -> Runtime:
+    return Runtime(f"${{NOMAD_PORT_{label}}}")
+
+
+def address(label: str) -> Runtime:
+    return Runtime(f"${{NOMAD_ADDR_{label}}}")
+
+
+def ip(label: str) -> Runtime:
+    return Runtime(f"${{NOMAD_IP_{label}}}")
+
+
+def env_ref(name: str) -> Runtime:
+    return Runtime(f"${{{name}}}")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One process: its argv (the executable first) and the env llmgw gives it."""
+
+    name: str
+    argv: tuple[Word, ...]
+    env: tuple[tuple[str, Word], ...] = ()
+
+
+class HeadAddress(StrEnum):
+    """How a worker rank learns its head's rendezvous address (rendered from Consul by Nomad)."""
+
+    NONE = "none"  # rank 0, or a single-rank replica
+    FILE = "file"  # a file the engine itself polls (the simulator's --head-file)
+    ENV = "env"  # an environment variable; a prestart step waits until it is known
+
+
+@dataclass(frozen=True, slots=True)
+class RankLaunch:
+    rank: int
+    serve: Step  # the engine process of this rank (rank 0's serves the OpenAI API)
+    # Ports this rank's group asks Nomad for; rank 0 always has "http".
+    ports: tuple[str, ...]
+    # The port the rank's rendezvous service advertises, and whether Consul checks it by TCP.
+    rendezvous_port: str | None = None
+    rendezvous_checked: bool = False
+    head_address: HeadAddress = HeadAddress.NONE
+    # Long-running helpers started before serve (e.g. the Ray head).
+    sidecars: tuple[Step, ...] = ()
+    # Rank 0 only: how many other ranks must have registered before serve starts.
+    waits_for_ranks: int = 0
+
+    @property
+    def serves_api(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    engine: Engine
+    ranks: tuple[RankLaunch, ...]
+    health_path: str
+    # The engine runs in a container (vllm, sglang, llama.cpp) or as a plain process (sim).
+    containerised: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    """Where a rank finds the weights: what the engine is told to load."""
+
+    engine_arg: Word
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchContext:
+    served_name: str  # the name clients send as "model" (the catalog's)
+    model: ModelFiles
+    # How a node runs llmgw itself (the simulator, rendezvous waits, mirror fetches).
+    llmgw_command: tuple[Word, ...] = ("llmgw",)
+    # Where a worker's head address appears (HeadAddress.ENV: this variable; FILE: this path).
+    head_address_env: str = "LLMGW_HEAD_ADDR"
+    head_address_file: Runtime = Runtime("${NOMAD_TASK_DIR}/llmgw-head")
+    # In the container, the engine listens on all interfaces of the host network
+    # namespace; the simulator binds the address Nomad gave its port.
+    container_listen_host: str = "0.0.0.0"  # noqa: S104 - the engine's port is Nomad's to expose
+
+
+def numbers(*values: int) -> tuple[str, ...]:
+    return tuple(str(v) for v in values)

@@ -1,0 +1,292 @@
+"""The values a job template is rendered with, built from the catalog, a replica and the settings.
+
+Owns every decision about what a replica's job contains (its id, meta,
+groups, services, devices, rendezvous, where the weights come from); the
+templates only arrange these values as HCL. Catalog strings stay plain ``str``
+(escaped when written); llmgw's own run-time interpolations are ``Runtime``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from llmgw import __version__
+from llmgw.core import conventions as c
+from llmgw.core.catalog import Catalog, Engine, MirrorSource, Profile, parse_source
+from llmgw.core.catalog.sources import FileUrlSource
+from llmgw.core.durations import format_duration
+from llmgw.core.engines import Launch, LaunchContext, ModelFiles, RankLaunch, Runtime, Word, launch
+from llmgw.core.engines.base import HeadAddress
+from llmgw.core.names import slug
+from llmgw.render.settings import DEFAULT_RESOURCES, RenderSettings
+
+_REPLICA_ID = re.compile(r"^[a-z0-9]{1,12}$")
+_TASK_DIR = "${NOMAD_TASK_DIR}"
+HEAD_FILE = "llmgw-head"
+RANKS_FILE = "llmgw-ranks"
+GGUF_DESTINATION = "local/model.gguf"
+GGUF_IN_CONTAINER = "/local/model.gguf"
+
+
+class RenderError(Exception):
+    """A replica cannot be rendered; the message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRequest:
+    model: str
+    profile_index: int
+    replica_id: str
+    # The fabric (node meta llmgw_fabric) a multi-node replica is constrained to.
+    fabric: str | None = None
+
+
+def job_id_for(model: str, replica_id: str) -> str:
+    """``llmgw-<model slug>-<replica id>``: stable, collision-free (the slug carries a hash)."""
+    if not _REPLICA_ID.match(replica_id):
+        raise RenderError(f"replica id {replica_id!r} must be 1 to 12 lowercase letters or digits")
+    return f"llmgw-{slug(model)}-{replica_id}"
+
+
+def _runtime_words(words: tuple[str, ...]) -> tuple[Word, ...]:
+    """Operator settings are trusted: their ${...} is Nomad interpolation."""
+    return tuple(Runtime(w) if "${" in w else w for w in words)
+
+
+def build_context(
+    catalog: Catalog,
+    request: ReplicaRequest,
+    settings: RenderSettings,
+    *,
+    template: str,
+    catalog_hash: str,
+    spec_hash: str,
+) -> dict[str, Any]:
+    model = catalog.models.get(request.model)
+    if model is None:
+        raise RenderError(f"the catalog has no model {request.model!r}")
+    if not 0 <= request.profile_index < len(model.profiles):
+        raise RenderError(
+            f"model {request.model!r} has {len(model.profiles)} profile(s); "
+            f"there is no profile {request.profile_index}"
+        )
+    profile = model.profiles[request.profile_index]
+    job_id = job_id_for(request.model, request.replica_id)
+    if profile.node_count > 1 and request.fabric is None:
+        raise RenderError(f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric")
+    llmgw_command = _runtime_words(settings.llmgw_command)
+    files, fetch, artifact = _model_files(request.model, profile, settings, llmgw_command)
+    launched = launch(
+        profile, LaunchContext(served_name=request.model, model=files, llmgw_command=llmgw_command)
+    )
+    cpu, memory = DEFAULT_RESOURCES[profile.engine]
+    if profile.resources is not None:
+        cpu = profile.resources.cpu_mhz or cpu
+        memory = profile.resources.memory_mb or memory
+    meta = {
+        c.JOB_META_MANAGED_BY: c.MANAGED_BY_VALUE,
+        c.JOB_META_MODEL: request.model,
+        c.JOB_META_PROFILE: str(request.profile_index),
+        c.JOB_META_REPLICA: request.replica_id,
+        c.JOB_META_ENGINE: profile.engine.value,
+        c.JOB_META_CATALOG_HASH: catalog_hash,
+        c.JOB_META_SPEC_HASH: spec_hash,
+        c.JOB_META_VERSION: __version__ if spec_hash else "",
+    }
+    if request.fabric is not None:
+        meta[c.JOB_META_FABRIC] = request.fabric
+    groups = [
+        _group(job_id, request, profile, launched, rank, settings, llmgw_command, fetch, artifact)
+        for rank in launched.ranks
+    ]
+    return {
+        "job": {
+            "id": job_id,
+            "template": template,
+            "llmgw_version": __version__,
+            "model": request.model,
+            "profile_index": request.profile_index,
+            "engine": profile.engine.value,
+            "datacenters": list(settings.datacenters),
+            "region": settings.region,
+            "namespace": settings.namespace,
+            "node_pool": settings.node_pool,
+            "priority": settings.priority,
+            "meta": meta,
+            "fabric": request.fabric,
+            "fabric_meta_key": c.NODE_META_FABRIC,
+            "containerised": launched.containerised,
+            "image": profile.image or settings.images.get(profile.engine, ""),
+            "volumes": [f"{settings.model_cache_dir}:{settings.model_cache_dir}:ro"] if fetch else [],
+            "resources": {"cpu": cpu, "memory": memory},
+            "restart": {
+                "attempts": settings.restart_attempts,
+                "interval": format_duration(settings.restart_interval_s),
+                "delay": format_duration(settings.restart_delay_s),
+            },
+            "check": {
+                "interval": format_duration(settings.check_interval_s),
+                "timeout": format_duration(settings.check_timeout_s),
+            },
+            "kill_timeout": format_duration(settings.kill_timeout_s),
+            "shutdown_delay": format_duration(settings.shutdown_delay_s),
+            "lost_after": format_duration(settings.lost_after_s),
+            "groups": groups,
+        }
+    }
+
+
+def _model_files(
+    model: str, profile: Profile, settings: RenderSettings, llmgw_command: tuple[Word, ...]
+) -> tuple[ModelFiles, dict[str, Any] | None, dict[str, str] | None]:
+    """What the engine loads, and how it gets there (a mirror fetch step, a Nomad artifact)."""
+    if profile.source is None:
+        return ModelFiles(model), None, None
+    source = parse_source(profile.source)
+    if isinstance(source, MirrorSource):
+        if profile.engine is Engine.SIM:
+            return ModelFiles(str(source)), None, None
+        if settings.mirror_url is None:
+            raise RenderError(f"{source} needs the mirror's address (--mirror-url or LLMGW_MIRROR_URL)")
+        dest = f"{settings.model_cache_dir}/{source.name}/{source.version}"
+        argv = (
+            *llmgw_command,
+            "mirror",
+            "fetch",
+            "--mirror",
+            settings.mirror_url,
+            "--ref",
+            f"{source.name}@{source.version}",
+            "--dest",
+            dest,
+        )
+        return ModelFiles(dest), {"argv": list(argv)}, None
+    if isinstance(source, FileUrlSource) and profile.engine is Engine.LLAMACPP:
+        return ModelFiles(GGUF_IN_CONTAINER), None, {"source": source.url, "destination": GGUF_DESTINATION}
+    return ModelFiles(profile.source), None, None
+
+
+def _service_query(tag: str) -> str:
+    return f'service "{tag}.{c.RANK_SERVICE}"'
+
+
+def _group(
+    job_id: str,
+    request: ReplicaRequest,
+    profile: Profile,
+    launched: Launch,
+    rank: RankLaunch,
+    settings: RenderSettings,
+    llmgw_command: tuple[Word, ...],
+    fetch: dict[str, Any] | None,
+    artifact: dict[str, str] | None,
+) -> dict[str, Any]:
+    multi_rank = len(launched.ranks) > 1
+    role_tag = f"head={job_id}" if rank.rank == 0 else f"worker={job_id}"
+    common_meta: dict[str, Word] = {
+        c.META_MODEL: request.model,
+        c.META_MODEL_SLUG: slug(request.model),
+        c.META_REPLICA: request.replica_id,
+        c.META_JOB: job_id,
+        c.META_PROFILE: str(request.profile_index),
+        c.META_ENGINE: profile.engine.value,
+        c.META_RANK: str(rank.rank),
+        c.META_ALLOC: Runtime("${NOMAD_ALLOC_ID}"),
+        c.META_SIMULATED: "true" if profile.engine is Engine.SIM else "false",
+    }
+    engine_service = None
+    if rank.serves_api:
+        engine_service = {
+            "name": c.ENGINE_SERVICE,
+            "tags": [
+                c.SERVICE_TAG,
+                f"{c.TAG_MODEL}={slug(request.model)}",
+                f"{c.TAG_REPLICA}={job_id}",
+                f"{c.TAG_RANK}=0",
+            ],
+            "meta": common_meta,
+            "health_path": launched.health_path,
+        }
+    rendezvous_service = None
+    if multi_rank:
+        rendezvous_service = {
+            "name": c.RANK_SERVICE,
+            "port": rank.rendezvous_port,
+            "tags": [c.SERVICE_TAG, f"{c.TAG_REPLICA}={job_id}", f"{c.TAG_RANK}={rank.rank}", role_tag],
+            "meta": common_meta,
+            "tcp_check": rank.rendezvous_checked and rank.rendezvous_port is not None,
+        }
+    address_of_head = (
+        "{{ range " + _service_query(f"head={job_id}") + " }}{{ .Address }}:{{ .Port }}{{ end }}"
+    )
+    head_template = None
+    waits: list[dict[str, Any]] = []
+    if rank.head_address is HeadAddress.FILE:
+        head_template = {"destination": f"local/{HEAD_FILE}", "data": address_of_head + "\n", "env": False}
+    elif rank.head_address is HeadAddress.ENV:
+        head_template = {
+            "destination": f"secrets/{HEAD_FILE}.env",
+            "data": f"LLMGW_HEAD_ADDR={address_of_head}\n",
+            "env": True,
+        }
+        waits.append(_wait("await-head", llmgw_command, settings, lines=1, head=address_of_head + "\n"))
+    if rank.waits_for_ranks:
+        others = "{{ range " + _service_query(f"worker={job_id}") + " }}{{ .Address }}:{{ .Port }}\n{{ end }}"
+        waits.append(_wait("await-ranks", llmgw_command, settings, lines=rank.waits_for_ranks, ranks=others))
+    gpu = None
+    if profile.requests_gpus:
+        gpu = {
+            "count": profile.gpus_per_replica_node,
+            "model": profile.gpu.model if profile.gpu else None,
+            # Marketing gigabytes to the MiB the device plugin reports, so an
+            # "80 GB" card (81559 MiB) satisfies memory_gb: 80.
+            "min_memory": f"{profile.gpu.memory_gb * 10**9 // 2**20} MiB"
+            if profile.gpu and profile.gpu.memory_gb
+            else None,
+        }
+    return {
+        "name": f"rank-{rank.rank}",
+        "rank": rank.rank,
+        "ports": list(rank.ports),
+        "engine_service": engine_service,
+        "rendezvous_service": rendezvous_service,
+        "gpu": gpu,
+        "serve": {"argv": list(rank.serve.argv), "env": {**dict(rank.serve.env), **profile.env}},
+        "sidecars": [{"name": s.name, "argv": list(s.argv), "env": dict(s.env)} for s in rank.sidecars],
+        "waits": waits,
+        "head_address_template": head_template,
+        "ranks_template": None,
+        "fetch": fetch,
+        "artifact": artifact,
+    }
+
+
+def _wait(
+    name: str,
+    llmgw_command: tuple[Word, ...],
+    settings: RenderSettings,
+    *,
+    lines: int,
+    head: str | None = None,
+    ranks: str | None = None,
+) -> dict[str, Any]:
+    filename = HEAD_FILE if head is not None else RANKS_FILE
+    argv = (
+        *llmgw_command,
+        "rendezvous",
+        "wait",
+        "--file",
+        Runtime(f"{_TASK_DIR}/{filename}"),
+        "--lines",
+        str(lines),
+        "--timeout",
+        str(settings.rendezvous_timeout_s),
+    )
+    templates: dict[str, Any] = {"head_address_template": None, "ranks_template": None}
+    if head is not None:
+        templates["head_address_template"] = {"destination": f"local/{HEAD_FILE}", "data": head, "env": False}
+    if ranks is not None:
+        templates["ranks_template"] = {"destination": f"local/{RANKS_FILE}", "data": ranks}
+    return {"name": name, "argv": list(argv), "templates": templates}

@@ -1,0 +1,187 @@
+"""Rendering a replica into a Nomad job, and refusing a job that is not what llmgw must submit.
+
+Owns the jinja2 environment (``StrictUndefined``: a missing variable is an
+error, not an empty string; the operator's template folder before the bundled
+one), the spec hash (what would run, so "changed?" is a string compare), and the
+check every rendered job passes before anything is submitted: it parses with
+the Nomad-strict jobspec parser, matches Nomad's API fields key-exact, and still
+has what llmgw routes to and adopts by.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from llmgw.apispec import check_document
+from llmgw.apispec.jobspec import JobspecError, parse_jobspec
+from llmgw.bundled import bundled_path
+from llmgw.core import conventions as c
+from llmgw.core.catalog import Catalog, SecurityPolicy, check_profile
+from llmgw.render.context import RenderError, ReplicaRequest, build_context
+from llmgw.render.hcl import hcl_attributes, hcl_bool, hcl_list, hcl_number, hcl_object, hcl_string
+from llmgw.render.settings import RenderSettings
+
+# Environment that changes which program runs or what it loads: it never
+# reaches a rendered job, whatever a profile or a template says.
+PROCESS_ALTERING_ENV = (
+    "LD_*",
+    "PATH",
+    "PYTHON*",
+    "BASH_ENV",
+    "ENV",
+    "BROWSER",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "NODE_OPTIONS",
+    "GCONV_PATH",
+    "SHELLOPTS",
+    "PS4",
+    "IFS",
+    "DYLD_*",
+    "GLIBC_TUNABLES",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedJob:
+    job_id: str
+    hcl: str
+    # sha256 of the job as rendered without the catalog hash and llmgw version:
+    # it changes exactly when what would run changes.
+    spec_hash: str
+    template: str
+
+
+class Renderer:
+    def __init__(self, settings: RenderSettings, policy: SecurityPolicy) -> None:
+        self.settings = settings
+        self.policy = policy
+        loaders: list[jinja2.BaseLoader] = []
+        if settings.templates_dir is not None:
+            loaders.append(jinja2.FileSystemLoader(str(settings.templates_dir)))
+        loaders.append(jinja2.FileSystemLoader(str(bundled_path("templates"))))
+        self._env = jinja2.Environment(
+            loader=jinja2.ChoiceLoader(loaders),
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,  # noqa: S701 - HCL, not HTML: the hcl filters escape every value
+            keep_trailing_newline=True,
+        )
+        self._env.filters.update(
+            hcl=hcl_string,
+            hcl_list=hcl_list,
+            hcl_object=hcl_object,
+            hcl_attributes=hcl_attributes,
+            hcl_number=hcl_number,
+            hcl_bool=hcl_bool,
+        )
+
+    def template_name(self, engine: str) -> str:
+        return f"{engine}.nomad.hcl.j2"
+
+    def render(self, catalog: Catalog, request: ReplicaRequest, *, catalog_hash: str) -> RenderedJob:
+        """The HCL of one replica. Raises RenderError with what to change."""
+        model = catalog.models.get(request.model)
+        if model is not None and 0 <= request.profile_index < len(model.profiles):
+            profile = model.profiles[request.profile_index]
+            violations = check_profile(self.policy, profile.engine, profile.args, profile.env)
+            if violations:
+                raise RenderError(
+                    f"model {request.model!r} profile {request.profile_index}: "
+                    + "; ".join(v.message for v in violations)
+                )
+            name = self.template_name(profile.engine.value)
+        else:
+            name = "sim.nomad.hcl.j2"  # build_context reports the unknown model or profile
+        stable = self._render_text(name, catalog, request, catalog_hash="", spec_hash="")
+        spec_hash = hashlib.sha256(stable.encode("utf-8")).hexdigest()
+        text = self._render_text(name, catalog, request, catalog_hash=catalog_hash, spec_hash=spec_hash)
+        context = build_context(catalog, request, self.settings, template=name, catalog_hash="", spec_hash="")
+        return RenderedJob(context["job"]["id"], text, spec_hash, name)
+
+    def _render_text(
+        self, name: str, catalog: Catalog, request: ReplicaRequest, *, catalog_hash: str, spec_hash: str
+    ) -> str:
+        context = build_context(
+            catalog, request, self.settings, template=name, catalog_hash=catalog_hash, spec_hash=spec_hash
+        )
+        try:
+            template = self._env.get_template(name)
+            return template.render(context)
+        except jinja2.UndefinedError as exc:
+            raise RenderError(f"template {name}: {exc.message}") from exc
+        except jinja2.TemplateSyntaxError as exc:
+            raise RenderError(f"template {exc.filename or name}:{exc.lineno}: {exc.message}") from exc
+        except (TypeError, ValueError) as exc:
+            raise RenderError(f"template {name}: {exc}") from exc
+
+    def check(self, rendered: RenderedJob, *, model: str) -> dict[str, Any]:
+        """Parse as Nomad would and refuse what llmgw must not submit; returns the job JSON."""
+        try:
+            job = parse_jobspec(rendered.hcl, filename=f"{rendered.job_id}.nomad.hcl")
+        except JobspecError as exc:
+            problems = "\n".join(str(d) for d in exc.diagnostics)
+            raise RenderError(
+                f"template {rendered.template} rendered HCL Nomad would refuse:\n{problems}"
+            ) from exc
+        return check_job(job, job_id=rendered.job_id, model=model, spec_hash=rendered.spec_hash)
+
+
+def check_job(job: dict[str, Any], *, job_id: str, model: str, spec_hash: str) -> dict[str, Any]:
+    """The pieces llmgw relies on, in a job as Nomad's parser returned it."""
+    problems = [f"{p.path}: {p.message}" for p in check_document(job, "Job")]
+    if job.get("ID") != job_id:
+        problems.append(f"the job id is {job.get('ID')!r}, not {job_id!r}")
+    meta = job.get("Meta") or {}
+    expected = {
+        c.JOB_META_MANAGED_BY: c.MANAGED_BY_VALUE,
+        c.JOB_META_MODEL: model,
+        c.JOB_META_SPEC_HASH: spec_hash,
+    }
+    for key, value in expected.items():
+        if meta.get(key) != value:
+            problems.append(f"job meta {key} must be {value!r} (llmgw adopts jobs by it)")
+    reschedule = job.get("Reschedule") or {}
+    if reschedule.get("Attempts") != 0 or reschedule.get("Unlimited") is not False:
+        problems.append(
+            "the job must say reschedule { attempts = 0, unlimited = false }: llmgw rebuilds replicas"
+        )
+    engine_services = [
+        service
+        for group in job.get("TaskGroups") or []
+        for service in group.get("Services") or []
+        if service.get("Name") == c.ENGINE_SERVICE
+    ]
+    if len(engine_services) != 1 or (engine_services[0].get("Meta") or {}).get(c.META_MODEL) != model:
+        problems.append(
+            f"exactly one {c.ENGINE_SERVICE} service with meta {c.META_MODEL} = {model!r} is required"
+        )
+    for group in job.get("TaskGroups") or []:
+        if (group.get("Disconnect") or {}).get("Replace") is not False:
+            problems.append(
+                f"group {group.get('Name')}: disconnect {{ replace = false }} is required "
+                "(Nomad would replace one lost shard of a replica on its own)"
+            )
+        for task in group.get("Tasks") or []:
+            for name in task.get("Env") or {}:
+                if any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in PROCESS_ALTERING_ENV):
+                    problems.append(
+                        f"task {task.get('Name')}: env {name} changes what runs; it is never allowed"
+                    )
+    if problems:
+        raise RenderError("the rendered job is not one llmgw may submit:\n" + "\n".join(problems))
+    return job
+
+
+def read_template_dir(path: Path) -> Path:
+    if not path.is_dir():
+        raise RenderError(f"template folder {path} does not exist")
+    return path

@@ -1,0 +1,69 @@
+"""How llmgw renders jobs for one cluster: the operator's choices, not the catalog's.
+
+The catalog says what to run; these settings say how this cluster runs it
+(datacenters, images, where llmgw lives on the nodes, the mirror's address,
+timings). Read from ``LLMGW_*`` environment variables and flags by the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from llmgw.core.catalog.model import Engine
+
+# Engine images pinned to a release; operators point these at their registry.
+DEFAULT_IMAGES: Mapping[Engine, str] = MappingProxyType(
+    {
+        Engine.VLLM: "vllm/vllm-openai:v0.11.0",
+        Engine.SGLANG: "lmsysorg/sglang:v0.5.3-cu129",
+        Engine.LLAMACPP: "ghcr.io/ggml-org/llama.cpp:server-cuda-b6700",
+    }
+)
+
+# CPU (MHz) and memory (MB) Nomad reserves for an engine task when the profile
+# says nothing: enough for the API server and tokenizer, not the GPUs' work.
+DEFAULT_RESOURCES: Mapping[Engine, tuple[int, int]] = MappingProxyType(
+    {
+        Engine.VLLM: (4000, 32768),
+        Engine.SGLANG: (4000, 32768),
+        Engine.LLAMACPP: (2000, 16384),
+        Engine.SIM: (100, 256),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RenderSettings:
+    # A folder of the operator's templates; each file there replaces the bundled one.
+    templates_dir: Path | None = None
+    datacenters: tuple[str, ...] = ("*",)
+    region: str | None = None
+    namespace: str | None = None
+    node_pool: str | None = None
+    priority: int = 50
+    images: Mapping[Engine, str] = field(default_factory=lambda: DEFAULT_IMAGES)
+    # How a node runs llmgw (the simulator, rendezvous waits, mirror fetches).
+    # Operator configuration, trusted: ${...} here is Nomad interpolation
+    # (`llmgw dev` uses ${attr.driver.raw_exec.python} -m llmgw).
+    llmgw_command: tuple[str, ...] = ("llmgw",)
+    # Where llmgw's mirror serves model files; needed for mirror: sources.
+    mirror_url: str | None = None
+    # Where nodes keep fetched models (mounted read-only into engine containers).
+    model_cache_dir: str = "/var/lib/llmgw/models"
+    # Health check of every engine endpoint.
+    check_interval_s: int = 5
+    check_timeout_s: int = 2
+    # Local restarts before an allocation fails (then llmgw rebuilds the replica).
+    restart_attempts: int = 2
+    restart_interval_s: int = 300
+    restart_delay_s: int = 10
+    # Time for in-flight requests to finish when a replica stops.
+    kill_timeout_s: int = 60
+    shutdown_delay_s: int = 10
+    # How long a node may be unreachable before its allocations count as lost.
+    lost_after_s: int = 300
+    # How long a worker rank waits for its replica's other ranks to appear.
+    rendezvous_timeout_s: int = 900

@@ -1,0 +1,161 @@
+"""What a rendered job contains, and what llmgw refuses to submit."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from llmgw.core.catalog import Catalog, SecurityPolicy, catalog_digest, load_catalog
+from llmgw.core.conventions import ENGINE_SERVICE
+from llmgw.render import Renderer, RenderError, RenderSettings, ReplicaRequest, job_id_for
+from llmgw.cli.render_cmd import REFRESH_HINT, render_files
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def example(shipped_policy: SecurityPolicy) -> Catalog:
+    text = (REPO / "examples" / "catalog.yaml").read_text()
+    catalog = load_catalog(text, filename="examples/catalog.yaml", policy=shipped_policy).catalog
+    assert catalog is not None
+    return catalog
+
+
+@pytest.fixture
+def renderer(shipped_policy: SecurityPolicy) -> Renderer:
+    return Renderer(RenderSettings(), shipped_policy)
+
+
+def job(renderer: Renderer, catalog: Catalog, model: str, profile: int = 0, fabric: str | None = None) -> dict:  # type: ignore[type-arg]
+    rendered = renderer.render(catalog, ReplicaRequest(model, profile, "0", fabric), catalog_hash="h")
+    return renderer.check(rendered, model=model)
+
+
+def test_golden_jobspecs_are_current(example: Catalog, shipped_policy: SecurityPolicy) -> None:
+    args = argparse.Namespace(model=[], all_profiles=True, profile=None, replica="0", fabric="fabric-a",
+                              format="hcl")
+    files = render_files(example, Renderer(RenderSettings(), shipped_policy), args)
+    folder = REPO / "jobspecs"
+    stale = [f.name for f in files if not (folder / f.name).exists() or (folder / f.name).read_text() != f.text]
+    extra = {p.name for p in folder.glob("*.nomad.hcl")} - {f.name for f in files}
+    assert not stale and not extra, f"jobspecs/ is stale ({stale}, {extra}); refresh with: {REFRESH_HINT}"
+
+
+def test_job_ids_are_stable_and_collision_free() -> None:
+    assert job_id_for("llama-3.1-8b", "0") == job_id_for("llama-3.1-8b", "0")
+    assert job_id_for("Llama-3.1-8B", "0") != job_id_for("llama-3.1-8b", "0")
+    assert job_id_for("a/b", "1") != job_id_for("a-b", "1")
+    with pytest.raises(RenderError, match="replica id"):
+        job_id_for("m", "../x")
+
+
+def test_two_node_sglang_replica_is_one_job_of_two_groups_on_one_fabric(renderer: Renderer, example: Catalog) -> None:
+    spec = job(renderer, example, "llama-3.1-405b", 0, fabric="fabric-a")
+    assert [g["Name"] for g in spec["TaskGroups"]] == ["rank-0", "rank-1"]
+    assert {"LTarget": "${meta.llmgw_fabric}", "Operand": "=", "RTarget": "fabric-a"} in spec["Constraints"]
+    assert any(c["Operand"] == "distinct_hosts" for c in spec["Constraints"])
+    for group in spec["TaskGroups"]:
+        assert group["Count"] == 1
+        engine = next(t for t in group["Tasks"] if t["Name"] == "engine")
+        [device] = engine["Resources"]["Devices"]
+        assert device["Name"] == "nvidia/gpu" and device["Count"] == 8
+        assert {c["LTarget"] for c in device["Constraints"]} == {"${device.model}", "${device.attr.memory}"}
+    rank0, rank1 = spec["TaskGroups"]
+    assert [s["Name"] for s in rank0["Services"]] == [ENGINE_SERVICE, "llmgw-rank"]
+    assert [s["Name"] for s in rank1["Services"]] == ["llmgw-rank"]
+    # The worker learns rank 0's address from Consul at run time, after a prestart wait.
+    assert [t["Name"] for t in rank1["Tasks"]] == ["await-head", "engine"]
+    assert rank1["Tasks"][0]["Lifecycle"] == {"Hook": "prestart", "Sidecar": False}
+    assert "${LLMGW_HEAD_ADDR}" in rank1["Tasks"][1]["Config"]["args"]
+
+
+def test_vllm_two_nodes_waits_for_its_ray_workers(renderer: Renderer, shipped_policy: SecurityPolicy) -> None:
+    text = "models:\n  big:\n    profiles: [{engine: vllm, source: org/m, tp: 8, pp: 2, nodes: 2}]\n"
+    catalog = load_catalog(text, filename="c", policy=shipped_policy).catalog
+    assert catalog is not None
+    rank0, rank1 = job(renderer, catalog, "big", fabric="f")["TaskGroups"]
+    assert [t["Name"] for t in rank0["Tasks"]] == ["await-ranks", "ray-head", "engine"]
+    assert rank0["Tasks"][1]["Lifecycle"] == {"Hook": "prestart", "Sidecar": True}
+    assert "--distributed-executor-backend" in rank0["Tasks"][2]["Config"]["args"]
+    assert rank1["Tasks"][1]["Config"]["entrypoint"] == ["ray"]
+
+
+def test_restart_then_fail_and_no_rescheduling(renderer: Renderer, example: Catalog) -> None:
+    spec = job(renderer, example, "llama-3.1-70b")
+    assert spec["Reschedule"] == {"Attempts": 0, "Unlimited": False}
+    [group] = spec["TaskGroups"]
+    assert group["RestartPolicy"]["Mode"] == "fail"
+    assert group["Disconnect"]["Replace"] is False
+    assert group["ShutdownDelay"] > 0 and group["Tasks"][0]["KillTimeout"] > 0
+
+
+def test_spec_hash_changes_with_what_runs_not_with_the_catalog_hash(
+    renderer: Renderer, example: Catalog, shipped_policy: SecurityPolicy
+) -> None:
+    request = ReplicaRequest("llama-3.1-8b", 0, "0")
+    first = renderer.render(example, request, catalog_hash="one")
+    second = renderer.render(example, request, catalog_hash="two")
+    assert first.spec_hash == second.spec_hash and first.hcl != second.hcl
+    changed_text = (REPO / "examples" / "catalog.yaml").read_text().replace('"16384"', '"8192"')
+    changed = load_catalog(changed_text, filename="c", policy=shipped_policy).catalog
+    assert changed is not None
+    assert renderer.render(changed, request, catalog_hash="one").spec_hash != first.spec_hash
+    assert catalog_digest(changed) != catalog_digest(example)
+
+
+def test_policy_is_checked_again_at_render(renderer: Renderer) -> None:
+    # A catalog built without the loader (an API, a bug): the renderer still refuses.
+    catalog = Catalog.model_validate({"models": {"m": {"profiles": [
+        {"engine": "vllm", "source": "org/m", "env": {"LD_PRELOAD": "/tmp/x.so"}, "args": ["--trust-remote-code"]}
+    ]}}})
+    with pytest.raises(RenderError, match="LD_PRELOAD.*|trust-remote-code"):
+        renderer.render(catalog, ReplicaRequest("m", 0, "0"), catalog_hash="h")
+
+
+def test_operator_templates_override_and_are_held_to_the_contract(
+    tmp_path: Path, example: Catalog, shipped_policy: SecurityPolicy
+) -> None:
+    bundled = (REPO / "templates" / "sim.nomad.hcl.j2").read_text()
+    own = Renderer(RenderSettings(templates_dir=tmp_path), shipped_policy)
+
+    (tmp_path / "sim.nomad.hcl.j2").write_text(bundled.replace('datacenters = {{ job.datacenters | hcl_list }}',
+                                                               'datacenters = ["dc-east"]'))
+    # (the datacenters line lives in the shared macros, so this override changes nothing but is valid)
+    assert job(own, example, "sim-chat")["ID"].startswith("llmgw-sim-chat")
+
+    (tmp_path / "sim.nomad.hcl.j2").write_text(bundled.replace("{{- m.engine_service(job, group) }}", ""))
+    rendered = own.render(example, ReplicaRequest("sim-chat", 0, "0"), catalog_hash="h")
+    with pytest.raises(RenderError, match="llmgw-engine service"):
+        own.check(rendered, model="sim-chat")
+
+    (tmp_path / "sim.nomad.hcl.j2").write_text(bundled + "\n{{ job.no_such_thing }}\n")
+    with pytest.raises(RenderError, match="no_such_thing"):
+        own.render(example, ReplicaRequest("sim-chat", 0, "0"), catalog_hash="h")
+
+    (tmp_path / "sim.nomad.hcl.j2").write_text(bundled.replace("group {{ group.name | hcl }} {", "group {"))
+    rendered = own.render(example, ReplicaRequest("sim-chat", 0, "0"), catalog_hash="h")
+    with pytest.raises(RenderError, match="Nomad would refuse"):
+        own.check(rendered, model="sim-chat")
+
+
+def test_multi_node_needs_a_fabric(renderer: Renderer, example: Catalog) -> None:
+    with pytest.raises(RenderError, match="needs a fabric"):
+        renderer.render(example, ReplicaRequest("llama-3.1-405b", 0, "0"), catalog_hash="h")
+
+
+def test_mirror_sources_fetch_and_verify_before_the_engine(shipped_policy: SecurityPolicy) -> None:
+    text = "models:\n  m:\n    profiles: [{engine: vllm, source: 'mirror:llama@v1'}]\n"
+    catalog = load_catalog(text, filename="c", policy=shipped_policy).catalog
+    assert catalog is not None
+    with pytest.raises(RenderError, match="mirror's address"):
+        Renderer(RenderSettings(), shipped_policy).render(catalog, ReplicaRequest("m", 0, "0"), catalog_hash="h")
+    renderer = Renderer(RenderSettings(mirror_url="http://mirror.internal:8900"), shipped_policy)
+    [group] = job(renderer, catalog, "m")["TaskGroups"]
+    fetch, engine = group["Tasks"]
+    assert fetch["Name"] == "fetch-model" and fetch["Lifecycle"]["Hook"] == "prestart"
+    assert fetch["Config"]["args"] == ["mirror", "fetch", "--mirror", "http://mirror.internal:8900", "--ref",
+                                       "llama@v1", "--dest", "/var/lib/llmgw/models/llama/v1"]
+    assert engine["Config"]["args"][1] == "/var/lib/llmgw/models/llama/v1"
+    assert engine["Config"]["volumes"] == ["/var/lib/llmgw/models:/var/lib/llmgw/models:ro"]
