@@ -1,0 +1,346 @@
+"""The router's decisions: what a client's model name stands for, which endpoint takes a
+request, the order fallbacks are tried in, whether a failure may be retried, and what to
+answer when nothing serves.
+
+Owns: the rules, as pure functions over catalog values and plain numbers. The
+gateway (``llmgw.gateway``) gathers the facts (the endpoint book, the clock, what
+happened upstream), asks here, and acts.
+
+Must not: do I/O, read a clock (callers pass ``now`` where time matters), import
+asyncio or aiohttp, or hold state between calls.
+
+The four answers when nothing serves are deliberately different, because clients
+(and people) act differently on each:
+
+- ``UNKNOWN`` 404 ``model_not_found``, OpenAI's exact body: a typo never starts a load,
+  and a model outside a key's list looks exactly like one that does not exist;
+- ``OFF`` 503 that must not be retried: the model is configured off (min 0, max 0,
+  or no scaling stanza), waiting will not help;
+- ``LOADING`` 503 with ``Retry-After``: an on-demand model is being started;
+- ``NO_CAPACITY`` 503 with ``Retry-After``: a running model has no healthy replica now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from llmgw.core.catalog import Catalog, Model, Role, ScalingMode
+
+# --- which API a request came to, and which models may answer it ----------------------------------
+
+
+class Api(StrEnum):
+    CHAT = "chat.completions"
+    COMPLETIONS = "completions"
+    EMBEDDINGS = "embeddings"
+
+
+# A guard model (Llama Guard) is a chat model with a classifier's template: the router
+# calls it through chat completions, and so may an operator testing it.
+_API_ROLES: Mapping[Api, frozenset[Role]] = {
+    Api.CHAT: frozenset({Role.CHAT, Role.GUARD}),
+    Api.COMPLETIONS: frozenset({Role.COMPLETION}),
+    Api.EMBEDDINGS: frozenset({Role.EMBEDDING}),
+}
+
+
+def serves_api(model: Model, api: Api) -> bool:
+    return not _API_ROLES[api].isdisjoint(model.roles)
+
+
+def resolve(catalog: Catalog, requested: str, allowed: Collection[str] | None = None) -> str | None:
+    """The model a client's name stands for, or None when it is unknown *to this client*.
+
+    ``allowed`` is an API key's model list (None: every model). A name passes if the
+    key lists it or the model it resolves to, so a key may be granted an alias alone.
+    Not allowed and not existing give the same None: the caller cannot tell them apart,
+    and neither can the client.
+    """
+    model = catalog.resolve(requested)
+    if model is None:
+        return None
+    if allowed is not None and requested not in allowed and model not in allowed:
+        return None
+    return model
+
+
+def fallback_chain(catalog: Catalog, model: str, api: Api) -> tuple[str, ...]:
+    """The model, then the models that may stand in for it, in the order they are tried.
+
+    Breadth first: the model's own list in the operator's order, then each of
+    those models' fallbacks, and so on; aliases resolved, each model once, models
+    that cannot answer this API skipped. The catalog's rules refuse cycles; the
+    ``seen`` set makes this terminate even on a catalog that skipped them.
+    """
+    chain = [model]
+    seen = {model}
+    index = 0
+    while index < len(chain):
+        for name in catalog.fallbacks.get(chain[index], ()):
+            target = catalog.resolve(name)
+            if target is None or target in seen:
+                continue
+            seen.add(target)
+            if serves_api(catalog.models[target], api):
+                chain.append(target)
+        index += 1
+    return tuple(chain)
+
+
+# --- a model's state, and the plan for one request ------------------------------------------------
+
+
+class ModelState(StrEnum):
+    SERVING = "serving"  # at least one healthy endpoint that is not draining
+    STARTABLE = "startable"  # on demand with nothing healthy: a request wakes it
+    NO_CAPACITY = "no-capacity"  # should run (min >= 1) but nothing healthy now
+    OFF = "off"  # min 0, max 0: deliberately off
+    UNSET = "unset"  # no scaling stanza: known, never started
+
+
+def model_state(model: Model, usable_endpoints: int) -> ModelState:
+    """Endpoints that still serve win over the configuration: a model just switched
+    off keeps answering on its last replicas until the control plane stops them."""
+    if usable_endpoints > 0:
+        return ModelState.SERVING
+    mode = model.scaling_mode
+    if mode is ScalingMode.ON_DEMAND:
+        return ModelState.STARTABLE
+    if mode is ScalingMode.KEEP_RUNNING:
+        return ModelState.NO_CAPACITY
+    if mode is ScalingMode.OFF:
+        return ModelState.OFF
+    return ModelState.UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """What to do with a request, given the states of its fallback chain now."""
+
+    order: tuple[str, ...]  # models to try now, in order: those SERVING
+    wake: tuple[str, ...]  # on-demand models to signal demand for at once
+    wait_for: str | None  # nothing in `order` served: wait for this one to load
+
+
+def plan_route(chain: Sequence[str], states: Mapping[str, ModelState]) -> RoutePlan:
+    """The requested model (``chain[0]``) is woken whenever it is on demand and not
+    running, even if a fallback answers this request: the next request should find it.
+    A fallback is woken only when nothing in the chain serves (then the request waits
+    for the first startable model in the chain)."""
+    order = tuple(m for m in chain if states[m] is ModelState.SERVING)
+    startable = [m for m in chain if states[m] is ModelState.STARTABLE]
+    wake: list[str] = []
+    if chain and states[chain[0]] is ModelState.STARTABLE:
+        wake.append(chain[0])
+    wait_for = None
+    if startable:
+        wait_for = startable[0]
+        if wait_for not in wake and not order:
+            wake.append(wait_for)
+    return RoutePlan(order=order, wake=tuple(wake), wait_for=wait_for)
+
+
+# --- choosing an endpoint -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An endpoint of one model as the router sees it at this instant."""
+
+    key: str  # the endpoint's Consul service id
+    in_flight: int  # requests this router has outstanding on it
+    usable: bool  # passing its checks and not draining
+
+
+def choose_endpoint(candidates: Iterable[Candidate], avoid: Collection[str], turn: int) -> str | None:
+    """Least outstanding requests among the usable endpoints not in ``avoid``.
+
+    Ties go round-robin by ``turn`` (a counter the caller advances per choice), so
+    an idle model's replicas share the first requests instead of the first one in
+    the list taking all of them. ``candidates`` must come in a stable order.
+    """
+    least: int | None = None
+    tied: list[str] = []
+    for candidate in candidates:
+        if not candidate.usable or candidate.key in avoid:
+            continue
+        if least is None or candidate.in_flight < least:
+            least = candidate.in_flight
+            tied = [candidate.key]
+        elif candidate.in_flight == least:
+            tied.append(candidate.key)
+    if not tied:
+        return None
+    return tied[turn % len(tied)]
+
+
+# --- retrying -----------------------------------------------------------------------------------
+
+
+class Failure(StrEnum):
+    """How an attempt failed before its response reached the client."""
+
+    CONNECT = "connect"  # refused, unreachable, connect timeout: the engine never saw it
+    STALE_CONNECTION = "stale-connection"  # a pooled keep-alive connection closed before any answer
+    UNAVAILABLE = "unavailable"  # the engine answered 502 or 503
+    FIRST_BYTE_TIMEOUT = "first-byte-timeout"  # accepted, then silent: it may still be working
+
+
+class NextStep(StrEnum):
+    SAME_ENDPOINT = "same-endpoint"  # on a fresh connection
+    OTHER_ENDPOINT = "other-endpoint"  # of the same model
+    NEXT_MODEL = "next-model"  # the model's tries are used up: its fallbacks
+    GIVE_UP = "give-up"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    # Tries on one model's endpoints (the first included) before its fallbacks.
+    attempts_per_model: int = 3
+    # Tries for one request across every model of its chain.
+    attempts_total: int = 6
+
+
+def after_failure(
+    failure: Failure,
+    *,
+    client_has_bytes: bool,
+    attempts_on_model: int,
+    attempts_total: int,
+    policy: RetryPolicy,
+) -> NextStep:
+    """What follows a failed attempt. Nothing is retried once a byte of the answer
+    has reached the client (it would see two beginnings). A timeout waiting for the
+    first byte is not retried either: the engine may still be generating, and a
+    retry would double the load exactly when an engine is overloaded."""
+    if client_has_bytes or failure is Failure.FIRST_BYTE_TIMEOUT:
+        return NextStep.GIVE_UP
+    if attempts_total >= policy.attempts_total:
+        return NextStep.GIVE_UP
+    if attempts_on_model >= policy.attempts_per_model:
+        return NextStep.NEXT_MODEL
+    if failure is Failure.STALE_CONNECTION:
+        # The engine is fine, the pooled connection was not: same endpoint, new connection.
+        return NextStep.SAME_ENDPOINT
+    return NextStep.OTHER_ENDPOINT
+
+
+RETRYABLE_STATUSES = frozenset({502, 503})
+
+
+# --- what to answer when nothing serves -----------------------------------------------------------
+
+
+class Unserved(StrEnum):
+    UNKNOWN = "unknown"
+    WRONG_API = "wrong-api"
+    OFF = "off"
+    UNSET = "unset"
+    LOADING = "loading"
+    NO_CAPACITY = "no-capacity"
+    UPSTREAM_FAILED = "upstream-failed"
+    TIMEOUT = "timeout"
+
+
+def unserved_reason(requested: ModelState, *, waited_for: str | None, failures: int) -> Unserved:
+    """Why a request for a known model found nobody to answer it."""
+    if failures:
+        return Unserved.UPSTREAM_FAILED
+    if waited_for is not None:
+        return Unserved.LOADING
+    if requested is ModelState.OFF:
+        return Unserved.OFF
+    if requested is ModelState.UNSET:
+        return Unserved.UNSET
+    if requested is ModelState.STARTABLE:
+        return Unserved.LOADING
+    return Unserved.NO_CAPACITY
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An OpenAI-shaped error answer: the HTTP status and the ``error`` object's fields."""
+
+    status: int
+    message: str
+    type: str
+    code: str | None
+    param: str | None = None
+    retry_after: int | None = None  # seconds, for a Retry-After header
+    retryable: bool = True  # False adds x-should-retry: false (the openai clients honour it)
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def model_not_found(requested: str) -> Refusal:
+    # OpenAI's exact wording and shape.
+    return Refusal(
+        status=404,
+        message=f"The model `{requested}` does not exist or you do not have access to it.",
+        type="invalid_request_error",
+        code="model_not_found",
+        retryable=False,
+    )
+
+
+def refusal_for(
+    reason: Unserved, requested: str, *, retry_after: int, api: Api = Api.CHAT, waited_for: str | None = None
+) -> Refusal:
+    """The answer for each reason; messages say what the client can do next."""
+    if reason is Unserved.UNKNOWN:
+        return model_not_found(requested)
+    if reason is Unserved.WRONG_API:
+        return Refusal(
+            status=400,
+            message=f"The model `{requested}` does not support the {api} API.",
+            type="invalid_request_error",
+            code="model_not_supported",
+            param="model",
+            retryable=False,
+        )
+    if reason in (Unserved.OFF, Unserved.UNSET):
+        why = "scaling min 0, max 0" if reason is Unserved.OFF else "it has no scaling stanza"
+        return Refusal(
+            status=503,
+            message=f"The model `{requested}` is configured off ({why}); "
+            "ask the operator to give it replicas in the catalog.",
+            type="server_error",
+            code="model_off",
+            retryable=False,
+        )
+    if reason is Unserved.LOADING:
+        which = f"`{requested}`" if waited_for in (None, requested) else f"`{requested}` (via `{waited_for}`)"
+        return Refusal(
+            status=503,
+            message=f"The model {which} is loading; retry in {retry_after} seconds.",
+            type="server_error",
+            code="model_loading",
+            retry_after=retry_after,
+        )
+    if reason is Unserved.NO_CAPACITY:
+        return Refusal(
+            status=503,
+            message=f"The model `{requested}` has no healthy replica right now; "
+            f"retry in {retry_after} seconds.",
+            type="server_error",
+            code="no_healthy_replica",
+            retry_after=retry_after,
+        )
+    if reason is Unserved.TIMEOUT:
+        return Refusal(
+            status=504,
+            message=f"The model `{requested}` did not start answering in time.",
+            type="server_error",
+            code="upstream_timeout",
+        )
+    return Refusal(
+        status=502,
+        message=f"Every replica tried for `{requested}` failed before answering; "
+        f"retry in {retry_after} seconds.",
+        type="server_error",
+        code="upstream_unavailable",
+        retry_after=retry_after,
+    )
