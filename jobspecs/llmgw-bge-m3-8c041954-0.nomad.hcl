@@ -16,7 +16,7 @@ job "llmgw-bge-m3-8c041954-0" {
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "609c30ac9ee9ee23a7a619515dc7bfeb9ad8a992cb8d087c575c97e8e51e3338"
+    "llmgw_spec_hash" = "1a356236a9ce78009fc465344748b3125be0f825eb175cfaeae7109efe5d5858"
     "llmgw_version" = "0.1.0"
   }
 

@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "9c3404bd28bd2046295e1735c19910b945c2316c24b07298906faef621c5bb50"
+    "llmgw_spec_hash" = "abfac574e9472aa51e73e44df605527455ab2691cd1ad50b1ed77a7d8e33e66f"
     "llmgw_version" = "0.1.0"
   }
 

@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "1"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "3a97cd11f06ef3302ba63b74c92132559044b588c5991f3530a4d0f76027ead2"
+    "llmgw_spec_hash" = "c1a6bea9523c6706a66b3f19460ac41c1dbf80203fab0a99b755e5483bd505a0"
     "llmgw_version" = "0.1.0"
   }
 

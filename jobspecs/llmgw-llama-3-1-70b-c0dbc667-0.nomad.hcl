@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e3d91577306591c6e27dc35ffce2216f4589d4b086d41df7d0ca971d6cf71249"
+    "llmgw_spec_hash" = "e18f4314a9c61cf89a17b9e0918a5a66c8ff27d0c884509a6cf02b7982398fdf"
     "llmgw_version" = "0.1.0"
   }
 

@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
     "llmgw_model" = "llama-3.1-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "a4508f15750c97f4da0e3b59854e22d71a8066914408cc9366156b2553d42e88"
+    "llmgw_spec_hash" = "08b72723404f010beefa6e7a85b461ca224213a9b0f838bc435744aef761346d"
     "llmgw_version" = "0.1.0"
   }
 

@@ -16,7 +16,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "bffa2076c6f94552adfecf6ea91db925ab818ffcb3159247c50db8d5474dc335"
+    "llmgw_spec_hash" = "b90ffa3c0cebf60759e6d30e3dce6db5cf145b5cd7a43f0b5daf29967b18ccf8"
     "llmgw_version" = "0.1.0"
   }
 

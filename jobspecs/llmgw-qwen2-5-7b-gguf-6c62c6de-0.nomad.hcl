@@ -16,7 +16,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
     "llmgw_model" = "qwen2.5-7b-gguf"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "fac020879ce2fa701729209b3abd5844c57f7f78ea8e1afa9ba3cc36befbbca9"
+    "llmgw_spec_hash" = "e9000ffcc9210eb6e6cddedad139aebd84c221ded00f8e3112d1d98abcf15dd7"
     "llmgw_version" = "0.1.0"
   }
 

@@ -16,7 +16,7 @@ job "llmgw-sim-chat-802beee7-0" {
     "llmgw_model" = "sim-chat"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "ed49796f93676e9315e51c409ea75f70f0f935bccbcfe89b5776c0b9c04d388d"
+    "llmgw_spec_hash" = "7fc72759462d153cc5200f7af9b041f80a25ff6df68ebbd2df0a2865e1e8b820"
     "llmgw_version" = "0.1.0"
   }
 

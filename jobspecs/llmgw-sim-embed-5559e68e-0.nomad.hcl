@@ -16,7 +16,7 @@ job "llmgw-sim-embed-5559e68e-0" {
     "llmgw_model" = "sim-embed"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "593f653cd26bcf6d770a9500a36cb8891cbe3a003387896f9721f7d9466632af"
+    "llmgw_spec_hash" = "65c34a9af2a2162f6d6a4501e01a5e1bea3e0ac30ab29507c0ec8fd70b3c9dd6"
     "llmgw_version" = "0.1.0"
   }
 

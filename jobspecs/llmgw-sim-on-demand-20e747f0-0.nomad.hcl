@@ -16,7 +16,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
     "llmgw_model" = "sim-on-demand"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "4b1815ec5904a6b6131a74a838d6f66ac1bea464a9724f8f3279c6815b89b830"
+    "llmgw_spec_hash" = "c1189cefb02b1c33beddfc625f44bbcf812a1646a47b55311bed345a43253240"
     "llmgw_version" = "0.1.0"
   }
 

@@ -93,7 +93,7 @@ def build_context(
         c.JOB_META_ENGINE: profile.engine.value,
         c.JOB_META_CATALOG_HASH: catalog_hash,
         c.JOB_META_SPEC_HASH: spec_hash,
-        c.JOB_META_VERSION: __version__ if spec_hash else "",
+        c.JOB_META_VERSION: __version__,
     }
     if request.fabric is not None:
         meta[c.JOB_META_FABRIC] = request.fabric

@@ -23,7 +23,7 @@ from llmgw.apispec.jobspec import JobspecError, parse_jobspec
 from llmgw.bundled import bundled_path
 from llmgw.core import conventions as c
 from llmgw.core.catalog import Catalog, SecurityPolicy, check_profile
-from llmgw.render.context import RenderError, ReplicaRequest, build_context
+from llmgw.render.context import RenderError, ReplicaRequest, build_context, job_id_for
 from llmgw.render.hcl import hcl_attributes, hcl_bool, hcl_list, hcl_number, hcl_object, hcl_string
 from llmgw.render.settings import RenderSettings
 
@@ -49,6 +49,10 @@ PROCESS_ALTERING_ENV = (
     "DYLD_*",
     "GLIBC_TUNABLES",
 )
+
+
+_CATALOG_HASH_SLOT = "@@llmgw-catalog-hash@@"
+_SPEC_HASH_SLOT = "@@llmgw-spec-hash@@"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +105,15 @@ class Renderer:
             name = self.template_name(profile.engine.value)
         else:
             name = "sim.nomad.hcl.j2"  # build_context reports the unknown model or profile
-        stable = self._render_text(name, catalog, request, catalog_hash="", spec_hash="")
+        # One render with placeholders where the volatile meta goes: its hash is
+        # the spec hash, then the placeholders are filled (hex and a version string
+        # replace tokens that appear nowhere else).
+        stable = self._render_text(
+            name, catalog, request, catalog_hash=_CATALOG_HASH_SLOT, spec_hash=_SPEC_HASH_SLOT
+        )
         spec_hash = hashlib.sha256(stable.encode("utf-8")).hexdigest()
-        text = self._render_text(name, catalog, request, catalog_hash=catalog_hash, spec_hash=spec_hash)
-        context = build_context(catalog, request, self.settings, template=name, catalog_hash="", spec_hash="")
-        return RenderedJob(context["job"]["id"], text, spec_hash, name)
+        text = stable.replace(_CATALOG_HASH_SLOT, catalog_hash).replace(_SPEC_HASH_SLOT, spec_hash)
+        return RenderedJob(job_id_for(request.model, request.replica_id), text, spec_hash, name)
 
     def _render_text(
         self, name: str, catalog: Catalog, request: ReplicaRequest, *, catalog_hash: str, spec_hash: str
