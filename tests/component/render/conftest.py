@@ -47,8 +47,14 @@ def renderer() -> Renderer:
 async def dev(tmp_path: Path) -> AsyncIterator[DevCluster]:
     nodes = tuple(NodeSpec(name=f"gpu-{i}", gpus=8, gpu_model="H100", fabric="fabric-a") for i in range(1, 4))
     config = DevClusterConfig(
-        nomad=StandInConfig(nodes=nodes, strict=True, heartbeat_grace_s=0.5, event_heartbeat_s=1.0,
-                            template_retry_s=0.2, kill_grace_s=2.0),
+        nomad=StandInConfig(
+            nodes=nodes,
+            strict=True,
+            heartbeat_grace_s=0.5,
+            event_heartbeat_s=1.0,
+            template_retry_s=0.2,
+            kill_grace_s=2.0,
+        ),
         consul=ConsulSettings.for_tests(),
         state_dir=tmp_path / "nomad",
     )

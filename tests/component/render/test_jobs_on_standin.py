@@ -51,8 +51,9 @@ async def test_every_example_profile_parses_and_registers_and_real_engines_say_w
         for name, model in example_catalog.models.items():
             for index, profile in enumerate(model.profiles):
                 fabric = "fabric-a" if profile.node_count > 1 else None
-                rendered = renderer.render(example_catalog, ReplicaRequest(name, index, "0", fabric),
-                                           catalog_hash=digest)
+                rendered = renderer.render(
+                    example_catalog, ReplicaRequest(name, index, "0", fabric), catalog_hash=digest
+                )
                 job = await client.parse_hcl(rendered.hcl)  # the stand-in's parser, strict as Nomad's
                 assert check_document(job, "Job") == [], (name, index)
                 plan = await client.plan(job)
@@ -68,8 +69,11 @@ async def test_two_node_sim_replica_is_healthy_only_with_both_ranks_and_dies_who
     dev: DevCluster, example_catalog: Catalog, renderer: Renderer
 ) -> None:
     model, profile = TWO_NODE_SIM
-    rendered = renderer.render(example_catalog, ReplicaRequest(model, profile, "0", "fabric-a"),
-                               catalog_hash=catalog_digest(example_catalog))
+    rendered = renderer.render(
+        example_catalog,
+        ReplicaRequest(model, profile, "0", "fabric-a"),
+        catalog_hash=catalog_digest(example_catalog),
+    )
     looker = _python_nomad(dev)
     registry = _py_consul(dev)
     try:

@@ -13,7 +13,7 @@ from llmgw.render.hcl import hcl_list, hcl_object, hcl_string
 texts = st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=60)
 HOSTILE = [
     '"} task "x" { driver = "raw_exec" config { command = "/bin/sh" } } #',
-    "${env[\"HOME\"]}",
+    '${env["HOME"]}',
     "%{ if true }x%{ endif }",
     "$${already}",
     "line\nbreak\r\n\ttab",
@@ -101,6 +101,6 @@ def test_runtime_interpolation_is_kept_and_catalog_text_is_not() -> None:
 
 def test_objects_quote_their_keys() -> None:
     job = parse_jobspec(
-        'job "j" {\n  meta = ' + hcl_object({'a" = "b': "x", "${k}": "y"}, 2) + "\n  group \"g\" {}\n}\n"
+        'job "j" {\n  meta = ' + hcl_object({'a" = "b': "x", "${k}": "y"}, 2) + '\n  group "g" {}\n}\n'
     )
     assert job["Meta"] == {'a" = "b': "x", "${k}": "y"}

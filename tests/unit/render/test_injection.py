@@ -17,7 +17,7 @@ HOSTILE_VALUES = [
     '\n}\n  task "evil" {\n    driver = "raw_exec"\n  }\n',
     "%{ for x in [1] }x%{ endfor }",
     "$NOMAD_TOKEN $(id) `id` $$",
-    "\\\"; volumes = [\"/:/host\"]",
+    '\\"; volumes = ["/:/host"]',
     "ünïcode ✓ \u2028 模型",
 ]
 
@@ -54,7 +54,10 @@ def structure(job: dict[str, Any]) -> Any:
                     len(task.get("Config", {}).get("args") or []),
                     task["Config"].get("volumes"),
                     [a["GetterSource"] for a in task.get("Artifacts") or []],
-                    [len(d.get("Constraints") or []) for d in (task.get("Resources") or {}).get("Devices") or []],
+                    [
+                        len(d.get("Constraints") or [])
+                        for d in (task.get("Resources") or {}).get("Devices") or []
+                    ],
                 )
                 for task in group["Tasks"]
             ],
@@ -70,8 +73,9 @@ def render(text: str, policy: SecurityPolicy) -> tuple[Any, str]:
     renderer = Renderer(RenderSettings(), policy)
     profile = loaded.catalog.models["m"].profiles[0]
     fabric = "fabric-a" if profile.node_count > 1 else None
-    rendered = renderer.render(loaded.catalog, ReplicaRequest("m", 0, "0", fabric),
-                               catalog_hash=catalog_digest(loaded.catalog))
+    rendered = renderer.render(
+        loaded.catalog, ReplicaRequest("m", 0, "0", fabric), catalog_hash=catalog_digest(loaded.catalog)
+    )
     return renderer.check(rendered, model="m"), rendered.hcl
 
 
@@ -87,7 +91,8 @@ def test_hostile_values_change_values_only(shipped_policy: SecurityPolicy, engin
     # python-hcl2, an independent HCL2 parser, sees the same blocks: no task "evil" anywhere.
     parsed = hcl2.loads(hcl)
     tasks = [
-        next(iter(task)) for group in next(iter(parsed["job"][0].values()))["group"]
+        next(iter(task))
+        for group in next(iter(parsed["job"][0].values()))["group"]
         for task in next(iter(group.values()))["task"]
     ]
     assert all("evil" not in name for name in tasks), tasks

@@ -28,17 +28,22 @@ def renderer(shipped_policy: SecurityPolicy) -> Renderer:
     return Renderer(RenderSettings(), shipped_policy)
 
 
-def job(renderer: Renderer, catalog: Catalog, model: str, profile: int = 0, fabric: str | None = None) -> dict:  # type: ignore[type-arg]
+def job(
+    renderer: Renderer, catalog: Catalog, model: str, profile: int = 0, fabric: str | None = None
+) -> dict:  # type: ignore[type-arg]
     rendered = renderer.render(catalog, ReplicaRequest(model, profile, "0", fabric), catalog_hash="h")
     return renderer.check(rendered, model=model)
 
 
 def test_golden_jobspecs_are_current(example: Catalog, shipped_policy: SecurityPolicy) -> None:
-    args = argparse.Namespace(model=[], all_profiles=True, profile=None, replica="0", fabric="fabric-a",
-                              format="hcl")
+    args = argparse.Namespace(
+        model=[], all_profiles=True, profile=None, replica="0", fabric="fabric-a", format="hcl"
+    )
     files = render_files(example, Renderer(RenderSettings(), shipped_policy), args)
     folder = REPO / "jobspecs"
-    stale = [f.name for f in files if not (folder / f.name).exists() or (folder / f.name).read_text() != f.text]
+    stale = [
+        f.name for f in files if not (folder / f.name).exists() or (folder / f.name).read_text() != f.text
+    ]
     extra = {p.name for p in folder.glob("*.nomad.hcl")} - {f.name for f in files}
     assert not stale and not extra, f"jobspecs/ is stale ({stale}, {extra}); refresh with: {REFRESH_HINT}"
 
@@ -51,7 +56,9 @@ def test_job_ids_are_stable_and_collision_free() -> None:
         job_id_for("m", "../x")
 
 
-def test_two_node_sglang_replica_is_one_job_of_two_groups_on_one_fabric(renderer: Renderer, example: Catalog) -> None:
+def test_two_node_sglang_replica_is_one_job_of_two_groups_on_one_fabric(
+    renderer: Renderer, example: Catalog
+) -> None:
     spec = job(renderer, example, "llama-3.1-405b", 0, fabric="fabric-a")
     assert [g["Name"] for g in spec["TaskGroups"]] == ["rank-0", "rank-1"]
     assert {"LTarget": "${meta.llmgw_fabric}", "Operand": "=", "RTarget": "fabric-a"} in spec["Constraints"]
@@ -107,9 +114,22 @@ def test_spec_hash_changes_with_what_runs_not_with_the_catalog_hash(
 
 def test_policy_is_checked_again_at_render(renderer: Renderer) -> None:
     # A catalog built without the loader (an API, a bug): the renderer still refuses.
-    catalog = Catalog.model_validate({"models": {"m": {"profiles": [
-        {"engine": "vllm", "source": "org/m", "env": {"LD_PRELOAD": "/tmp/x.so"}, "args": ["--trust-remote-code"]}
-    ]}}})
+    catalog = Catalog.model_validate(
+        {
+            "models": {
+                "m": {
+                    "profiles": [
+                        {
+                            "engine": "vllm",
+                            "source": "org/m",
+                            "env": {"LD_PRELOAD": "/tmp/x.so"},
+                            "args": ["--trust-remote-code"],
+                        }
+                    ]
+                }
+            }
+        }
+    )
     with pytest.raises(RenderError, match="LD_PRELOAD.*|trust-remote-code"):
         renderer.render(catalog, ReplicaRequest("m", 0, "0"), catalog_hash="h")
 
@@ -120,8 +140,9 @@ def test_operator_templates_override_and_are_held_to_the_contract(
     bundled = (REPO / "templates" / "sim.nomad.hcl.j2").read_text()
     own = Renderer(RenderSettings(templates_dir=tmp_path), shipped_policy)
 
-    (tmp_path / "sim.nomad.hcl.j2").write_text(bundled.replace('datacenters = {{ job.datacenters | hcl_list }}',
-                                                               'datacenters = ["dc-east"]'))
+    (tmp_path / "sim.nomad.hcl.j2").write_text(
+        bundled.replace("datacenters = {{ job.datacenters | hcl_list }}", 'datacenters = ["dc-east"]')
+    )
     # (the datacenters line lives in the shared macros, so this override changes nothing but is valid)
     assert job(own, example, "sim-chat")["ID"].startswith("llmgw-sim-chat")
 
@@ -150,12 +171,22 @@ def test_mirror_sources_fetch_and_verify_before_the_engine(shipped_policy: Secur
     catalog = load_catalog(text, filename="c", policy=shipped_policy).catalog
     assert catalog is not None
     with pytest.raises(RenderError, match="mirror's address"):
-        Renderer(RenderSettings(), shipped_policy).render(catalog, ReplicaRequest("m", 0, "0"), catalog_hash="h")
+        Renderer(RenderSettings(), shipped_policy).render(
+            catalog, ReplicaRequest("m", 0, "0"), catalog_hash="h"
+        )
     renderer = Renderer(RenderSettings(mirror_url="http://mirror.internal:8900"), shipped_policy)
     [group] = job(renderer, catalog, "m")["TaskGroups"]
     fetch, engine = group["Tasks"]
     assert fetch["Name"] == "fetch-model" and fetch["Lifecycle"]["Hook"] == "prestart"
-    assert fetch["Config"]["args"] == ["mirror", "fetch", "--mirror", "http://mirror.internal:8900", "--ref",
-                                       "llama@v1", "--dest", "/var/lib/llmgw/models/llama/v1"]
+    assert fetch["Config"]["args"] == [
+        "mirror",
+        "fetch",
+        "--mirror",
+        "http://mirror.internal:8900",
+        "--ref",
+        "llama@v1",
+        "--dest",
+        "/var/lib/llmgw/models/llama/v1",
+    ]
     assert engine["Config"]["args"][1] == "/var/lib/llmgw/models/llama/v1"
     assert engine["Config"]["volumes"] == ["/var/lib/llmgw/models:/var/lib/llmgw/models:ro"]

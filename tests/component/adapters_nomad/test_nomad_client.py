@@ -1,0 +1,134 @@
+"""llmgw's Nomad client against the Nomad stand-in: the calls the control plane makes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from llmgw.adapters.nomad import NomadClient, NomadError
+from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn, StandInConfig
+from llmgw.settings import NomadConnection
+
+TOKEN = "s3cr3t-management-token"
+
+JOB = """
+job "web" {
+  datacenters = ["*"]
+  meta = { "llmgw_managed_by" = "llmgw" }
+  group "g" {
+    network {
+      port "http" {}
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "${attr.driver.raw_exec.python}"
+        args    = ["-c", "import time; time.sleep(60)"]
+      }
+      resources {
+        cpu    = 100
+        memory = 64
+        device "nvidia/gpu" {
+          count = 2
+        }
+      }
+    }
+  }
+}
+"""
+
+
+@pytest.fixture
+async def nomad_server(tmp_path) -> AsyncIterator[NomadServer]:  # type: ignore[no-untyped-def]
+    config = StandInConfig(
+        nodes=(NodeSpec(name="n1", gpus=2, fabric="fabric-a"),),
+        strict=True,
+        acl_token=TOKEN,
+        state_dir=tmp_path,
+        event_heartbeat_s=0.5,
+    )
+    async with NomadServer(NomadStandIn(config)) as server:
+        yield server
+
+
+def client_for(server: NomadServer, token: str | None = TOKEN) -> NomadClient:
+    return NomadClient(NomadConnection(address=server.address, token=token))
+
+
+async def test_parse_plan_register_read_deregister(nomad_server: NomadServer) -> None:
+    async with client_for(nomad_server) as nomad:
+        job = await nomad.parse_hcl(JOB)
+        assert job["ID"] == "web" and job["Meta"] == {"llmgw_managed_by": "llmgw"}
+        plan = await nomad.plan(job)
+        assert plan.feasible, plan.explanation
+        assert await nomad.register(job)
+        page = await nomad.jobs(prefix="we")
+        assert [j["ID"] for j in page.items] == ["web"] and page.index > 0
+        assert (await nomad.job("web"))["Meta"]["llmgw_managed_by"] == "llmgw"  # type: ignore[index]
+        allocs = await nomad.job_allocations("web")
+        assert len(allocs.items) == 1
+        nodes = await nomad.nodes()
+        assert [n["Name"] for n in nodes.items] == ["n1"]
+        await nomad.deregister("web")
+        await nomad.deregister("web")  # already gone is done: the executor is idempotent
+        assert await nomad.job("web") is None
+
+
+async def test_the_token_is_sent_and_never_shown(nomad_server: NomadServer) -> None:
+    async with client_for(nomad_server, token=None) as anonymous:
+        with pytest.raises(NomadError) as refused:
+            await anonymous.jobs()
+        assert refused.value.status == 403
+    async with client_for(nomad_server, token="wrong-" + TOKEN) as wrong:
+        with pytest.raises(NomadError) as refused:
+            await wrong.jobs()
+        assert TOKEN not in str(refused.value)
+    assert TOKEN not in repr(NomadConnection(address="http://x", token=TOKEN))
+
+
+async def test_parse_errors_carry_nomads_message(nomad_server: NomadServer) -> None:
+    async with client_for(nomad_server) as nomad:
+        with pytest.raises(NomadError) as refused:
+            await nomad.parse_hcl('job "x" {\n  group "g" {\n    frobnicate = 1\n  }\n}\n')
+        assert refused.value.status == 400
+        assert "frobnicate" in str(refused.value)
+
+
+async def test_plan_that_cannot_place_says_why_in_words(nomad_server: NomadServer) -> None:
+    async with client_for(nomad_server) as nomad:
+        job = await nomad.parse_hcl(JOB.replace("count = 2", "count = 8"))
+        plan = await nomad.plan(job)
+        assert not plan.feasible
+        assert plan.explanation.startswith(
+            "does not place: group g needs a node with 8 nvidia/gpu free; none has"
+        )
+        assert "of 1 node(s) evaluated" in plan.explanation
+
+
+async def test_unreachable_nomad_is_a_nomad_error() -> None:
+    async with NomadClient(NomadConnection(address="http://127.0.0.1:9")) as nomad:
+        with pytest.raises(NomadError, match="cannot reach Nomad"):
+            await nomad.jobs()
+
+
+async def test_event_stream_yields_batches_and_resumes_from_an_index(nomad_server: NomadServer) -> None:
+    async with client_for(nomad_server) as nomad:
+        job = await nomad.parse_hcl(JOB)
+        await nomad.register(job)
+
+        async def first_batches(index: int, count: int) -> list[int]:
+            seen: list[int] = []
+            async for batch in nomad.events(["Job:web"], index=index):
+                seen.append(batch.index)
+                assert all(e["Topic"] == "Job" for e in batch.events)
+                if len(seen) == count:
+                    break
+            return seen
+
+        seen = await asyncio.wait_for(first_batches(0, 1), 10)
+        resumed_at = seen[-1] + 1
+        await nomad.deregister("web")
+        later = await asyncio.wait_for(first_batches(resumed_at, 1), 10)
+        assert later[0] >= resumed_at
