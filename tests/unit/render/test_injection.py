@@ -11,7 +11,10 @@ import pytest
 from llmgw.core.catalog import SecurityPolicy, catalog_digest, load_catalog
 from llmgw.render import Renderer, RenderSettings, ReplicaRequest
 
-ESCAPE = '"} } task "evil" { driver = "docker" config { image = "evil" volumes = ["/:/host"] } env { LD_PRELOAD = "x" } } #'
+ESCAPE = (
+    '"} } task "evil" { driver = "docker" config { image = "evil" volumes = ["/:/host"] } '
+    'env { LD_PRELOAD = "x" } } #'
+)
 HOSTILE_VALUES = [
     ESCAPE,
     '\n}\n  task "evil" {\n    driver = "raw_exec"\n  }\n',

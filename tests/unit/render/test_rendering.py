@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.cli.render_cmd import REFRESH_HINT, render_files
 from llmgw.core.catalog import Catalog, SecurityPolicy, catalog_digest, load_catalog
 from llmgw.core.conventions import ENGINE_SERVICE
 from llmgw.render import Renderer, RenderError, RenderSettings, ReplicaRequest, job_id_for
-from llmgw.cli.render_cmd import REFRESH_HINT, render_files
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -130,7 +130,7 @@ def test_policy_is_checked_again_at_render(renderer: Renderer) -> None:
             }
         }
     )
-    with pytest.raises(RenderError, match="LD_PRELOAD.*|trust-remote-code"):
+    with pytest.raises(RenderError, match=r"LD_PRELOAD|trust-remote-code"):
         renderer.render(catalog, ReplicaRequest("m", 0, "0"), catalog_hash="h")
 
 
