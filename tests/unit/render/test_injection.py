@@ -1,4 +1,4 @@
-"""A hostile catalog that passes the catalog check still cannot add a task, a driver, a volume or an env var."""
+"""A hostile catalog that passes the check still cannot add a task, a driver, a volume or an env var."""
 
 from __future__ import annotations
 
