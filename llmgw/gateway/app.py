@@ -1,0 +1,306 @@
+"""The router's aiohttp application: the one wiring point, its lifecycle and its server.
+
+Owns:
+
+- ``create_app(settings, deps)``: builds every part (book, gates, limiter,
+  demand tracker, metrics, upstream session, dispatcher, guard) and the routes;
+  refuses settings that cannot run (keys missing off loopback).
+- the ``cleanup_ctx`` that starts and stops every long-lived thing: the upstream
+  session, the watched values (Consul blocking queries), the loops that feed the
+  book, the draining set, the key ring and the catalog from them, the demand
+  reporter and the watch monitor that logs when the router routes on stale data.
+- ``RouterServer``/``run_router``: the aiohttp runner with the options that matter
+  for a proxy (listen backlog, handler cancellation on disconnect, keep-alive
+  timeout against slowloris, access log off the hot path, graceful shutdown).
+
+Must not: parse the command line or install signal handlers (the CLI does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from llmgw.bundled import read_security_policy
+from llmgw.core.catalog import SecurityPolicy
+from llmgw.core.records import ApiKeyRecord, CatalogVersion, DrainMark
+from llmgw.gateway import handlers, middlewares
+from llmgw.gateway.book import EndpointBook
+from llmgw.gateway.catalogs import CatalogHolder
+from llmgw.gateway.context import CONTEXT, RouterContext
+from llmgw.gateway.demand import DemandTracker
+from llmgw.gateway.dispatch import Dispatcher
+from llmgw.gateway.guard import Guard
+from llmgw.gateway.keys import KeyRing, RateLimiter
+from llmgw.gateway.limits import ModelGates
+from llmgw.gateway.metrics import Gauges, RouterMetrics, WatchHealth
+from llmgw.gateway.ports import RouterDeps, Watched
+from llmgw.gateway.settings import RouterSettings, RouterSettingsError, validate
+from llmgw.gateway.upstream import Upstream
+
+log = logging.getLogger("llmgw.gateway")
+
+T = TypeVar("T")
+
+# How often the watch monitor looks at the Consul watches' health (it logs changes only).
+WATCH_MONITOR_INTERVAL = 5.0
+
+
+def create_app(
+    settings: RouterSettings, deps: RouterDeps, *, policy: SecurityPolicy | None = None
+) -> web.Application:
+    """The router app. ``policy`` is the engine security policy the catalog is loaded
+    with (the bundled one by default)."""
+    problems = validate(settings)
+    if deps.api_keys is None and not settings.no_auth:
+        problems.append(
+            "no API key source: give the router its keys (llmgw/keys/ in Consul), "
+            "or pass --no-auth to serve without keys on a loopback address"
+        )
+    if problems:
+        raise RouterSettingsError("; ".join(problems))
+    if settings.no_auth:
+        log.warning(
+            "serving WITHOUT API keys on %s (loopback only): anyone on this host may use every model",
+            settings.host,
+        )
+
+    metrics = RouterMetrics()
+    book = EndpointBook()
+    gates = ModelGates(
+        settings.max_concurrency_per_model, settings.max_queue_per_model, settings.queue_timeout,
+        settings.queue_retry_after,
+    )  # fmt: skip
+    demand = DemandTracker(
+        settings.resolved_router_id(),
+        deps.demand,
+        deps.clock,
+        settings.demand_interval,
+        load=lambda model: (gates.running(model), gates.queued(model)),
+        on_published=lambda ok: metrics.demand_reports.labels("ok" if ok else "failed").inc(),
+    )
+    upstream = Upstream(settings)
+    dispatcher = Dispatcher(settings, book, upstream, demand, metrics)
+    context = RouterContext(
+        settings=settings,
+        deps=deps,
+        book=book,
+        catalogs=CatalogHolder(policy or read_security_policy()),
+        keys=None if settings.no_auth else KeyRing(),
+        limiter=RateLimiter(),
+        gates=gates,
+        demand=demand,
+        metrics=metrics,
+        upstream=upstream,
+        dispatcher=dispatcher,
+        guard=Guard(settings, dispatcher, metrics),
+    )
+    metrics.add_gauges(_gauges(context))
+
+    app = web.Application(
+        client_max_size=settings.max_body_bytes,
+        middlewares=[middlewares.observe, middlewares.authenticate],
+    )
+    app[CONTEXT] = context
+    app.router.add_post("/v1/chat/completions", handlers.chat_completions)
+    app.router.add_post("/v1/completions", handlers.completions)
+    app.router.add_post("/v1/embeddings", handlers.embeddings)
+    app.router.add_get("/v1/models", handlers.list_models)
+    app.router.add_get("/v1/models/{model:.+}", handlers.get_model)
+    app.router.add_get("/health", handlers.health)
+    app.router.add_get("/metrics", handlers.metrics)
+    app.router.add_get("/", handlers.index)
+    app.router.add_static("/static/", handlers.STATIC_DIR, follow_symlinks=False)
+    app.cleanup_ctx.append(_lifecycle)
+    return app
+
+
+def _gauges(context: RouterContext) -> Gauges:
+    def watches() -> tuple[WatchHealth, ...]:
+        return tuple(
+            WatchHealth(label, w.healthy, w.last_success_at, w.generation) for label, w in context.watches()
+        )
+
+    def queued() -> Mapping[str, int]:
+        catalog = context.catalogs.catalog
+        names = catalog.models if catalog is not None else {}
+        return {name: context.gates.queued(name) for name in names if context.gates.queued(name)}
+
+    return Gauges(
+        endpoints=context.book.endpoints,
+        in_flight=context.book.in_flight,
+        draining=context.book.is_draining,
+        queued=queued,
+        watches=watches,
+        now=lambda: asyncio.get_running_loop().time(),
+    )
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    context = app[CONTEXT]
+    deps = context.deps
+    await context.upstream.start()
+    watched: list[Watched[object]] = [w for _, w in context.watches()]
+    started: list[Watched[object]] = []
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for watch in watched:
+            await watch.start()
+            started.append(watch)
+        tasks += [
+            asyncio.create_task(_follow(deps.endpoints, context.book.replace), name="router:endpoints"),
+            asyncio.create_task(
+                _follow(deps.draining, lambda marks: _apply_draining(context, marks)), name="router:draining"
+            ),
+            asyncio.create_task(
+                _follow(deps.catalog, lambda v: _apply_catalog(context, v)), name="router:catalog"
+            ),
+            asyncio.create_task(context.demand.run(), name="router:demand"),
+            asyncio.create_task(_monitor_watches(context), name="router:watch-monitor"),
+        ]
+        if context.keys is not None and deps.api_keys is not None:
+            ring = context.keys
+            tasks.append(
+                asyncio.create_task(
+                    _follow(deps.api_keys, lambda r: _apply_keys(ring, r)), name="router:keys"
+                )
+            )
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if tasks:  # a clean stop: this router's demand ends now, not when the report ages out
+            await context.demand.withdraw()
+        for watch in reversed(started):
+            await watch.stop()
+        await context.upstream.close()
+
+
+async def _follow(watched: Watched[T], apply: Callable[[T], None]) -> None:
+    """Apply every new value of ``watched`` (the current one first), until cancelled."""
+    generation = 0
+    while True:
+        value = await watched.wait_changed(generation)
+        generation = watched.generation
+        try:
+            apply(value)
+        except Exception:
+            log.exception("applying a new %s value failed; keeping the previous one", watched.name)
+
+
+def _apply_draining(context: RouterContext, marks: Mapping[str, DrainMark]) -> None:
+    context.book.set_draining(frozenset(mark.job_id for mark in marks.values()))
+
+
+def _apply_catalog(context: RouterContext, version: CatalogVersion | None) -> None:
+    context.catalogs.update(version, context.deps.clock.wall())
+
+
+def _apply_keys(ring: KeyRing, records: Mapping[str, ApiKeyRecord]) -> None:
+    ring.replace(records)
+
+
+async def _monitor_watches(context: RouterContext) -> None:
+    """Log when a Consul watch stops answering (the router keeps its last data) and when it is back."""
+    loop = asyncio.get_running_loop()
+    was_healthy: dict[str, bool] = {}
+    while True:
+        for label, watched in context.watches():
+            healthy = watched.healthy or (watched.last_success_at is None and watched.last_error is None)
+            if was_healthy.get(label, True) and not healthy:
+                age = (
+                    "never"
+                    if watched.last_success_at is None
+                    else f"{loop.time() - watched.last_success_at:.0f}s ago"
+                )
+                log.warning(
+                    "Consul watch %s is failing (%s); routing on the last data it had (from %s)",
+                    label, watched.last_error, age,
+                )  # fmt: skip
+            elif not was_healthy.get(label, True) and healthy:
+                log.info("Consul watch %s answers again", label)
+            was_healthy[label] = healthy
+        await asyncio.sleep(WATCH_MONITOR_INTERVAL)
+
+
+# --- serving ------------------------------------------------------------------------------------------
+
+
+def runner_options(settings: RouterSettings) -> dict[str, Any]:
+    """The aiohttp runner options a proxy needs (each one has a test)."""
+    return {
+        # A client that leaves cancels its handler at once, which closes the
+        # upstream connection, which makes the engine stop generating.
+        "handler_cancellation": True,
+        # Access logs would format a line per request on the event loop.
+        "access_log": logging.getLogger("llmgw.gateway.access") if settings.access_log else None,
+        # Closes idle keep-alive connections AND connections that never finish
+        # their request head (aiohttp arms this timer at connect): slowloris.
+        "keepalive_timeout": settings.keepalive_timeout,
+        "shutdown_timeout": settings.shutdown_timeout,
+    }
+
+
+class RouterServer:
+    """The router listening on ``settings.host:settings.port``; ``port`` is the bound port."""
+
+    def __init__(
+        self, settings: RouterSettings, deps: RouterDeps, *, policy: SecurityPolicy | None = None
+    ) -> None:
+        self.settings = settings
+        self.app = create_app(settings, deps, policy=policy)
+        self._runner = web.AppRunner(self.app, **runner_options(settings))
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner,
+            self.settings.host,
+            self.settings.port,
+            backlog=self.settings.backlog,
+            reuse_address=True,
+        )
+        await site.start()
+        server = site._server
+        sockets: list[socket.socket] = list(getattr(server, "sockets", None) or [])
+        self.port = sockets[0].getsockname()[1] if sockets else self.settings.port
+        log.info("llmgw router listening on %s (backlog %d)", self.url, self.settings.backlog)
+
+    async def stop(self) -> None:
+        """aiohttp's graceful shutdown: stop accepting, let in-flight requests finish
+        within ``shutdown_timeout``, cancel the rest, then the cleanup_ctx."""
+        await self._runner.cleanup()
+
+    async def __aenter__(self) -> RouterServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def run_router(
+    settings: RouterSettings,
+    deps: RouterDeps,
+    *,
+    stop: asyncio.Event | None = None,
+    policy: SecurityPolicy | None = None,
+) -> None:
+    """Serve until ``stop`` is set (forever without one), then shut down gracefully."""
+    async with RouterServer(settings, deps, policy=policy):
+        await (stop or asyncio.Event()).wait()

@@ -1,0 +1,113 @@
+"""The endpoint book: the one owner of which engine endpoints exist and what this
+router has outstanding on each.
+
+Owns: the current endpoint snapshot (replaced whole, never patched), the set of
+replicas marked draining, the in-flight count per endpoint (kept across
+snapshots, so a request that started on an endpoint is released on it even after
+the endpoint left the snapshot), and the waiters for a change.
+
+Everything runs on the event loop's thread, so there are no locks: an in-flight
+slot is taken in the same synchronous step that chooses the endpoint (no await
+between the read and the write: a read that gates a mutation must not yield) and
+released in ``finally``, so a cancelled handler releases its slot.
+
+Must not: talk to Consul (the watch loops in ``app`` feed it) or decide the
+balancing rule (``llmgw.core.routing.choose_endpoint`` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
+
+from llmgw.core import routing
+from llmgw.core.catalog import Model
+from llmgw.core.records import Endpoint, EndpointSnapshot
+
+
+class EndpointBook:
+    def __init__(self) -> None:
+        self._by_model: dict[str, tuple[Endpoint, ...]] = {}
+        self._draining: frozenset[str] = frozenset()  # replica (job) ids
+        self._in_flight: dict[str, int] = {}  # by service id
+        self._turn = 0
+        self._changed = asyncio.Event()
+        self.snapshot_index = 0  # Consul's index of the snapshot in use
+        self.generation = 0  # bumped on every change
+
+    # --- changes (from the watch loops) ----------------------------------------------------------
+
+    def replace(self, snapshot: EndpointSnapshot) -> None:
+        by_model: dict[str, list[Endpoint]] = {}
+        for endpoint in snapshot.endpoints:
+            by_model.setdefault(endpoint.model, []).append(endpoint)
+        # A stable order per model, so round-robin among equals is fair.
+        self._by_model = {m: tuple(sorted(es, key=lambda e: e.service_id)) for m, es in by_model.items()}
+        self.snapshot_index = snapshot.index
+        self._changed_now()
+
+    def set_draining(self, replicas: Collection[str]) -> None:
+        self._draining = frozenset(replicas)
+        self._changed_now()
+
+    def _changed_now(self) -> None:
+        self.generation += 1
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    async def wait_changed(self) -> None:
+        """Returns at the next change (callers bound it with a timeout)."""
+        await self._changed.wait()
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def _usable(self, endpoint: Endpoint) -> bool:
+        return endpoint.passing and endpoint.replica not in self._draining
+
+    def usable_count(self, model: str) -> int:
+        return sum(1 for e in self._by_model.get(model, ()) if self._usable(e))
+
+    def state(self, name: str, model: Model) -> routing.ModelState:
+        return routing.model_state(model, self.usable_count(name))
+
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return tuple(e for es in self._by_model.values() for e in es)
+
+    def in_flight(self) -> Mapping[str, int]:
+        return dict(self._in_flight)
+
+    def is_draining(self, endpoint: Endpoint) -> bool:
+        return endpoint.replica in self._draining
+
+    # --- choosing and leasing ----------------------------------------------------------------------
+
+    def choose(self, model: str, avoid: Collection[str]) -> Endpoint | None:
+        """The endpoint for the next try (see ``routing.choose_endpoint``); lease it at once."""
+        endpoints = self._by_model.get(model, ())
+        if not endpoints:
+            return None
+        in_flight = self._in_flight
+        candidates = (
+            routing.Candidate(e.service_id, in_flight.get(e.service_id, 0), self._usable(e))
+            for e in endpoints
+        )
+        self._turn += 1
+        key = routing.choose_endpoint(candidates, avoid, self._turn)
+        if key is None:
+            return None
+        return next(e for e in endpoints if e.service_id == key)
+
+    @contextmanager
+    def lease(self, endpoint: Endpoint) -> Iterator[None]:
+        """Count one outstanding request on ``endpoint`` for the duration of the block."""
+        key = endpoint.service_id
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            remaining = self._in_flight[key] - 1
+            if remaining:
+                self._in_flight[key] = remaining
+            else:
+                del self._in_flight[key]

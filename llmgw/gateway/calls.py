@@ -1,0 +1,167 @@
+"""A client's API request, parsed into a typed ``ApiCall``, and the body sent upstream.
+
+Owns: the checks that make a request forwardable (a JSON object with a ``model``
+string and the fields its API cannot do without, each of the right type) with
+OpenAI's 400 shape naming the ``param``; the fields never passed on (credentials
+and routing a client must not choose); and the body the engine receives (the
+client's, with ``model`` set to the model that serves it).
+
+Everything else a client sends (tools, response_format, sampling options, fields
+this router has never heard of) passes through untouched: engines decide.
+
+Must not: choose endpoints or talk to anyone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from llmgw.core.routing import Api
+from llmgw.gateway import errors
+
+# Fields some SDKs and proxies read to choose where and with which credentials to
+# call (LiteLLM's api_base, headers...). This router never honours them, and no
+# engine should see them either: a client must not steer the router's outbound
+# requests or smuggle credentials through it.
+STRIPPED_FIELDS = frozenset(
+    {
+        "api_base", "base_url", "api_key", "api_version", "api_type", "organization", "project",
+        "headers", "extra_headers", "custom_llm_provider", "azure_ad_token", "aws_access_key_id",
+        "aws_secret_access_key", "aws_session_token", "vertex_credentials",
+    }
+)  # fmt: skip
+
+API_PATHS = {
+    Api.CHAT: "/v1/chat/completions",
+    Api.COMPLETIONS: "/v1/completions",
+    Api.EMBEDDINGS: "/v1/embeddings",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ApiCall:
+    api: Api
+    model: str  # the name the client asked for (model or alias)
+    stream: bool
+    include_usage: bool  # the client asked for the usage chunk of a stream
+    body: dict[str, object]  # the client's JSON object, minus STRIPPED_FIELDS
+
+    @property
+    def path(self) -> str:
+        return API_PATHS[self.api]
+
+    def upstream_body(self, model: str, *, force_usage: bool) -> bytes:
+        """The JSON the engine gets. ``force_usage`` asks a stream for its usage chunk
+        even when the client did not (the router counts tokens; the chunk is then
+        taken out of what the client sees)."""
+        body = dict(self.body)
+        body["model"] = model
+        if self.stream and force_usage and not self.include_usage:
+            options = body.get("stream_options")
+            body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def parse_call(api: Api, raw: bytes) -> ApiCall:
+    """The request, or the 400 to answer (never a traceback)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise errors.bad_request(
+            "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+            "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
+            "sent was not valid JSON.)"
+        ) from None
+    except RecursionError:
+        raise errors.bad_request("The JSON body of your request is nested too deeply.") from None
+    if not isinstance(body, dict):
+        raise errors.bad_request("The request body must be a JSON object.")
+    for name in STRIPPED_FIELDS.intersection(body):
+        del body[name]
+
+    model = body.get("model")
+    if model is None:
+        raise errors.bad_request("you must provide a model parameter", param="model")
+    if not isinstance(model, str) or not model:
+        raise errors.bad_request(f"{_shown(model)} is not of type 'string' - 'model'", param="model")
+
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise errors.bad_request(f"{_shown(stream)} is not of type 'boolean' - 'stream'", param="stream")
+    include_usage = False
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise errors.bad_request(
+                f"{_shown(options)} is not of type 'object' - 'stream_options'", param="stream_options"
+            )
+        usage = options.get("include_usage", False)
+        if usage is not None and not isinstance(usage, bool):
+            raise errors.bad_request(
+                f"{_shown(usage)} is not of type 'boolean' - 'stream_options.include_usage'",
+                param="stream_options.include_usage",
+            )
+        include_usage = bool(usage) and stream
+    if api is Api.EMBEDDINGS and stream:
+        raise errors.bad_request("Embeddings cannot be streamed.", param="stream")
+
+    if api is Api.CHAT:
+        _check_messages(body.get("messages"))
+    elif api is Api.COMPLETIONS:
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise errors.bad_request("you must provide a prompt parameter", param="prompt")
+        if not isinstance(prompt, str | list):
+            raise errors.bad_request(
+                f"{_shown(prompt)} is not valid under any of the given schemas - 'prompt'", param="prompt"
+            )
+    else:
+        value = body.get("input")
+        if value is None:
+            raise errors.bad_request("you must provide an input parameter", param="input")
+        if not isinstance(value, str | list):
+            raise errors.bad_request(
+                f"{_shown(value)} is not valid under any of the given schemas - 'input'", param="input"
+            )
+    for name in ("max_tokens", "max_completion_tokens", "n"):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise errors.bad_request(f"{_shown(value)} is not of type 'integer' - '{name}'", param=name)
+    return ApiCall(api=api, model=model, stream=stream, include_usage=include_usage, body=body)
+
+
+def _check_messages(messages: object) -> None:
+    if messages is None:
+        raise errors.bad_request(
+            "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
+        )
+    if not isinstance(messages, list):
+        raise errors.bad_request(f"{_shown(messages)} is not of type 'array' - 'messages'", param="messages")
+    if not messages:
+        raise errors.bad_request(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            param="messages",
+            code="empty_array",
+        )
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise errors.bad_request(
+                f"{_shown(message)} is not of type 'object' - 'messages.{index}'", param=f"messages.[{index}]"
+            )
+        role = message.get("role")
+        if not isinstance(role, str):
+            raise errors.bad_request(
+                f"Missing required parameter: 'messages[{index}].role'.",
+                param=f"messages.[{index}].role",
+                code="missing_required_parameter",
+            )
+
+
+def _shown(value: object) -> str:
+    """A value from the parsed body, as the error message quotes it."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."

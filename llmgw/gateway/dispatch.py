@@ -1,0 +1,458 @@
+"""Dispatching one request: the loop over the fallback chain, the endpoints, the
+retries and the wait for a model to load, and the answer to the client.
+
+Owns the flow; every decision in it is ``llmgw.core.routing``'s:
+
+1. ``fallback_chain`` and ``plan_route`` say which models to try, which to wake
+   (``DemandTracker.wake``, coalesced) and which one to wait for.
+2. Per model, ``EndpointBook.choose`` picks the least loaded endpoint and the
+   in-flight slot is leased in the same step; ``Upstream.send`` tries it.
+3. A failure before the first byte reached the client goes to ``after_failure``:
+   same endpoint (stale pooled connection), another endpoint, the next model, or
+   give up. Once a byte is out nothing is retried: the stream ends with an error
+   event, the way OpenAI reports a failure midway.
+4. Nothing served: wait (bounded) for the book to change, keeping a stream alive
+   with ``: loading model`` comments; then ``unserved_reason``/``refusal_for``.
+
+Must not: parse client requests (``calls``), check keys or limits
+(middlewares, handlers), or keep state between requests beyond what the book,
+the demand tracker and the metrics own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+from llmgw.core import routing
+from llmgw.core.catalog import Catalog
+from llmgw.core.records import Endpoint
+from llmgw.gateway import errors
+from llmgw.gateway.book import EndpointBook
+from llmgw.gateway.calls import API_PATHS, ApiCall
+from llmgw.gateway.demand import DemandTracker
+from llmgw.gateway.errors import ApiError
+from llmgw.gateway.metrics import RouterMetrics
+from llmgw.gateway.settings import RouterSettings
+from llmgw.gateway.upstream import (
+    AttemptFailed,
+    PumpEnd,
+    Upstream,
+    UpstreamBroken,
+    pump,
+    token_counts,
+    usage_of_body,
+)
+
+log = logging.getLogger("llmgw.gateway.dispatch")
+
+LOADING_COMMENT = b": loading model\n\n"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass
+class Served:
+    """What answered a request, for the metrics middleware and the response headers."""
+
+    model: str = ""
+    replica: str = ""
+    usage: dict[str, object] | None = None
+
+
+@dataclass
+class _Opened:
+    model: str
+    endpoint: Endpoint
+    response: aiohttp.ClientResponse
+    head: bytes  # a stream's first chunk, or a whole non-streamed body
+    lease: ExitStack
+
+
+@dataclass
+class _KeepAlive:
+    """A streamed request waiting for a model: its response, once the first comment went."""
+
+    request: web.Request
+    headers: dict[str, str]
+    response: web.StreamResponse | None = None
+
+    async def comment(self) -> None:
+        if self.response is None:
+            self.response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self.headers})
+            await self.response.prepare(self.request)
+        await self.response.write(LOADING_COMMENT)
+
+
+@dataclass
+class _Route:
+    """One request's walk along its chain."""
+
+    requested: str  # the name the client used
+    chain: tuple[str, ...]
+    catalog: Catalog
+    stream: bool
+    make_body: Callable[[str], bytes]
+    path: str
+    request_id: str
+    keepalive: _KeepAlive | None = None
+    attempts_total: int = 0
+    failures: int = 0
+    last_failure: routing.Failure | None = None
+    waited_for: str | None = None
+    tried: dict[str, set[str]] = field(default_factory=dict)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        book: EndpointBook,
+        upstream: Upstream,
+        demand: DemandTracker,
+        metrics: RouterMetrics,
+    ) -> None:
+        self._settings = settings
+        self._book = book
+        self._upstream = upstream
+        self._demand = demand
+        self._metrics = metrics
+        self._policy = routing.RetryPolicy(settings.attempts_per_model, settings.attempts_total)
+
+    # --- client requests -------------------------------------------------------------------------
+
+    async def serve(
+        self,
+        request: web.Request,
+        call: ApiCall,
+        model: str,
+        catalog: Catalog,
+        served: Served,
+        request_id: str,
+        *,
+        started: float,
+        force_usage: bool,
+        on_usage: Callable[[dict[str, object] | None], None],
+    ) -> web.StreamResponse:
+        """Answer ``call`` for ``model`` (already resolved and allowed)."""
+        loop = asyncio.get_running_loop()
+        common = {"x-request-id": request_id}
+        route = _Route(
+            requested=call.model,
+            chain=routing.fallback_chain(catalog, model, call.api),
+            catalog=catalog,
+            stream=call.stream,
+            make_body=lambda m: call.upstream_body(m, force_usage=force_usage),
+            path=call.path,
+            request_id=request_id,
+            keepalive=_KeepAlive(request, common) if call.stream else None,
+        )
+        try:
+            opened = await self._open(route)
+        except ApiError as exc:
+            if route.keepalive is not None and route.keepalive.response is not None:
+                # The stream's head went out with the loading comments: report in the stream.
+                return await _end_stream_with(route.keepalive.response, exc.refusal)
+            raise
+        with opened.lease:
+            served.model, served.replica = opened.model, opened.endpoint.replica
+            self._demand.record_use(opened.model)
+            if opened.model != model:
+                self._metrics.fallbacks.labels(model, opened.model).inc()
+            headers = {**common, "x-llmgw-model": opened.model, "x-llmgw-replica": opened.endpoint.replica}
+            upstream = opened.response
+            try:
+                if not call.stream or upstream.status != 200:
+                    return await self._answer_whole(route, opened, headers, served, on_usage)
+                if route.keepalive is not None and route.keepalive.response is not None:
+                    response = route.keepalive.response
+                    # Headers are gone: say who answers in a comment the chat page reads.
+                    await response.write(
+                        f": llmgw model={opened.model} replica={opened.endpoint.replica}\n\n".encode()
+                    )
+                else:
+                    response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
+                    await response.prepare(request)
+                self._metrics.ttft.labels(opened.model).observe(loop.time() - started)
+                result = await pump(
+                    upstream,
+                    response,
+                    opened.head,
+                    self._settings,
+                    strip_usage=force_usage and not call.include_usage,
+                )
+                if result.end is PumpEnd.COMPLETE:
+                    self._count_usage(opened.model, result.usage, served, on_usage)
+                    await response.write_eof()
+                    upstream.release()
+                    return response
+                upstream.close()
+                return await self._stream_failed(request, response, opened.model, result.end, result.detail)
+            finally:
+                upstream.close()
+
+    async def _answer_whole(
+        self,
+        route: _Route,
+        opened: _Opened,
+        headers: dict[str, str],
+        served: Served,
+        on_usage: Callable[[dict[str, object] | None], None],
+    ) -> web.StreamResponse:
+        upstream = opened.response
+        if upstream.status == 200:
+            self._count_usage(opened.model, usage_of_body(opened.head), served, on_usage)
+        keepalive = route.keepalive
+        if keepalive is not None and keepalive.response is not None:
+            # A stream that waited for a load and then got a refusal from the engine.
+            return await _end_stream_with(
+                keepalive.response, _refusal_of_engine_error(upstream.status, opened.head, opened.model)
+            )
+        content_type = upstream.headers.get("Content-Type", "application/json")
+        return web.Response(
+            status=upstream.status, body=opened.head, headers={**headers, "Content-Type": content_type}
+        )
+
+    def _count_usage(
+        self,
+        model: str,
+        usage: dict[str, object] | None,
+        served: Served,
+        on_usage: Callable[[dict[str, object] | None], None],
+    ) -> None:
+        served.usage = usage
+        prompt, completion = token_counts(usage)
+        if prompt:
+            self._metrics.tokens.labels(model, "prompt").inc(prompt)
+        if completion:
+            self._metrics.tokens.labels(model, "completion").inc(completion)
+        on_usage(usage)
+
+    async def _stream_failed(
+        self, request: web.Request, response: web.StreamResponse, model: str, end: PumpEnd, detail: str
+    ) -> web.StreamResponse:
+        self._metrics.stream_errors.labels(model, str(end)).inc()
+        if end in (PumpEnd.CLIENT_GONE, PumpEnd.CLIENT_STALLED):
+            self._metrics.client_disconnects.labels(model).inc()
+            log.info("client left or stalled mid-stream model=%s end=%s", model, end)
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        log.warning("engine stream failed model=%s end=%s detail=%s", model, end, detail)
+        refusal = (
+            errors.stream_timeout(model) if end is PumpEnd.UPSTREAM_IDLE else errors.stream_broken(model)
+        )
+        return await _end_stream_with(response, refusal)
+
+    # --- internal calls (the guard's judge) --------------------------------------------------------
+
+    async def complete(self, model: str, catalog: Catalog, body: dict[str, object], request_id: str) -> bytes:
+        """A non-streamed chat completion from ``model`` (and its fallbacks): the JSON body.
+        Raises ``ApiError`` when nothing answers or the answer is not a 200."""
+        route = _Route(
+            requested=model,
+            chain=routing.fallback_chain(catalog, model, routing.Api.CHAT),
+            catalog=catalog,
+            stream=False,
+            make_body=lambda m: json.dumps({**body, "model": m}).encode(),
+            path=API_PATHS[routing.Api.CHAT],
+            request_id=request_id,
+        )
+        opened = await self._open(route)
+        with opened.lease:
+            opened.response.close()
+            if opened.response.status != 200:
+                raise ApiError(_refusal_of_engine_error(opened.response.status, opened.head, opened.model))
+            self._demand.record_use(opened.model)
+            return opened.head
+
+    # --- the walk ---------------------------------------------------------------------------------
+
+    async def _open(self, route: _Route) -> _Opened:
+        """The first attempt that got an answer head (and a first chunk, for a stream)."""
+        loop = asyncio.get_running_loop()
+        budget = self._settings.load_wait_streaming if route.stream else self._settings.load_wait
+        deadline: float | None = None
+        wait_started = 0.0
+        try:
+            while True:
+                states = {m: self._book.state(m, route.catalog.models[m]) for m in route.chain}
+                plan = routing.plan_route(route.chain, states)
+                for name in plan.wake:
+                    if self._demand.wake(name):
+                        self._metrics.wakeups.labels(name).inc()
+                for name in plan.order:
+                    opened = await self._try_model(route, name)
+                    if opened is not None:
+                        if route.waited_for is not None:
+                            self._metrics.load_wait.labels(route.waited_for, "served").observe(
+                                loop.time() - wait_started
+                            )
+                        return opened
+                if plan.wait_for is None:
+                    break
+                now = loop.time()
+                if deadline is None:
+                    deadline, wait_started = now + budget, now
+                    route.waited_for = plan.wait_for
+                    self._demand.waiting(plan.wait_for, +1)
+                if now >= deadline:
+                    self._metrics.load_wait.labels(route.waited_for or "", "timeout").observe(
+                        now - wait_started
+                    )
+                    break
+                await self._wait_for_change(route, deadline)
+        finally:
+            if route.waited_for is not None:
+                self._demand.waiting(route.waited_for, -1)
+        requested_model = route.chain[0]
+        reason = routing.unserved_reason(
+            self._book.state(requested_model, route.catalog.models[requested_model]),
+            waited_for=route.waited_for,
+            failures=route.failures,
+        )
+        if (
+            reason is routing.Unserved.UPSTREAM_FAILED
+            and route.last_failure is routing.Failure.FIRST_BYTE_TIMEOUT
+        ):
+            reason = routing.Unserved.TIMEOUT
+        retry_after = (
+            self._settings.loading_retry_after
+            if reason is routing.Unserved.LOADING
+            else self._settings.unavailable_retry_after
+        )
+        raise ApiError(
+            routing.refusal_for(reason, route.requested, retry_after=retry_after, waited_for=route.waited_for)
+        )
+
+    async def _try_model(self, route: _Route, model: str) -> _Opened | None:
+        """Tries on one model's endpoints until one answers or the policy moves on.
+        Returns None to go to the next model; raises ``_GiveUp`` to stop the walk."""
+        attempts_on_model = 0
+        avoid = route.tried.setdefault(model, set())
+        same: Endpoint | None = None
+        while True:
+            endpoint = same if same is not None else self._book.choose(model, avoid)
+            same = None
+            if endpoint is None:
+                return None
+            lease = ExitStack()
+            lease.enter_context(self._book.lease(endpoint))  # in the same step as the choice
+            route.attempts_total += 1
+            attempts_on_model += 1
+            try:
+                return await self._attempt(route, model, endpoint, lease)
+            except AttemptFailed as failed:
+                lease.close()
+                route.failures += 1
+                route.last_failure = failed.failure
+                step = routing.after_failure(
+                    failed.failure,
+                    client_has_bytes=False,
+                    attempts_on_model=attempts_on_model,
+                    attempts_total=route.attempts_total,
+                    policy=self._policy,
+                )
+                log.info(
+                    "attempt failed model=%s replica=%s failure=%s next=%s detail=%s",
+                    model, endpoint.replica, failed.failure, step, failed.detail,
+                )  # fmt: skip
+                if step is routing.NextStep.GIVE_UP:
+                    reason = (
+                        routing.Unserved.TIMEOUT
+                        if failed.failure is routing.Failure.FIRST_BYTE_TIMEOUT
+                        else routing.Unserved.UPSTREAM_FAILED
+                    )
+                    raise ApiError(
+                        routing.refusal_for(
+                            reason, route.requested, retry_after=self._settings.unavailable_retry_after
+                        )
+                    ) from None
+                self._metrics.retries.labels(model, str(failed.failure)).inc()
+                if step is routing.NextStep.NEXT_MODEL:
+                    return None
+                if step is routing.NextStep.SAME_ENDPOINT:
+                    same = endpoint
+                else:
+                    avoid.add(endpoint.service_id)
+            except BaseException:
+                lease.close()
+                raise
+
+    async def _attempt(self, route: _Route, model: str, endpoint: Endpoint, lease: ExitStack) -> _Opened:
+        try:
+            async with asyncio.timeout(self._settings.upstream_first_byte_timeout):
+                response = await self._upstream.send(
+                    endpoint, route.path, route.make_body(model), route.request_id
+                )
+                try:
+                    if response.status in routing.RETRYABLE_STATUSES:
+                        raise AttemptFailed(routing.Failure.UNAVAILABLE, f"engine answered {response.status}")
+                    if route.stream and response.status == 200:
+                        head = await self._upstream.first_chunk(response)
+                    else:
+                        head = await self._upstream.read_body(response)
+                except BaseException:
+                    response.close()
+                    raise
+        except TimeoutError:
+            raise AttemptFailed(
+                routing.Failure.FIRST_BYTE_TIMEOUT, "no answer within the first-byte timeout"
+            ) from None
+        except UpstreamBroken as exc:
+            # The engine answered and then broke: it did the work, so no retry.
+            log.warning("engine answer broke model=%s replica=%s: %s", model, endpoint.replica, exc)
+            raise ApiError(errors.stream_broken(model)) from None
+        return _Opened(model=model, endpoint=endpoint, response=response, head=head, lease=lease)
+
+    async def _wait_for_change(self, route: _Route, deadline: float) -> None:
+        """Until a model of the chain can serve, or the deadline; streams get comments."""
+        loop = asyncio.get_running_loop()
+        interval = self._settings.loading_comment_interval
+        while True:
+            now = loop.time()
+            if now >= deadline:
+                return
+            if route.keepalive is not None:
+                await route.keepalive.comment()
+            timeout = min(deadline - now, interval) if route.keepalive is not None else deadline - now
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._book.wait_changed()
+            except TimeoutError:
+                continue
+            if any(self._book.usable_count(m) for m in route.chain):
+                return
+
+
+async def _end_stream_with(response: web.StreamResponse, refusal: routing.Refusal) -> web.StreamResponse:
+    try:
+        await response.write(errors.sse_error_event(refusal))
+        await response.write_eof()
+    except (ConnectionError, RuntimeError):
+        pass
+    return response
+
+
+def _refusal_of_engine_error(status: int, body: bytes, model: str) -> routing.Refusal:
+    """An engine's own error answer, as a refusal (for a stream already under way)."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        code = error.get("code")
+        return routing.Refusal(
+            status,
+            error["message"],
+            str(error.get("type") or "server_error"),
+            code if isinstance(code, str) else None,
+            param=error.get("param") if isinstance(error.get("param"), str) else None,
+        )
+    return routing.Refusal(status, f"The model `{model}` answered with HTTP {status}.", "server_error", None)

@@ -1,0 +1,182 @@
+"""OpenAI-shaped errors: the exception handlers raise, and the bytes clients receive.
+
+Owns: ``ApiError`` (carries a ``routing.Refusal``), the constructors for the
+router's own refusals (bad request, auth, rate limits, content policy), and the
+two renderings: an HTTP response, and an SSE ``data: {"error": ...}`` event for a
+stream whose head has already gone (the openai clients raise ``APIError`` on it).
+
+Must not: decide routing (``llmgw.core.routing`` does) or log; the error
+middleware decides what to log.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from llmgw.core.routing import Refusal
+
+
+class ApiError(Exception):
+    """Raised anywhere under a handler; the error middleware renders it."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+def response_for(refusal: Refusal, request_id: str | None = None) -> web.Response:
+    headers = {}
+    if refusal.retry_after is not None:
+        headers["Retry-After"] = str(refusal.retry_after)
+    if not refusal.retryable:
+        headers["x-should-retry"] = "false"
+    if request_id:
+        headers["x-request-id"] = request_id
+    return web.Response(
+        status=refusal.status,
+        body=json.dumps(refusal.body()).encode(),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def sse_error_event(refusal: Refusal) -> bytes:
+    """The event that ends a stream whose answer failed midway, as OpenAI sends it."""
+    return b"data: " + json.dumps(refusal.body(), separators=(",", ":")).encode() + b"\n\n"
+
+
+def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(Refusal(400, message, "invalid_request_error", code, param=param, retryable=False))
+
+
+def missing_key() -> ApiError:
+    # OpenAI's wording (its code is null for a missing key).
+    return ApiError(
+        Refusal(
+            401,
+            "You didn't provide an API key. You need to provide your API key in an Authorization header "
+            "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+            "invalid_request_error",
+            None,
+            retryable=False,
+        )
+    )
+
+
+def invalid_key(shown: str) -> ApiError:
+    return ApiError(
+        Refusal(
+            401,
+            f"Incorrect API key provided: {shown}. Ask your llmgw operator for a key.",
+            "invalid_request_error",
+            "invalid_api_key",
+            retryable=False,
+        )
+    )
+
+
+def rate_limited(kind: str, limit: int, retry_after: int) -> ApiError:
+    """``kind`` is ``requests`` or ``tokens``, OpenAI's error type for RPM and TPM limits."""
+    unit = "RPM" if kind == "requests" else "TPM"
+    return ApiError(
+        Refusal(
+            429,
+            f"Rate limit reached on {kind} per min ({unit}): Limit {limit}. "
+            f"Please try again in {retry_after}s.",
+            kind,
+            "rate_limit_exceeded",
+            retry_after=retry_after,
+        )
+    )
+
+
+def queue_full(model: str, retry_after: int) -> ApiError:
+    return ApiError(
+        Refusal(
+            429,
+            f"The model `{model}` has too many requests waiting on this router; retry in {retry_after}s.",
+            "rate_limit_error",
+            "model_queue_full",
+            retry_after=retry_after,
+        )
+    )
+
+
+def content_policy(categories: tuple[str, ...]) -> ApiError:
+    listed = f" (categories: {', '.join(categories)})" if categories else ""
+    return ApiError(
+        Refusal(
+            400,
+            f"Your request was rejected by the content policy{listed}.",
+            "invalid_request_error",
+            "content_policy_violation",
+            retryable=False,
+        )
+    )
+
+
+def guard_unavailable(model: str) -> ApiError:
+    return ApiError(
+        Refusal(
+            503,
+            f"The content screen for `{model}` is unavailable and requests are blocked until it is back.",
+            "server_error",
+            "guard_unavailable",
+            retry_after=5,
+        )
+    )
+
+
+def stream_broken(model: str) -> Refusal:
+    return Refusal(
+        502,
+        f"The model `{model}` stopped answering midway; the output above is incomplete.",
+        "server_error",
+        "upstream_stream_broken",
+    )
+
+
+def stream_timeout(model: str) -> Refusal:
+    return Refusal(
+        504,
+        f"The model `{model}` went silent midway; the output above is incomplete.",
+        "server_error",
+        "upstream_timeout",
+    )
+
+
+def internal_error() -> Refusal:
+    return Refusal(500, "The router failed to handle this request.", "server_error", "internal_error")
+
+
+def not_found_url(method: str, path: str) -> Refusal:
+    # OpenAI's wording for an unknown URL.
+    return Refusal(
+        404,
+        f"Invalid URL ({method} {path})",
+        "invalid_request_error",
+        "unknown_url",
+        retryable=False,
+    )
+
+
+def method_not_allowed(method: str, path: str) -> Refusal:
+    return Refusal(
+        405,
+        f"Method {method} is not allowed on {path}.",
+        "invalid_request_error",
+        "method_not_allowed",
+        retryable=False,
+    )
+
+
+def body_too_large(limit: int) -> Refusal:
+    return Refusal(
+        413,
+        f"The request body is larger than {limit} bytes.",
+        "invalid_request_error",
+        "request_too_large",
+        retryable=False,
+    )

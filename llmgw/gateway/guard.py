@@ -1,0 +1,185 @@
+"""Guard policies: screening a request with a judge model before it reaches its model.
+
+Owns: which policies apply to a request (those of any model in its fallback
+chain, so falling back never skips a screen), the conversation the judge sees,
+the strict reading of the judge's verdict, and what a judge failure means
+(``on_error``: block, the default, fails closed; allow fails open).
+
+The verdict rule is strict on purpose. Llama Guard answers ``safe``, or
+``unsafe`` and a line of categories (``S1,S10``). Only an answer that is exactly
+``safe`` (surrounding whitespace aside) lets a request through; ``unsafe`` blocks
+it with its categories; ANY other text blocks it too, as unsafe, whatever
+``on_error`` says: an answer the router cannot read is not evidence of safety,
+and a prompt that makes the judge babble must not get past it. ``on_error`` is
+for a judge that does not answer at all (no replica, connection failures, a
+timeout, an HTTP error). A simulated judge answers Greek words, so it blocks
+everything: that is the honest outcome of guarding with a model that cannot judge.
+
+Must not: route (the dispatcher calls the judge like any model) or change the
+request it screens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from llmgw.core import routing
+from llmgw.core.catalog import Catalog, GuardErrorPolicy, GuardPolicy
+from llmgw.gateway import errors
+from llmgw.gateway.calls import ApiCall
+from llmgw.gateway.dispatch import Dispatcher
+from llmgw.gateway.errors import ApiError
+from llmgw.gateway.metrics import RouterMetrics
+from llmgw.gateway.settings import RouterSettings
+
+log = logging.getLogger("llmgw.gateway.guard")
+
+_CATEGORY = re.compile(r"^S\d{1,3}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    safe: bool
+    categories: tuple[str, ...] = ()
+    readable: bool = True
+
+
+def parse_verdict(text: str) -> Verdict:
+    """``safe`` -> safe; ``unsafe`` (+ ``S1,S2``) -> unsafe; anything else -> unsafe, unreadable."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if lines == ["safe"]:
+        return Verdict(safe=True)
+    if lines and lines[0] == "unsafe" and len(lines) <= 2:
+        categories: tuple[str, ...] = ()
+        if len(lines) == 2:
+            parts = tuple(part.strip() for part in lines[1].split(","))
+            if not all(_CATEGORY.match(part) for part in parts):
+                return Verdict(safe=False, readable=False)
+            categories = parts
+        return Verdict(safe=False, categories=categories)
+    return Verdict(safe=False, readable=False)
+
+
+def policies_for(catalog: Catalog, chain: Iterable[str]) -> list[tuple[str, GuardPolicy]]:
+    found: dict[str, GuardPolicy] = {}
+    for model in chain:
+        policy = catalog.guard_policy_for(model)
+        if policy is not None:
+            found.setdefault(policy[0], policy[1])
+    return sorted(found.items())
+
+
+def judge_messages(call: ApiCall) -> list[dict[str, str]]:
+    """The conversation as Llama Guard's template takes it: user and assistant turns
+    alternating, starting with the user, text only. System and developer text is
+    screened as the user's (it is the client's text all the same); tool results are
+    left out (they are not the client's words)."""
+    turns: list[tuple[str, str]] = []
+    if call.api is routing.Api.CHAT:
+        messages = call.body.get("messages")
+        for message in messages if isinstance(messages, list) else []:
+            if not isinstance(message, Mapping):
+                continue
+            role = message.get("role")
+            text = _text_of(message.get("content"))
+            if role in ("user", "system", "developer"):
+                turns.append(("user", text))
+            elif role == "assistant":
+                turns.append(("assistant", text))
+    else:
+        prompt = call.body.get("prompt")
+        turns.append(("user", prompt if isinstance(prompt, str) else _text_of(prompt)))
+    merged: list[dict[str, str]] = []
+    for role, text in turns:
+        if not text:
+            continue
+        if not merged and role != "user":
+            continue
+        if merged and merged[-1]["role"] == role:
+            merged[-1]["content"] += "\n\n" + text
+        else:
+            merged.append({"role": role, "content": text})
+    return merged
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "\n".join(parts)
+    return ""
+
+
+def _answer_text(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+        content = data["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+class Guard:
+    def __init__(self, settings: RouterSettings, dispatcher: Dispatcher, metrics: RouterMetrics) -> None:
+        self._settings = settings
+        self._dispatcher = dispatcher
+        self._metrics = metrics
+
+    async def screen(self, call: ApiCall, chain: Iterable[str], catalog: Catalog, request_id: str) -> None:
+        """Returns when every applicable policy lets the request through; raises the refusal otherwise."""
+        if call.api is routing.Api.EMBEDDINGS:
+            return  # embeddings produce no text to misuse; their inputs are not screened
+        for name, policy in policies_for(catalog, chain):
+            await self._screen_one(call, name, policy, catalog, request_id)
+
+    async def _screen_one(
+        self, call: ApiCall, name: str, policy: GuardPolicy, catalog: Catalog, request_id: str
+    ) -> None:
+        messages = judge_messages(call)
+        if not messages:
+            return  # nothing the client wrote to screen
+        judge = catalog.resolve(policy.judge)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        body: dict[str, object] = {
+            "messages": messages,
+            "max_tokens": self._settings.guard_max_tokens,
+            "temperature": 0,
+            "stream": False,
+        }
+        try:
+            if judge is None:
+                raise ApiError(routing.model_not_found(policy.judge))
+            async with asyncio.timeout(self._settings.guard_timeout):
+                answer = await self._dispatcher.complete(judge, catalog, body, request_id)
+        except (ApiError, TimeoutError) as exc:
+            self._metrics.guard_latency.labels(name, "error").observe(loop.time() - started)
+            reason = exc.refusal.message if isinstance(exc, ApiError) else "timed out"
+            if policy.on_error is GuardErrorPolicy.ALLOW:
+                log.warning(
+                    "guard %s: judge unavailable (%s); letting the request through (on_error: allow)",
+                    name,
+                    reason,
+                )
+                return
+            log.warning(
+                "guard %s: judge unavailable (%s); blocking the request (on_error: block)", name, reason
+            )
+            raise errors.guard_unavailable(call.model) from None
+        verdict = parse_verdict(_answer_text(answer))
+        label = "safe" if verdict.safe else ("unsafe" if verdict.readable else "unreadable")
+        self._metrics.guard_latency.labels(name, label).observe(loop.time() - started)
+        if not verdict.safe:
+            log.info("guard %s: blocked a request for %s (%s)", name, call.model, label)
+            raise errors.content_policy(verdict.categories)

@@ -1,0 +1,194 @@
+"""The HTTP handlers: thin. Parse into an ``ApiCall``, resolve the model the key may
+use, admit it (rate limit, model gate), screen it (guard), hand it to the
+dispatcher. Plus the model list, health, metrics and the chat page.
+
+Must not: retry, choose endpoints, or build error bodies by hand (``errors`` and
+``routing`` own them); anything that applies to every request is a middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from aiohttp import web
+
+from llmgw.core import routing
+from llmgw.core.catalog import Catalog, Model
+from llmgw.core.records import ApiKeyRecord
+from llmgw.core.routing import Api, Refusal
+from llmgw.gateway.calls import parse_call
+from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
+from llmgw.gateway.errors import ApiError
+from llmgw.gateway.upstream import token_counts
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+OWNED_BY_REAL = "llmgw"
+OWNED_BY_SIM = "llmgw-sim"
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, Api.CHAT)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, Api.COMPLETIONS)
+
+
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, Api.EMBEDDINGS)
+
+
+async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
+    context = request.app[CONTEXT]
+    loop = asyncio.get_running_loop()
+    call = parse_call(api, await _read_body(request))
+    catalog = _catalog(request)
+    key = request.get(API_KEY)
+    model = routing.resolve(catalog, call.model, key.models if key is not None else None)
+    if model is None:
+        raise ApiError(routing.model_not_found(call.model))
+    if not routing.serves_api(catalog.models[model], api):
+        raise ApiError(routing.refusal_for(routing.Unserved.WRONG_API, call.model, retry_after=0, api=api))
+    if key is not None:
+        context.limiter.admit(key, loop.time())
+    request_id = request[REQUEST_ID]
+    async with context.gates.admit(model):
+        chain = routing.fallback_chain(catalog, model, api)
+        await context.guard.screen(call, chain, catalog, request_id)
+        return await context.dispatcher.serve(
+            request,
+            call,
+            model,
+            catalog,
+            request[SERVED],
+            request_id,
+            started=request[STARTED],
+            force_usage=key is not None and key.tokens_per_minute is not None,
+            on_usage=lambda usage: _charge(request, key, usage),
+        )
+
+
+def _charge(request: web.Request, key: ApiKeyRecord | None, usage: dict[str, object] | None) -> None:
+    if key is not None:
+        prompt, completion = token_counts(usage)
+        request.app[CONTEXT].limiter.charge(key, prompt + completion, asyncio.get_running_loop().time())
+
+
+async def _read_body(request: web.Request) -> bytes:
+    settings = request.app[CONTEXT].settings
+    try:
+        async with asyncio.timeout(settings.body_read_timeout):
+            return await request.read()
+    except TimeoutError:
+        raise ApiError(
+            Refusal(
+                408, "The request body was not received in time.", "invalid_request_error", "request_timeout"
+            )
+        ) from None
+
+
+def _catalog(request: web.Request) -> Catalog:
+    catalog = request.app[CONTEXT].catalogs.catalog
+    if catalog is None:
+        raise ApiError(
+            Refusal(
+                503,
+                "The router has not received its catalog yet; retry shortly.",
+                "server_error",
+                "catalog_unavailable",
+                retry_after=5,
+            )
+        )
+    return catalog
+
+
+# --- the model list ---------------------------------------------------------------------------------
+
+
+def _visible(key: ApiKeyRecord | None, name: str, model: str) -> bool:
+    return key is None or key.models is None or name in key.models or model in key.models
+
+
+def _model_object(request: web.Request, name: str, model_name: str, model: Model) -> dict[str, object]:
+    context = request.app[CONTEXT]
+    state = context.book.state(model_name, model)
+    return {
+        "id": name,
+        "object": "model",
+        "created": context.catalogs.loaded_at,
+        "owned_by": OWNED_BY_SIM if model.is_simulated else OWNED_BY_REAL,
+        # Extra facts for the chat page; OpenAI clients ignore unknown fields.
+        "llmgw": {
+            "model": model_name,
+            "alias_of": model_name if name != model_name else None,
+            "simulated": model.is_simulated,
+            "roles": [str(role) for role in model.roles],
+            "state": str(state),
+            "description": model.description,
+        },
+    }
+
+
+async def list_models(request: web.Request) -> web.StreamResponse:
+    catalog = _catalog(request)
+    key = request.get(API_KEY)
+    entries: list[tuple[tuple[bool, bool, int], dict[str, object]]] = []
+    for position, (name, model) in enumerate(catalog.models.items()):
+        if _visible(key, name, name):
+            entries.append(((model.is_simulated, False, position), _model_object(request, name, name, model)))
+    for position, (alias, target) in enumerate(catalog.aliases.items()):
+        aliased = catalog.models.get(target)
+        if aliased is not None and _visible(key, alias, target):
+            entries.append(
+                ((aliased.is_simulated, True, position), _model_object(request, alias, target, aliased))
+            )
+    entries.sort(key=lambda entry: entry[0])  # real models first, simulated ones last
+    return web.json_response({"object": "list", "data": [obj for _, obj in entries]})
+
+
+async def get_model(request: web.Request) -> web.StreamResponse:
+    catalog = _catalog(request)
+    name = request.match_info["model"]
+    key = request.get(API_KEY)
+    model_name = routing.resolve(catalog, name, key.models if key is not None else None)
+    if model_name is None:
+        raise ApiError(routing.model_not_found(name))
+    return web.json_response(_model_object(request, name, model_name, catalog.models[model_name]))
+
+
+# --- operations -------------------------------------------------------------------------------------
+
+
+async def health(request: web.Request) -> web.StreamResponse:
+    """200 while the router serves, even on a stale endpoint set (it says so)."""
+    context = request.app[CONTEXT]
+    now = asyncio.get_running_loop().time()
+    watches = {}
+    for label, watched in context.watches():
+        watches[label] = {
+            "healthy": watched.healthy,
+            "age_seconds": None
+            if watched.last_success_at is None
+            else round(now - watched.last_success_at, 3),
+            "last_error": watched.last_error,
+        }
+    endpoints = context.book.endpoints()
+    return web.json_response(
+        {
+            "status": "ok",
+            "catalog_version": context.catalogs.version,
+            "endpoints": len(endpoints),
+            "usable_endpoints": sum(context.book.usable_count(m) for m in {e.model for e in endpoints}),
+            "consul": watches,
+        }
+    )
+
+
+async def metrics(request: web.Request) -> web.StreamResponse:
+    body = request.app[CONTEXT].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})

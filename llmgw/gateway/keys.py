@@ -1,0 +1,194 @@
+"""API keys: issuing one, checking a presented one, and per-key rate limits.
+
+Owns:
+
+- ``new_api_key``: a random key and the ``ApiKeyRecord`` to store for it (only the
+  SHA-256 of the key). The key is ``sk-llmgw-<key id>.<secret>``: the id is in the
+  key so a router finds the record by id (one dict lookup) and compares digests in
+  constant time. The key is shown once; nothing can recover it.
+- ``KeyRing``: the records a router knows (from the watched key prefix), indexed
+  by id, and by digest for keys issued without an id in them.
+- ``authenticate``: the ``Authorization`` header to a record, or OpenAI's 401.
+- ``RateLimiter``: requests and tokens per minute per key, token buckets on the
+  event loop's clock (``now`` is a parameter). Limits are per router: with N
+  routers a key may use up to N times its limit.
+
+Must not: log or keep a presented key (errors show its id and a mask only), or
+talk to Consul (the admin API stores what ``new_api_key`` returns).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import math
+import re
+import secrets
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+
+from llmgw.core.records import ApiKeyRecord, secret_sha256
+from llmgw.gateway import errors
+
+KEY_PREFIX = "sk-llmgw-"
+# 64 random bits of id: unique among any number of keys an operator will issue.
+_ID_BYTES = 8
+# 256 random bits of secret: SHA-256 of it is safe to store (no guessing, no tables).
+_SECRET_BYTES = 32
+_PRESENTED = re.compile(r"^sk-llmgw-(k-[0-9a-f]{16})\.[A-Za-z0-9_-]{43}$")
+
+
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    record: ApiKeyRecord
+    key: str = field(repr=False)  # hand to the user once; only its digest is stored
+
+
+def new_api_key(
+    name: str,
+    *,
+    now: float,
+    models: Collection[str] | None = None,
+    requests_per_minute: int | None = None,
+    tokens_per_minute: int | None = None,
+    token_bytes: Callable[[int], bytes] = secrets.token_bytes,
+) -> NewKey:
+    """A fresh key and its record. ``models`` None: every model; a limit None: unlimited."""
+    for limit in (requests_per_minute, tokens_per_minute):
+        if limit is not None and limit < 1:
+            raise ValueError("a per-minute limit must be at least 1, or None for no limit")
+    key_id = "k-" + token_bytes(_ID_BYTES).hex()
+    secret = _urlsafe(token_bytes(_SECRET_BYTES))
+    key = f"{KEY_PREFIX}{key_id}.{secret}"
+    record = ApiKeyRecord(
+        key_id=key_id,
+        name=name,
+        secret_sha256=secret_sha256(key),
+        models=None if models is None else tuple(models),
+        requests_per_minute=requests_per_minute,
+        tokens_per_minute=tokens_per_minute,
+        created_at=now,
+        revoked_at=None,
+    )
+    return NewKey(record=record, key=key)
+
+
+def _urlsafe(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def key_id_of(presented: str) -> str | None:
+    match = _PRESENTED.match(presented)
+    return match.group(1) if match else None
+
+
+def masked(presented: str) -> str:
+    """What an error message may show of a presented key."""
+    key_id = key_id_of(presented)
+    if key_id is not None:
+        return f"{KEY_PREFIX}{key_id}.****"
+    return f"{presented[:6]}****" if len(presented) > 12 else "****"
+
+
+class KeyRing:
+    """The key records this router knows, replaced whole on every change."""
+
+    def __init__(self, records: Mapping[str, ApiKeyRecord] | None = None) -> None:
+        self._by_id: Mapping[str, ApiKeyRecord] = {}
+        self._by_digest: Mapping[str, ApiKeyRecord] = {}
+        self.replace(records or {})
+
+    def replace(self, records: Mapping[str, ApiKeyRecord]) -> None:
+        self._by_id = dict(records)
+        self._by_digest = {r.secret_sha256: r for r in records.values()}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def find(self, presented: str) -> ApiKeyRecord | None:
+        """The record whose digest matches the key (revoked ones too), else None."""
+        digest = secret_sha256(presented)
+        key_id = key_id_of(presented)
+        if key_id is not None:
+            record = self._by_id.get(key_id)
+            if record is not None and hmac.compare_digest(record.secret_sha256, digest):
+                return record
+            return None
+        # A key issued without its id inside: found by digest. A dict lookup by a
+        # SHA-256 of a 256-bit secret leaks nothing an attacker can use.
+        return self._by_digest.get(digest)
+
+
+def authenticate(header: str | None, ring: KeyRing) -> ApiKeyRecord:
+    """The key record for an ``Authorization: Bearer`` header, or the 401 to answer."""
+    if not header:
+        raise errors.missing_key()
+    scheme, _, presented = header.partition(" ")
+    presented = presented.strip()
+    if scheme.lower() != "bearer" or not presented:
+        raise errors.missing_key()
+    record = ring.find(presented)
+    if record is None or record.revoked:
+        raise errors.invalid_key(masked(presented))
+    return record
+
+
+# --- rate limits ----------------------------------------------------------------------------------
+
+
+class _Bucket:
+    """A token bucket holding up to ``limit``, refilled at ``limit`` per minute."""
+
+    __slots__ = ("level", "limit", "stamp")
+
+    def __init__(self, limit: int, now: float) -> None:
+        self.limit = limit
+        self.level = float(limit)
+        self.stamp = now
+
+    def refill(self, limit: int, now: float) -> None:
+        if limit != self.limit:  # the key's limit changed: keep the fill ratio sane
+            self.limit = limit
+            self.level = min(self.level, float(limit))
+        self.level = min(float(limit), self.level + (now - self.stamp) * limit / 60.0)
+        self.stamp = now
+
+    def seconds_until(self, level: float) -> int:
+        return max(1, math.ceil((level - self.level) * 60.0 / self.limit))
+
+
+class RateLimiter:
+    """Per key: a request needs one request token and a non-negative token balance;
+    tokens are charged after the answer, from its ``usage`` (a stream that reports no
+    usage is not charged)."""
+
+    def __init__(self) -> None:
+        self._requests: dict[str, _Bucket] = {}
+        self._tokens: dict[str, _Bucket] = {}
+
+    def admit(self, record: ApiKeyRecord, now: float) -> None:
+        """Take one request, or raise the 429 to answer (with Retry-After)."""
+        if record.tokens_per_minute is not None:
+            bucket = self._bucket(self._tokens, record.key_id, record.tokens_per_minute, now)
+            if bucket.level < 0:
+                raise errors.rate_limited("tokens", record.tokens_per_minute, bucket.seconds_until(0.0))
+        if record.requests_per_minute is not None:
+            bucket = self._bucket(self._requests, record.key_id, record.requests_per_minute, now)
+            if bucket.level < 1:
+                raise errors.rate_limited("requests", record.requests_per_minute, bucket.seconds_until(1.0))
+            bucket.level -= 1
+
+    def charge(self, record: ApiKeyRecord, tokens: int, now: float) -> None:
+        if record.tokens_per_minute is None or tokens <= 0:
+            return
+        bucket = self._bucket(self._tokens, record.key_id, record.tokens_per_minute, now)
+        bucket.level -= tokens
+
+    @staticmethod
+    def _bucket(buckets: dict[str, _Bucket], key_id: str, limit: int, now: float) -> _Bucket:
+        bucket = buckets.get(key_id)
+        if bucket is None:
+            bucket = buckets[key_id] = _Bucket(limit, now)
+        else:
+            bucket.refill(limit, now)
+        return bucket

@@ -1,0 +1,162 @@
+"""The router's metrics: every name, label and bucket, in one module.
+
+Owns: ``RouterMetrics``, a per-app ``CollectorRegistry`` (no global registry, so two
+routers in one test process do not collide) with counters for events, histograms
+for latencies, and gauges read at scrape time from their single owners (the
+endpoint book, the gates, the watches) instead of being updated per request.
+
+Names are ``llmgw_router_*``. Labels are small: model names, replica ids, status
+codes and a handful of fixed reasons; never request ids or key ids.
+
+Must not: count anything by itself or hold routing state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from llmgw.core.records import Endpoint
+
+PREFIX = "llmgw_router_"
+# Latency buckets from 5 ms (a cached short answer) to 10 min (a long generation).
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# Time to first token: finer at the low end, where a router's own overhead shows.
+_TTFT = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# Waiting for an on-demand model: seconds to minutes.
+_LOAD_WAIT = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchHealth:
+    name: str
+    healthy: bool
+    last_success_at: float | None  # event-loop clock
+    generation: int
+
+
+@dataclass(frozen=True)
+class Gauges:
+    """Where scrape-time gauges read from."""
+
+    endpoints: Callable[[], tuple[Endpoint, ...]]
+    in_flight: Callable[[], Mapping[str, int]]  # by service id
+    draining: Callable[[Endpoint], bool]
+    queued: Callable[[], Mapping[str, int]]  # by model
+    watches: Callable[[], tuple[WatchHealth, ...]]
+    now: Callable[[], float]  # event-loop clock
+
+
+class _ScrapeTime(Collector):
+    def __init__(self, gauges: Gauges) -> None:
+        self._gauges = gauges
+
+    def collect(self) -> Iterator[Metric]:
+        g = self._gauges
+        in_flight = g.in_flight()
+        flight = GaugeMetricFamily(
+            PREFIX + "in_flight",
+            "Requests this router has outstanding per endpoint",
+            labels=["model", "replica"],
+        )
+        endpoints = GaugeMetricFamily(
+            PREFIX + "endpoints", "Engine endpoints known from Consul, by state", labels=["model", "state"]
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for endpoint in g.endpoints():
+            flight.add_metric([endpoint.model, endpoint.replica], in_flight.get(endpoint.service_id, 0))
+            state = "draining" if g.draining(endpoint) else str(endpoint.status)
+            counts[(endpoint.model, state)] = counts.get((endpoint.model, state), 0) + 1
+        for (model, state), count in sorted(counts.items()):
+            endpoints.add_metric([model, state], count)
+        yield flight
+        yield endpoints
+        queued = GaugeMetricFamily(PREFIX + "queued", "Requests waiting for a model's slot", labels=["model"])
+        for model, count in sorted(g.queued().items()):
+            queued.add_metric([model], count)
+        yield queued
+        up = GaugeMetricFamily(
+            PREFIX + "consul_watch_up", "1 when the watch's last Consul request succeeded", labels=["watch"]
+        )
+        age = GaugeMetricFamily(
+            PREFIX + "consul_watch_age_seconds",
+            "Seconds since the watch last heard from Consul (the age of what the router routes on)",
+            labels=["watch"],
+        )
+        now = g.now()
+        for watch in g.watches():
+            up.add_metric([watch.name], 1.0 if watch.healthy else 0.0)
+            if watch.last_success_at is not None:
+                age.add_metric([watch.name], max(0.0, now - watch.last_success_at))
+        yield up
+        yield age
+
+
+class RouterMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            PREFIX + "requests", "Requests answered, by model served, replica and HTTP status",
+            ["model", "replica", "status"], registry=r,
+        )  # fmt: skip
+        self.latency = Histogram(
+            PREFIX + "request_seconds", "Time from request to the last byte of the answer",
+            ["model"], buckets=_LATENCY, registry=r,
+        )  # fmt: skip
+        self.ttft = Histogram(
+            PREFIX + "time_to_first_token_seconds", "Streams: time from request to the first byte sent",
+            ["model"], buckets=_TTFT, registry=r,
+        )  # fmt: skip
+        self.tokens = Counter(
+            PREFIX + "tokens", "Tokens from the engines' usage reports", ["model", "kind"], registry=r
+        )
+        self.retries = Counter(
+            PREFIX + "retries",
+            "Tries repeated after a failure before the first byte",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            PREFIX + "fallbacks", "Requests answered by a fallback model", ["requested", "served"], registry=r
+        )
+        self.wakeups = Counter(
+            PREFIX + "wakeups",
+            "Wake-ups of on-demand models sent to the control plane",
+            ["model"],
+            registry=r,
+        )
+        self.load_wait = Histogram(
+            PREFIX + "load_wait_seconds", "Time requests waited for a model to load, by outcome",
+            ["model", "outcome"], buckets=_LOAD_WAIT, registry=r,
+        )  # fmt: skip
+        self.rejections = Counter(
+            PREFIX + "rejections", "Requests refused before routing, by reason", ["reason"], registry=r
+        )
+        self.stream_errors = Counter(
+            PREFIX + "stream_errors", "Streams ended with an error event after their first byte",
+            ["model", "reason"], registry=r,
+        )  # fmt: skip
+        self.client_disconnects = Counter(
+            PREFIX + "client_disconnects",
+            "Requests whose client left before the answer ended",
+            ["model"],
+            registry=r,
+        )
+        self.guard_latency = Histogram(
+            PREFIX + "guard_seconds", "Latency the guard judge added, by verdict",
+            ["policy", "verdict"], buckets=_LATENCY, registry=r,
+        )  # fmt: skip
+        self.demand_reports = Counter(
+            PREFIX + "demand_reports", "Demand reports sent to Consul, by result", ["result"], registry=r
+        )
+
+    def add_gauges(self, gauges: Gauges) -> None:
+        self.registry.register(_ScrapeTime(gauges))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,103 @@
+"""Cross-cutting work around every handler: request id, error envelope, metrics, auth.
+
+Owns:
+
+- ``observe`` (outermost): gives the request its id and arrival time, turns every
+  ``ApiError``, aiohttp HTTP exception (unknown URL, wrong method, body too
+  large) and unexpected exception into OpenAI's error shape (never a traceback
+  to the client; the traceback goes to the log), and counts the request.
+- ``authenticate``: ``Authorization: Bearer`` for everything but the public
+  paths (the chat page, its static files, ``/health``, ``/metrics``). The
+  decision uses the request line's path (``request.path``), which is also what
+  the router matches; never a URL rebuilt from the Host header.
+
+Must not: route, or read bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from llmgw.core.routing import Refusal
+from llmgw.gateway import errors, keys
+from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
+from llmgw.gateway.dispatch import Served
+from llmgw.gateway.errors import ApiError, response_for
+
+log = logging.getLogger("llmgw.gateway")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+PUBLIC_PATHS = frozenset({"/", "/health", "/metrics", "/favicon.ico"})
+PUBLIC_PREFIX = "/static/"
+# The status logged and counted for a client that left before its answer (nginx's).
+CLIENT_CLOSED = 499
+
+
+def is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX)
+
+
+@web.middleware
+async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    context = request.app[CONTEXT]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    request_id = secrets.token_hex(8)
+    served = Served()
+    request[REQUEST_ID] = request_id
+    request[STARTED] = started
+    request[SERVED] = served
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except ApiError as exc:
+        status = exc.refusal.status
+        return response_for(exc.refusal, request_id)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            status = exc.status
+            raise
+        refusal = _refusal_of_http(exc, request)
+        status = refusal.status
+        return response_for(refusal, request_id)
+    except (asyncio.CancelledError, ConnectionError):
+        status = CLIENT_CLOSED
+        raise
+    except Exception:
+        log.exception("request failed request_id=%s path=%s", request_id, request.path)
+        return response_for(errors.internal_error(), request_id)
+    finally:
+        if request.path.startswith("/v1/"):
+            metrics = context.metrics
+            metrics.requests.labels(served.model, served.replica, str(status)).inc()
+            if served.model:
+                metrics.latency.labels(served.model).observe(loop.time() - started)
+            elif status >= 400:
+                metrics.rejections.labels(str(status)).inc()
+
+
+def _refusal_of_http(exc: web.HTTPException, request: web.Request) -> Refusal:
+    if exc.status == 404:
+        return errors.not_found_url(request.method, request.path)
+    if exc.status == 405:
+        return errors.method_not_allowed(request.method, request.path)
+    if exc.status == 413:
+        return errors.body_too_large(request.app[CONTEXT].settings.max_body_bytes)
+    kind = "server_error" if exc.status >= 500 else "invalid_request_error"
+    return Refusal(exc.status, exc.reason, kind, None, retryable=exc.status >= 500)
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    ring = request.app[CONTEXT].keys
+    if ring is not None and not is_public(request.path):
+        request[API_KEY] = keys.authenticate(request.headers.get("Authorization"), ring)
+    return await handler(request)

@@ -1,0 +1,155 @@
+"""The router's ports: what it needs from the outside world, as narrow Protocols.
+
+Owns: the Protocols and ``RouterDeps`` (the one bundle ``create_app`` takes), plus
+``FixedValue`` (a watched value that never changes: a catalog read from a file,
+an empty draining set in development) and ``SystemClock``.
+
+The Consul adapter satisfies them as it is:
+
+- ``watch_endpoints(client)`` is a ``Watched[EndpointSnapshot]``;
+- ``DrainingMarks(client).watch()`` is a ``Watched[Mapping[str, DrainMark]]``;
+- ``ApiKeyStore(client).watch()`` is a ``Watched[Mapping[str, ApiKeyRecord]]``;
+- ``CatalogStore(client).watch()`` is a ``Watched[CatalogVersion | None]``;
+- ``DemandPublisher(client, router_id)`` is a ``DemandSink``.
+
+Must not: import an adapter (the CLI wires them) or aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from llmgw.core.records import ApiKeyRecord, CatalogVersion, DemandReport, DrainMark, EndpointSnapshot
+
+T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T")
+
+
+class Watched(Protocol[T_co]):
+    """The latest value of something kept current by a background loop (a Consul
+    blocking query). The loop keeps the last good value when its source fails and
+    says so through ``healthy``; the router then keeps routing on that value."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def latest(self) -> T_co | None: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def healthy(self) -> bool: ...
+
+    @property
+    def last_error(self) -> str | None: ...
+
+    @property
+    def last_success_at(self) -> float | None:
+        """Event-loop clock of the last answer, None before the first."""
+        ...
+
+    async def wait_changed(self, generation: int) -> T_co:
+        """The value, once more than ``generation`` values have been published."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class DemandSink(Protocol):
+    """Where this router's use of models goes (``llmgw/demand/<router id>``)."""
+
+    async def publish(self, report: DemandReport) -> None: ...
+
+    async def withdraw(self) -> None: ...
+
+
+class Clock(Protocol):
+    def wall(self) -> float:
+        """Unix seconds (demand reports and key records are stamped with it)."""
+        ...
+
+
+class SystemClock:
+    def wall(self) -> float:
+        return time.time()
+
+
+class FixedValue(Watched[T]):
+    """A value that never changes, published once: always healthy."""
+
+    def __init__(self, value: T, name: str = "fixed") -> None:
+        self._value = value
+        self._name = name
+        self._started_at: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def latest(self) -> T:
+        return self._value
+
+    @property
+    def generation(self) -> int:
+        return 1
+
+    @property
+    def healthy(self) -> bool:
+        return True
+
+    @property
+    def last_error(self) -> str | None:
+        return None
+
+    @property
+    def last_success_at(self) -> float | None:
+        return self._started_at
+
+    async def wait_changed(self, generation: int) -> T:
+        if generation < 1:
+            return self._value
+        await asyncio.Event().wait()  # never changes: wait until cancelled
+        raise AssertionError("unreachable")
+
+    async def start(self) -> None:
+        self._started_at = asyncio.get_running_loop().time()
+
+    async def stop(self) -> None:
+        return None
+
+
+class NoDemandSink:
+    """Drops reports: a router without a control plane (a benchmark, a test)."""
+
+    async def publish(self, report: DemandReport) -> None:
+        return None
+
+    async def withdraw(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class RouterDeps:
+    """Everything the router reads from or writes to outside itself.
+
+    The router starts and stops each watched value in its ``cleanup_ctx``.
+    ``api_keys`` None serves without keys (allowed on loopback only; see settings).
+    """
+
+    endpoints: Watched[EndpointSnapshot]
+    catalog: Watched[CatalogVersion | None]
+    draining: Watched[Mapping[str, DrainMark]] = field(
+        default_factory=lambda: FixedValue[Mapping[str, DrainMark]]({}, "draining")
+    )
+    api_keys: Watched[Mapping[str, ApiKeyRecord]] | None = None
+    demand: DemandSink = field(default_factory=NoDemandSink)
+    clock: Clock = field(default_factory=SystemClock)

@@ -1,0 +1,275 @@
+"""How the router runs: every timeout, limit and interval, read from flags and env in one place.
+
+Owns: ``RouterSettings`` (frozen; each default commented with its reason), the
+flag table derived from its fields (``--upstream-idle-timeout`` and
+``LLMGW_ROUTER_UPSTREAM_IDLE_TIMEOUT`` for ``upstream_idle_timeout``), the
+precedence flag > env > default, and validation that names the flag to fix.
+
+Must not: import aiohttp or do I/O, so ``llmgw --help`` stays cheap. Where to reach
+Consul is ``llmgw.settings.ConsulConnection``, not here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+ENV_PREFIX = "LLMGW_ROUTER_"
+
+
+class RouterSettingsError(ValueError):
+    """The settings cannot run; the message lists every problem and the flag to fix."""
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSettings:
+    # --- listening ---------------------------------------------------------------------------
+    host: str = field(default="127.0.0.1", metadata=_help("address to listen on"))
+    port: int = field(default=8080, metadata=_help("port to listen on (0: any free port)"))
+    # This router's name in Consul (its demand key llmgw/demand/<id>); empty: host-port.
+    router_id: str = field(default="", metadata=_help("this router's id in Consul (default HOST-PORT)"))
+    # aiohttp's default of 128 overflows when hundreds of clients connect at once
+    # (a batch job starting): the kernel then drops SYNs and clients stall for a
+    # second or more. Linux silently caps it at net.core.somaxconn (4096 today).
+    backlog: int = field(default=4096, metadata=_help("listen backlog (pending connections)"))
+    # An idle keep-alive connection, and a connection that has not sent a full request
+    # head, is closed after this long (aiohttp's default of 3630 s lets a slowloris
+    # client hold sockets for an hour: in aiohttp this one timer bounds both).
+    keepalive_timeout: float = field(
+        default=15.0, metadata=_help("seconds an idle or unfinished request head may hold a connection")
+    )
+    # Reading a request body slower than this in total is a slow client, not a big prompt.
+    body_read_timeout: float = field(default=30.0, metadata=_help("seconds to read a request body"))
+    # Request bodies above this are refused with 413 (long prompts and image parts fit).
+    max_body_bytes: int = field(default=32 * 1024 * 1024, metadata=_help("largest request body, bytes"))
+    # A client that accepts no bytes of its answer for this long is dropped (its
+    # upstream cancelled): write backpressure alone would hold the stream forever.
+    client_write_timeout: float = field(default=60.0, metadata=_help("seconds a client may stall reading"))
+    # On stop: in-flight requests get this long to finish before they are cancelled.
+    shutdown_timeout: float = field(default=30.0, metadata=_help("seconds in-flight requests get on stop"))
+    # Access logs cost a formatted line per request on the event loop; metrics cover it.
+    access_log: bool = field(default=False, metadata=_help("log every request (off the hot path by default)"))
+    # Without API keys anyone who reaches the port may use every model: allowed
+    # only on a loopback address (development), with a warning.
+    no_auth: bool = field(default=False, metadata=_help("serve without API keys (loopback only)"))
+
+    # --- upstream engines --------------------------------------------------------------------
+    # Engines are on the LAN: a few seconds without a TCP handshake means down.
+    upstream_connect_timeout: float = field(default=5.0, metadata=_help("seconds to connect to an engine"))
+    # Until the engine's response head. A non-streamed answer arrives whole, so this
+    # also bounds a whole non-streamed generation (4k tokens at 20 tokens/s is 200 s).
+    upstream_first_byte_timeout: float = field(
+        default=300.0, metadata=_help("seconds until an engine answers")
+    )
+    # Between two chunks of an answer. No total timeout: aiohttp's 300 s default
+    # total would cut long generations that are making progress.
+    upstream_idle_timeout: float = field(
+        default=120.0, metadata=_help("seconds an engine may go silent mid-answer")
+    )
+    # Connections to all engines together; 0 means no limit. aiohttp's default of
+    # 100 would cap concurrent streams per router at 100; the per-model
+    # concurrency below is the limit that means something.
+    upstream_connection_limit: int = field(default=0, metadata=_help("connections to engines, 0: unlimited"))
+    # Pooled idle connections are closed after this long: under uvicorn's 5 s
+    # keep-alive (vLLM, SGLang), so the engine rarely closes one under us first.
+    upstream_pool_idle: float = field(
+        default=4.0, metadata=_help("seconds an idle engine connection is kept")
+    )
+    # A non-streamed answer larger than this is a broken engine (embeddings of a
+    # big batch are a few MiB).
+    max_response_bytes: int = field(
+        default=64 * 1024 * 1024, metadata=_help("largest non-streamed answer, bytes")
+    )
+
+    # --- retries and fallbacks -----------------------------------------------------------------
+    # Tries on one model's endpoints (the first included) before its fallbacks;
+    # only failures before the first byte reached the client are retried.
+    attempts_per_model: int = field(default=3, metadata=_help("tries per model before its fallbacks"))
+    # Tries for one request across the model and all its fallbacks.
+    attempts_total: int = field(default=6, metadata=_help("tries per request in all"))
+
+    # --- loading on demand -------------------------------------------------------------------
+    # A non-streamed request for an on-demand model with no replica waits this long
+    # for one, then gets 503 model_loading with Retry-After (clients retry).
+    load_wait: float = field(default=5.0, metadata=_help("seconds a request waits for a model to load"))
+    # A streamed request may wait longer: it is kept alive with SSE comments.
+    load_wait_streaming: float = field(
+        default=60.0, metadata=_help("seconds a stream waits for a model to load")
+    )
+    # Spacing of the ": loading model" comments (proxies drop idle connections at 60 s).
+    loading_comment_interval: float = field(default=2.0, metadata=_help("seconds between loading comments"))
+    # Retry-After of model_loading answers.
+    loading_retry_after: int = field(default=10, metadata=_help("Retry-After seconds while a model loads"))
+    # Retry-After of no-capacity and upstream failure answers.
+    unavailable_retry_after: int = field(default=5, metadata=_help("Retry-After seconds without capacity"))
+
+    # --- limits --------------------------------------------------------------------------------
+    # Requests one router forwards to one model at once; more wait in the model's queue.
+    max_concurrency_per_model: int = field(default=1024, metadata=_help("concurrent requests per model"))
+    # Requests waiting for a slot; beyond this a request gets 429 at once.
+    max_queue_per_model: int = field(default=1024, metadata=_help("requests queued per model"))
+    # A queued request that gets no slot in this long gets 429.
+    queue_timeout: float = field(default=30.0, metadata=_help("seconds a request may queue"))
+    # Retry-After of queue-full answers.
+    queue_retry_after: int = field(default=1, metadata=_help("Retry-After seconds when a queue is full"))
+
+    # --- guard ---------------------------------------------------------------------------------
+    # The judge's whole answer (it is short: "safe" or "unsafe\nS1").
+    guard_timeout: float = field(default=10.0, metadata=_help("seconds the guard judge may take"))
+    guard_max_tokens: int = field(default=20, metadata=_help("max_tokens asked of the guard judge"))
+
+    # --- demand reporting ----------------------------------------------------------------------
+    # Use is written to Consul in batches this often (wake-ups go at once): the
+    # control plane's idle timeouts are minutes, so seconds of delay cost nothing.
+    demand_interval: float = field(default=10.0, metadata=_help("seconds between demand reports"))
+
+    def resolved_router_id(self) -> str:
+        return self.router_id or f"{self.host}-{self.port}"
+
+    @property
+    def on_loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    @classmethod
+    def from_env_and_args(
+        cls, environ: Mapping[str, str], namespace: argparse.Namespace | None = None
+    ) -> RouterSettings:
+        """A flag wins over its ``LLMGW_ROUTER_*`` variable, which wins over the default."""
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        given = vars(namespace) if namespace is not None else {}
+        for spec in _FLAGS:
+            if spec.dest in given:
+                values[spec.dest] = given[spec.dest]
+            elif spec.env_name in environ:
+                try:
+                    values[spec.dest] = spec.parse(environ[spec.env_name])
+                except ValueError as exc:
+                    problems.append(f"{spec.env_name}={environ[spec.env_name]!r}: {exc}")
+        if problems:
+            raise RouterSettingsError("; ".join(problems))
+        settings = cls(**values)
+        problems = validate(settings)
+        if problems:
+            raise RouterSettingsError("; ".join(problems))
+        return settings
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected a boolean (true/false/1/0), got {raw!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Flag:
+    flag: str
+    dest: str
+    parse: Callable[[str], Any]
+    help: str
+    default: Any
+    is_switch: bool
+
+    @property
+    def env_name(self) -> str:
+        return ENV_PREFIX + self.dest.upper()
+
+
+def _flag_table() -> tuple[_Flag, ...]:
+    table = []
+    parsers: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "bool": _parse_bool}
+    for spec in fields(RouterSettings):
+        kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
+        table.append(
+            _Flag(
+                flag="--" + spec.name.replace("_", "-"),
+                dest=spec.name,
+                parse=parsers[kind],
+                help=spec.metadata["help"],
+                default=spec.default,
+                is_switch=kind == "bool",
+            )
+        )
+    return tuple(table)
+
+
+_FLAGS = _flag_table()
+
+
+def add_router_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every setting as a flag; absent flags stay absent so env and defaults apply."""
+    for spec in _FLAGS:
+        help_text = f"{spec.help} (default {spec.default!s}; env {spec.env_name})"
+        if spec.is_switch:
+            parser.add_argument(
+                spec.flag,
+                dest=spec.dest,
+                action="store_const",
+                const=True,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                spec.flag, dest=spec.dest, type=spec.parse, default=argparse.SUPPRESS, help=help_text
+            )
+
+
+def validate(settings: RouterSettings) -> list[str]:
+    """Every reason these settings cannot run, each naming its flag."""
+    problems: list[str] = []
+
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    if not 0 <= settings.port <= 65535:
+        problems.append(f"--port must be 0..65535, got {settings.port}")
+    for name in (
+        "keepalive_timeout", "body_read_timeout", "client_write_timeout", "upstream_connect_timeout",
+        "upstream_first_byte_timeout", "upstream_idle_timeout", "upstream_pool_idle",
+        "loading_comment_interval", "queue_timeout", "guard_timeout", "demand_interval",
+    ):  # fmt: skip
+        if getattr(settings, name) <= 0:
+            problems.append(f"{flag(name)} must be > 0, got {getattr(settings, name)}")
+    for name in ("shutdown_timeout", "load_wait", "load_wait_streaming", "upstream_connection_limit"):
+        if getattr(settings, name) < 0:
+            problems.append(f"{flag(name)} must be >= 0, got {getattr(settings, name)}")
+    for name in (
+        "backlog", "max_body_bytes", "max_response_bytes", "attempts_per_model", "attempts_total",
+        "max_concurrency_per_model", "loading_retry_after", "unavailable_retry_after", "queue_retry_after",
+        "guard_max_tokens",
+    ):  # fmt: skip
+        if getattr(settings, name) < 1:
+            problems.append(f"{flag(name)} must be >= 1, got {getattr(settings, name)}")
+    if settings.max_queue_per_model < 0:
+        problems.append(f"--max-queue-per-model must be >= 0, got {settings.max_queue_per_model}")
+    if settings.no_auth and not settings.on_loopback:
+        problems.append(
+            f"--no-auth serves every model to anyone who reaches {settings.host}: it is allowed only on "
+            "a loopback address (127.0.0.1, ::1); create API keys to listen elsewhere"
+        )
+    return problems
+
+
+def with_changes(settings: RouterSettings, **changes: Any) -> RouterSettings:
+    """A copy with some fields changed (tests and benchmarks)."""
+    return replace(settings, **changes)

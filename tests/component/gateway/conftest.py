@@ -1,0 +1,400 @@
+"""Fixtures for the router: real simulated engines (in-process, real loopback sockets)
+behind a real router, with recorded fakes for Consul's watched values and the demand sink.
+
+Every server started here is closed at teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from openai import AsyncOpenAI
+
+from llmgw.core.names import slug
+from llmgw.core.records import (
+    ApiKeyRecord,
+    CatalogVersion,
+    DemandReport,
+    DrainMark,
+    Endpoint,
+    EndpointSnapshot,
+    HealthStatus,
+)
+from llmgw.gateway.app import RouterServer
+from llmgw.gateway.context import CONTEXT
+from llmgw.gateway.ports import RouterDeps
+from llmgw.gateway.settings import RouterSettings
+from llmgw.sim.app import create_app as create_sim_app
+from llmgw.sim.testing import fast_settings
+
+T = TypeVar("T")
+
+CATALOG = """
+models:
+  chat-a:
+    description: the main chat model
+    roles: [chat, completion]
+    profiles: [{engine: vllm, source: org/chat-a}]
+    scaling: {min: 1, max: 2}
+  chat-b:
+    roles: [chat]
+    profiles: [{engine: vllm, source: org/chat-b}]
+    scaling: {min: 1, max: 1}
+  sim-chat:
+    roles: [chat, completion]
+    profiles: [{engine: sim}]
+    scaling: {min: 1, max: 1}
+  sleepy:
+    roles: [chat]
+    profiles: [{engine: sim}]
+    scaling: {min: 0, max: 1}
+  sleepy-fallback:
+    roles: [chat]
+    profiles: [{engine: sim}]
+    scaling: {min: 0, max: 1}
+  switched-off:
+    roles: [chat]
+    profiles: [{engine: sim}]
+    scaling: {min: 0, max: 0}
+  no-scaling:
+    roles: [chat]
+    profiles: [{engine: sim}]
+  embed:
+    roles: [embedding]
+    profiles: [{engine: sim}]
+    scaling: {min: 1, max: 1}
+aliases:
+  gpt-4o-mini: chat-a
+  fast: sim-chat
+fallbacks:
+  chat-a: [chat-b, sim-chat]
+  sleepy-fallback: [sim-chat]
+"""
+
+
+class FakeWatched(Generic[T]):
+    """A watched value the test drives: publish values, make it fail like a Consul outage."""
+
+    def __init__(self, name: str, value: T | None = None) -> None:
+        self._name = name
+        self._latest: T | None = None
+        self._generation = 0
+        self._healthy = False
+        self._last_error: str | None = None
+        self._last_success_at: float | None = None
+        self._changed = asyncio.Event()
+        self.started = 0
+        self.stopped = 0
+        if value is not None:
+            self.publish(value)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def latest(self) -> T | None:
+        return self._latest
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    @property
+    def last_error(self) -> str | None:
+        return self._last_error
+
+    @property
+    def last_success_at(self) -> float | None:
+        return self._last_success_at
+
+    def publish(self, value: T) -> None:
+        self._latest = value
+        self._generation += 1
+        self._healthy = True
+        self._last_success_at = asyncio.get_running_loop().time()
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    def fail(self, error: str) -> None:
+        self._healthy = False
+        self._last_error = error
+
+    async def wait_changed(self, generation: int) -> T:
+        while self._generation <= generation:
+            await self._changed.wait()
+        assert self._latest is not None
+        return self._latest
+
+    async def start(self) -> None:
+        self.started += 1
+
+    async def stop(self) -> None:
+        self.stopped += 1
+
+
+class RecordingSink:
+    """A demand sink that keeps every report."""
+
+    def __init__(self) -> None:
+        self.reports: list[DemandReport] = []
+        self.withdrawn = 0
+        self.fail_with: Exception | None = None
+
+    async def publish(self, report: DemandReport) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.reports.append(report)
+
+    async def withdraw(self) -> None:
+        self.withdrawn += 1
+
+    def wakes(self, model: str) -> list[DemandReport]:
+        return [r for r in self.reports if any(u.model == model and u.wake for u in r.models)]
+
+
+class FixedClock:
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def wall(self) -> float:
+        return self.now
+
+
+def endpoint_for(model: str, port: int, index: int = 0, *, simulated: bool = True) -> Endpoint:
+    return Endpoint(
+        service_id=f"{slug(model)}-{index}",
+        node=f"node-{index}",
+        model=model,
+        model_slug=slug(model),
+        replica=f"{model}-r{index}",
+        alloc_id=f"alloc-{index}",
+        address="127.0.0.1",
+        port=port,
+        engine="sim" if simulated else "vllm",
+        profile=0,
+        simulated=simulated,
+        status=HealthStatus.PASSING,
+    )
+
+
+@dataclass
+class Engine:
+    """One engine behind the router: its server, its endpoint record."""
+
+    server: TestServer | None
+    endpoint: Endpoint
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.url
+
+    async def stats(self, http: aiohttp.ClientSession) -> dict[str, Any]:
+        async with http.get(self.url + "/sim/stats") as response:
+            data: dict[str, Any] = await response.json()
+            return data
+
+    async def fault(self, http: aiohttp.ClientSession, **changes: Any) -> None:
+        async with http.post(self.url + "/sim/fault", json=changes) as response:
+            assert response.status == 200, await response.text()
+
+
+@dataclass
+class Cluster:
+    """Engines and the fake Consul watches the router reads."""
+
+    endpoints: FakeWatched[EndpointSnapshot] = field(
+        default_factory=lambda: FakeWatched("endpoints", EndpointSnapshot((), 1))
+    )
+    draining: FakeWatched[Mapping[str, DrainMark]] = field(
+        default_factory=lambda: FakeWatched("draining", {})
+    )
+    catalog: FakeWatched[CatalogVersion | None] = field(
+        default_factory=lambda: FakeWatched("catalog", CatalogVersion.of(1, CATALOG, "test", 1.0))
+    )
+    keys: FakeWatched[Mapping[str, ApiKeyRecord]] = field(default_factory=lambda: FakeWatched("keys", {}))
+    sink: RecordingSink = field(default_factory=RecordingSink)
+    clock: FixedClock = field(default_factory=FixedClock)
+    engines: list[Engine] = field(default_factory=list)
+    _servers: list[TestServer] = field(default_factory=list)
+    _index: int = 1
+
+    async def add_sim(self, model: str, *, publish: bool = True, **sim: Any) -> Engine:
+        """A real simulated engine serving ``model`` on a free loopback port."""
+        settings = fast_settings(served_model_name=model, **sim)
+        server = TestServer(create_sim_app(settings), host="127.0.0.1")
+        await server.start_server()
+        self._servers.append(server)
+        assert server.port is not None
+        engine = Engine(server, endpoint_for(model, server.port, len(self.engines)))
+        self.engines.append(engine)
+        if publish:
+            self.publish()
+        return engine
+
+    async def add_app(self, model: str, app: web.Application, *, publish: bool = True) -> Engine:
+        """Any aiohttp app as an engine (a recording fake, a misbehaving one)."""
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        self._servers.append(server)
+        assert server.port is not None
+        engine = Engine(server, endpoint_for(model, server.port, len(self.engines), simulated=False))
+        self.engines.append(engine)
+        if publish:
+            self.publish()
+        return engine
+
+    def add_endpoint(self, endpoint: Endpoint, *, publish: bool = True) -> Engine:
+        engine = Engine(None, endpoint)
+        self.engines.append(engine)
+        if publish:
+            self.publish()
+        return engine
+
+    def set_status(self, engine: Engine, status: HealthStatus) -> None:
+        engine.endpoint = replace(engine.endpoint, status=status)
+        self.publish()
+
+    def remove(self, engine: Engine) -> None:
+        self.engines.remove(engine)
+        self.publish()
+
+    def publish(self) -> None:
+        self._index += 1
+        self.endpoints.publish(EndpointSnapshot(tuple(e.endpoint for e in self.engines), self._index))
+
+    def drain(self, engine: Engine) -> None:
+        mark = DrainMark(engine.endpoint.replica, engine.endpoint.model, 1.0, "test")
+        current = dict(self.draining.latest or {})
+        current[mark.job_id] = mark
+        self.draining.publish(current)
+
+    def set_catalog(self, text: str, version: int = 2) -> None:
+        self.catalog.publish(CatalogVersion.of(version, text, "test", 1.0))
+
+    def deps(self, *, with_keys: bool = False) -> RouterDeps:
+        return RouterDeps(
+            endpoints=self.endpoints,
+            catalog=self.catalog,
+            draining=self.draining,
+            api_keys=self.keys if with_keys else None,
+            demand=self.sink,
+            clock=self.clock,
+        )
+
+    async def close(self) -> None:
+        for server in reversed(self._servers):
+            await server.close()
+
+
+def router_settings(**changes: Any) -> RouterSettings:
+    """Loopback, any port, no keys, short waits: a test's router."""
+    base = RouterSettings(
+        host="127.0.0.1",
+        port=0,
+        no_auth=True,
+        load_wait=0.5,
+        load_wait_streaming=1.0,
+        loading_comment_interval=0.1,
+        demand_interval=30.0,
+        shutdown_timeout=1.0,
+        keepalive_timeout=5.0,
+    )
+    return replace(base, **changes)
+
+
+StartRouter = Callable[..., Awaitable[RouterServer]]
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    c = Cluster()
+    yield c
+    await c.close()
+
+
+@pytest.fixture
+async def start_router(cluster: Cluster) -> AsyncIterator[StartRouter]:
+    routers: list[RouterServer] = []
+
+    async def start(*, with_keys: bool = False, **changes: Any) -> RouterServer:
+        if with_keys:
+            changes.setdefault("no_auth", False)
+        router = RouterServer(router_settings(**changes), cluster.deps(with_keys=with_keys))
+        await router.start()
+        routers.append(router)
+        # The catalog and the endpoints are applied by the router's watch loops: wait for both.
+        for _ in range(200):
+            context = router.app[CONTEXT]
+            if context.catalogs.catalog is not None and context.book.generation > 0:
+                break
+            await asyncio.sleep(0.005)
+        return router
+
+    yield start
+    for router in reversed(routers):
+        await router.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+        yield session
+
+
+OpenAIFor = Callable[..., AsyncOpenAI]
+
+
+@pytest.fixture
+async def openai_for() -> AsyncIterator[OpenAIFor]:
+    """The official client pointed at a router (no retries, so every answer reaches the test)."""
+    clients: list[AsyncOpenAI] = []
+
+    def make(router: RouterServer, api_key: str = "sk-none", **options: Any) -> AsyncOpenAI:
+        client = AsyncOpenAI(
+            base_url=router.url + "/v1",
+            api_key=api_key,
+            max_retries=0,
+            timeout=options.pop("timeout", 15.0),
+            **options,
+        )
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+async def eventually(predicate: Callable[[], bool | Awaitable[bool]], within: float = 5.0) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        result = predicate()
+        if not isinstance(result, bool):
+            result = await result
+        if result or loop.time() >= deadline:
+            return result
+        await asyncio.sleep(0.02)
+
+
+def metric_value(text: str, name: str, **labels: str) -> float | None:
+    """The value of one sample in Prometheus text, or None."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            return float(value)
+    return None
