@@ -73,6 +73,8 @@ class QueryMeta:
     index: int  # X-Consul-Index; 0 when the header is missing
     known_leader: bool
     last_contact_ms: int
+    # X-Consul-Results-Filtered-By-ACLs: the token could not see everything asked for.
+    results_filtered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +376,7 @@ def _query_meta(headers: Mapping[str, str]) -> QueryMeta:
         index=number("X-Consul-Index"),
         known_leader=headers.get("X-Consul-KnownLeader", "").lower() == "true",
         last_contact_ms=number("X-Consul-LastContact"),
+        results_filtered=headers.get("X-Consul-Results-Filtered-By-ACLs", "").lower() == "true",
     )
 
 

@@ -125,6 +125,18 @@ class EndpointReader:
 
     def __init__(self) -> None:
         self._warned: dict[str, str] = {}
+        self._filtered = False
+
+    def note_filtered(self, filtered: bool) -> None:
+        """Warn (once per episode) when ACLs hid instances: a router would route to fewer."""
+        if filtered and not self._filtered:
+            log.warning(
+                "Consul hid some %s instances from this token (ACL filtering): give the token "
+                "service:read on %s and node:read on every node",
+                c.ENGINE_SERVICE,
+                c.ENGINE_SERVICE,
+            )
+        self._filtered = filtered
 
     def snapshot(self, entries: list[object], index: int) -> EndpointSnapshot:
         endpoints: list[Endpoint] = []
@@ -166,6 +178,7 @@ def watch_endpoints(client: ConsulClient, settings: WatchSettings | None = None)
         entries, meta = await client.health_service(
             c.ENGINE_SERVICE, index=index, wait=wait, stale=settings.stale
         )
+        reader.note_filtered(meta.results_filtered)
         return reader.snapshot(entries, meta.index), meta.index
 
     return Watch(

@@ -57,12 +57,15 @@ class WatchStatus:
 
 def next_index(previous: int, returned: int) -> int:
     """The index to block on after an answer carrying ``returned``, per Consul's rules:
-    backwards means the data was reset (snapshot restore, the newest key deleted...):
-    start over with a non-blocking read; otherwise never less than 1, so the next
-    request really blocks."""
+    an index below 1 is a Consul bug, and blocking on 1 is always safe (never 0 after
+    an answer, or every request would return at once: a busy loop); backwards means
+    the data was reset (snapshot restore, the newest key deleted...): start over
+    with a non-blocking read."""
+    if returned < 1:
+        return 1
     if returned < previous:
         return 0
-    return max(1, returned)
+    return returned
 
 
 class _TokenBucket:
