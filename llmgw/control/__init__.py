@@ -1,0 +1,36 @@
+"""The control plane: keeps Nomad's jobs equal to the catalog and to demand (see DESIGN.md).
+
+Public face:
+
+- ``run_control_plane(settings, deps)``: run until cancelled (``llmgw serve``).
+- ``ControlPlane(settings, deps)`` with ``start()`` / ``stop()``; ``ControlDeps`` (the ports);
+  ``ControlSettings`` (every interval, timeout and backoff of the loops, with the decisions'
+  ``PlanningSettings`` inside).
+- ``ControlMetrics``: ``llmgw_control_*`` on a registry of its own.
+- ``llmgw.control.ports``: the Protocols the loops depend on; ``llmgw.control.testing``:
+  recorded fakes of them and an in-memory Nomad/Consul simulator for tests.
+
+The decisions themselves are pure and live in ``llmgw.core.planning``.
+"""
+
+from llmgw.control.executing import Executor, LeadershipLost
+from llmgw.control.metrics import ControlMetrics
+from llmgw.control.observing import ClusterView
+from llmgw.control.plane import ControlDeps, ControlPlane, run_control_plane
+from llmgw.control.reconciling import CatalogReader, Reconciler, SpecCache, Trigger
+from llmgw.control.settings import ControlSettings
+
+__all__ = [
+    "CatalogReader",
+    "ClusterView",
+    "ControlDeps",
+    "ControlMetrics",
+    "ControlPlane",
+    "ControlSettings",
+    "Executor",
+    "LeadershipLost",
+    "Reconciler",
+    "SpecCache",
+    "Trigger",
+    "run_control_plane",
+]

@@ -6,7 +6,8 @@ Public face:
   order to apply them, the state to remember, the status in words, and when to look again.
 - ``record_outcomes(state, outcomes, now, settings, capacity_version=)``: fold what the executor
   did (placed, unplaceable, deferred, done, failed) into the state for the next pass.
-- ``desired_from_catalog(catalog, catalog_hash, spec_hash, settings) -> Desired``.
+- ``desired_from_catalog(catalog, catalog_hash, expected_spec, settings) -> Desired``; ``expected_spec``
+  is a ``SpecOracle``: the spec hash the renderer would give a running replica now.
 - the observation values (``Observed``, ``ObservedJob``, ``ObservedAlloc``, ``ObservedNode``),
   the actions (``PlaceReplica``, ``MarkDraining``, ``StopReplica``, ``ClearDrainMark``) and
   outcomes, the status report (``StatusReport``), ``PlanningSettings`` and ``replica_job_id``.
@@ -37,6 +38,7 @@ from llmgw.core.planning.desired import (
     Desired,
     ModelTarget,
     ProfileTarget,
+    SpecOracle,
     claims_conflict,
     desired_from_catalog,
     profile_claim,
@@ -114,6 +116,7 @@ __all__ = [
     "ReplicaId",
     "ReplicaMemo",
     "ReplicaStatus",
+    "SpecOracle",
     "StatusDecodeError",
     "StatusReport",
     "StopReplica",

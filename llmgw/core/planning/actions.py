@@ -49,7 +49,6 @@ class Candidate:
 
     profile_index: int
     fabric: str | None
-    spec_hash: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -282,6 +282,12 @@ class _Pass:
             self.deadlines.append(a.deadline)
         target = self.desired.models.get(memo.model) if self.desired else None
         profile = target.profile(memo.profile_index) if target else None
+        outdated = profile is None
+        if self.desired is not None and profile is not None:
+            expected = self.desired.expected_spec(
+                memo.model, memo.profile_index, memo.replica_id, memo.fabric
+            )
+            outdated = expected is not None and expected != memo.spec_hash
         return _Replica(
             job_id=job_id,
             model=memo.model,
@@ -292,7 +298,7 @@ class _Pass:
             fabric=memo.fabric,
             spec_hash=memo.spec_hash,
             submitted_at=job.submitted_at if job else (memo.registered_at or memo.first_seen),
-            outdated=profile is None or profile.spec_hash != memo.spec_hash,
+            outdated=outdated,
             draining=memo.draining_since is not None,
             stopping=memo.stop_sent_at is not None,
         )
@@ -333,7 +339,7 @@ class _Pass:
     def _model(self, name: str, target: ModelTarget | None, scaled: ScaleDecision | None) -> None:
         memo = self.state.models.get(name, ModelMemo())
         if target is not None:
-            spec_key = tuple(p.spec_hash for p in target.profiles)
+            spec_key = tuple(p.key for p in target.profiles)
             if memo.spec_key and memo.spec_key != spec_key:
                 # A new spec deserves a fresh try: the operator may just have fixed the failure.
                 memo = ModelMemo(scale=memo.scale)
@@ -484,13 +490,15 @@ class _Pass:
         out: list[Candidate] = []
         short: list[str] = []
         for p in target.profiles:
-            if p.nodes > 1 and fabrics:
+            if p.nodes > 1:
+                # A multi-node replica runs on one fabric (node meta llmgw_fabric); only
+                # fabrics with enough ready nodes are worth a plan.
                 fits = [f for f in sorted(fabrics) if fabrics[f] >= p.nodes]
-                out.extend(Candidate(p.index, f, p.spec_hash) for f in fits)
+                out.extend(Candidate(p.index, f) for f in fits)
                 if not fits:
                     short.append(f"profile {p.index} needs {p.nodes} ready nodes on one fabric")
             else:
-                out.append(Candidate(p.index, None, p.spec_hash))
+                out.append(Candidate(p.index, None))
         return tuple(out), "; ".join(short) + f" (fabrics: {_fabric_list(fabrics)})"
 
     def _fabrics(self) -> dict[str, int]:
@@ -633,10 +641,12 @@ class _Pass:
     def _new_replica_id(self, model: str, taken: set[JobId]) -> ReplicaId:
         # Derived from the time, so ids do not repeat across leaders and restarts (a purged
         # job's id reused at once could meet its own stopping allocations).
+        # Lowercase letters and digits, at most 12 (the renderer's rule for replica ids):
+        # "r" and the milliseconds in base 36 (8 digits until the year 2059), then a counter.
         base = _base36(int(self.now * 1000))
         k = 0
         while True:
-            rid = ReplicaId(f"r{base}" if k == 0 else f"r{base}-{k}")
+            rid = ReplicaId(f"r{base}" if k == 0 else f"r{base}{_base36(k)}")
             if replica_job_id(model, rid) not in taken:
                 return rid
             k += 1

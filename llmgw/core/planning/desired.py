@@ -3,16 +3,19 @@ preference with the spec hash each would run, the GPUs they compete for, and the
 
 Owns: reading the catalog into ``Desired`` once per catalog version, the GPU claim of a
 profile (which placements must not be planned from the same snapshot), and which judge
-guards which models. Must not: render jobs (the spec hashes come in from
-``llmgw.render``, computed by the control loop) or decide counts (``llmgw.core.scaling``).
+guards which models. Must not: render jobs (the spec hash a running replica should have
+comes from ``llmgw.render`` through the ``SpecOracle`` the control loop passes in) or
+decide counts (``llmgw.core.scaling``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from llmgw.core.catalog.model import Catalog, Profile
+from llmgw.core.catalog.model import Catalog, Model, Profile
 from llmgw.core.planning.settings import PlanningSettings
 from llmgw.core.scaling import ScalingPolicy
 
@@ -37,10 +40,20 @@ def claims_conflict(a: Claim, b: Claim) -> bool:
     return ANY_GPU in a or ANY_GPU in b or not a.isdisjoint(b)
 
 
+class SpecOracle(Protocol):
+    """The spec hash the renderer gives this replica now (None: it cannot render it now).
+
+    Compared with the ``llmgw_spec_hash`` meta of the running job: different means the
+    catalog or the templates changed what the replica would run, and it rolls.
+    """
+
+    def __call__(self, model: str, profile_index: int, replica_id: str, fabric: str | None) -> str | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ProfileTarget:
     index: int
-    spec_hash: str  # what a replica of this profile runs: "changed?" is a compare
+    key: str  # a hash of the profile as the catalog writes it: changes when the operator edits it
     claim: Claim
     nodes: int  # > 1: a multi-node replica, placed on one fabric
     load_timeout: float
@@ -64,19 +77,27 @@ class ModelTarget:
         return self.profiles[index] if 0 <= index < len(self.profiles) else None
 
 
+def _same_spec(model: str, profile_index: int, replica_id: str, fabric: str | None) -> str | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Desired:
     catalog_hash: str
     models: Mapping[str, ModelTarget] = field(default_factory=dict)
+    # None from the oracle, or no oracle: the running spec is taken as current (never rolls).
+    expected_spec: SpecOracle = _same_spec
 
 
-SpecHasher = Callable[[str, int], str]
+def profile_key(model: Model, index: int) -> str:
+    text = model.profiles[index].model_dump_json(exclude_defaults=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def desired_from_catalog(
-    catalog: Catalog, catalog_hash: str, spec_hash: SpecHasher, settings: PlanningSettings
+    catalog: Catalog, catalog_hash: str, expected_spec: SpecOracle, settings: PlanningSettings
 ) -> Desired:
-    """``spec_hash(model, profile_index)``: the renderer's hash of what that profile runs."""
+    """The catalog, read for planning; ``expected_spec`` answers "what would this replica run now"."""
     guarded: dict[str, list[str]] = {}
     for policy in catalog.guard_policies.values():
         guarded.setdefault(policy.judge, []).extend(policy.models)
@@ -85,7 +106,7 @@ def desired_from_catalog(
         profiles = tuple(
             ProfileTarget(
                 index=i,
-                spec_hash=spec_hash(name, i),
+                key=profile_key(model, i),
                 claim=profile_claim(p),
                 nodes=p.node_count,
                 load_timeout=settings.load_timeout(p.engine, p.load_timeout),
@@ -98,4 +119,4 @@ def desired_from_catalog(
             policy=ScalingPolicy.of(model, settings.default_target_in_flight),
             guarded=tuple(sorted(set(guarded.get(name, ())))),
         )
-    return Desired(catalog_hash=catalog_hash, models=models)
+    return Desired(catalog_hash=catalog_hash, models=models, expected_spec=expected_spec)

@@ -1,0 +1,193 @@
+"""The one place the control plane changes the world: applying a decision's actions, in order.
+
+Owns: turning each action into Nomad and Consul calls, idempotently ("already exists"
+with llmgw's meta and the same spec, and "already gone", are success), and reporting an
+outcome per action. Checks leadership before every change it makes and stops the
+moment it is lost (``LeadershipLost``), so two leaders never act at once.
+
+Must not: decide. Its one rule of its own is the one ``llmgw.core.planning.actions``
+states: after a placement registers, later placements with a conflicting GPU claim in
+the same batch are ``Deferred`` (the next pass plans them from a snapshot that holds the
+first one's allocations).
+
+A placement: render the first candidate (profile, fabric), check the job locally, let
+Nomad parse it, ask Nomad's plan whether it fits; register the first that fits. What
+does not fit is explained in words, per candidate, in the ``Unplaceable`` outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
+
+from llmgw.control.metrics import ControlMetrics
+from llmgw.control.observing import is_managed
+from llmgw.control.ports import Clock, DrainMarksPort, JobRenderer, LeaderPort, NomadPort
+from llmgw.control.settings import ControlSettings
+from llmgw.core import conventions as c
+from llmgw.core.catalog import Catalog
+from llmgw.core.planning import (
+    Action,
+    Claim,
+    ClearDrainMark,
+    Deferred,
+    Done,
+    Failed,
+    MarkDraining,
+    Outcome,
+    Placed,
+    PlaceReplica,
+    StopReplica,
+    Unplaceable,
+    claims_conflict,
+)
+from llmgw.core.records import DrainMark
+from llmgw.render import RenderError, ReplicaRequest
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class LeadershipLost(Exception):
+    """This instance no longer leads: stop acting at once."""
+
+
+class Executor:
+    def __init__(
+        self,
+        nomad: NomadPort,
+        renderer: JobRenderer,
+        marks: DrainMarksPort,
+        leader: LeaderPort,
+        settings: ControlSettings,
+        clock: Clock,
+        metrics: ControlMetrics,
+    ) -> None:
+        self._nomad = nomad
+        self._renderer = renderer
+        self._marks = marks
+        self._leader = leader
+        self._settings = settings
+        self._clock = clock
+        self._metrics = metrics
+
+    async def apply(
+        self, actions: Sequence[Action], catalog: Catalog | None, catalog_hash: str
+    ) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        registered: list[Claim] = []
+        for action in actions:
+            self._check_leader()
+            outcome: Outcome
+            if isinstance(action, PlaceReplica):
+                if any(claims_conflict(action.claim, claim) for claim in registered):
+                    outcome = Deferred(action)
+                elif catalog is None:
+                    outcome = Failed(action, "no catalog to render from")
+                else:
+                    outcome = await self._guard(action, self._place(action, catalog, catalog_hash))
+                    if isinstance(outcome, Placed):
+                        registered.append(action.claim)
+            elif isinstance(action, StopReplica):
+                outcome = await self._guard(action, self._stop(action))
+            elif isinstance(action, MarkDraining):
+                outcome = await self._guard(action, self._mark(action))
+            else:
+                outcome = await self._guard(action, self._clear(action))
+            self._metrics.actions.labels(kind=str(action.kind), outcome=_outcome_name(outcome)).inc()
+            if isinstance(outcome, Failed):
+                log.warning("%s %s failed: %s", action.kind, _subject(action), outcome.error)
+            elif not isinstance(outcome, Deferred):
+                log.info("%s %s: %s", action.kind, _subject(action), _describe(outcome))
+            outcomes.append(outcome)
+        return outcomes
+
+    def _check_leader(self) -> None:
+        if not self._leader.is_leader:
+            raise LeadershipLost("leadership lost; the executor stops before its next action")
+
+    async def _guard(self, action: Action, work: Awaitable[Outcome]) -> Outcome:
+        """Any error of one action is that action's outcome, not the end of the pass."""
+        try:
+            return await work
+        except LeadershipLost:
+            raise
+        except Exception as exc:
+            return Failed(action, f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc))
+
+    async def _call(self, work: Awaitable[T]) -> T:
+        return await asyncio.wait_for(work, self._settings.action_timeout)
+
+    async def _place(self, action: PlaceReplica, catalog: Catalog, catalog_hash: str) -> Outcome:
+        existing = await self._call(self._nomad.job(action.job_id))
+        explanations: list[str] = []
+        for cand in action.candidates:
+            where = f"profile {cand.profile_index}" + (f" on fabric {cand.fabric}" if cand.fabric else "")
+            try:
+                request = ReplicaRequest(action.model, cand.profile_index, action.replica_id, cand.fabric)
+                rendered = self._renderer.render(catalog, request, catalog_hash=catalog_hash)
+                self._renderer.check(rendered, model=action.model)
+            except RenderError as exc:
+                explanations.append(f"{where}: cannot render ({exc})")
+                continue
+            if rendered.job_id != action.job_id:
+                return Failed(
+                    action, f"the renderer names the job {rendered.job_id}, the plan {action.job_id}"
+                )
+            if existing is not None:
+                # A register that went through before a crash or a lost answer: adopt it.
+                meta = existing.get("Meta") or {}
+                if is_managed(existing) and meta.get(c.JOB_META_SPEC_HASH) == rendered.spec_hash:
+                    return Placed(action, cand.profile_index, cand.fabric, rendered.spec_hash)
+                return Failed(action, f"a job {action.job_id} exists already and is not this replica")
+            job = await self._call(self._nomad.parse_hcl(rendered.hcl))
+            plan = await self._call(self._nomad.plan(job))
+            if not plan.feasible:
+                explanations.append(f"{where}: {plan.explanation}")
+                continue
+            self._check_leader()
+            await self._call(self._nomad.register(job))
+            return Placed(action, cand.profile_index, cand.fabric, rendered.spec_hash)
+        return Unplaceable(action, "; ".join(explanations) or "no candidate to try")
+
+    async def _stop(self, action: StopReplica) -> Outcome:
+        existing = await self._call(self._nomad.job(action.job_id))
+        if existing is None:
+            return Done(action)  # already gone
+        if not is_managed(existing):
+            return Failed(action, f"job {action.job_id} does not carry llmgw's meta; llmgw leaves it alone")
+        self._check_leader()
+        await self._call(self._nomad.deregister(action.job_id, purge=True))
+        return Done(action)
+
+    async def _mark(self, action: MarkDraining) -> Outcome:
+        mark = DrainMark(
+            job_id=action.job_id, model=action.model, since=self._clock.time(), reason=action.reason
+        )
+        await self._call(self._marks.set(mark))
+        return Done(action)
+
+    async def _clear(self, action: ClearDrainMark) -> Outcome:
+        await self._call(self._marks.clear(action.job_id))
+        return Done(action)
+
+
+def _outcome_name(outcome: Outcome) -> str:
+    return type(outcome).__name__.lower()
+
+
+def _subject(action: Action) -> str:
+    return str(action.job_id)
+
+
+def _describe(outcome: Outcome) -> str:
+    if isinstance(outcome, Placed):
+        fabric = f" on fabric {outcome.fabric}" if outcome.fabric else ""
+        return f"registered profile {outcome.profile_index}{fabric} ({outcome.action.reason})"
+    if isinstance(outcome, Unplaceable):
+        return f"does not fit: {outcome.explanation}"
+    if isinstance(outcome, Done):
+        return outcome.action.reason
+    return ""

@@ -1,0 +1,317 @@
+"""The reconcile loop: one pass at a time, triggers coalesce, timers come back as values.
+
+Owns: the pass (refresh the Nomad view, read the watched Consul inputs, ``decide``,
+execute, fold the outcomes into the state, publish the status, count metrics), the
+catalog as the planner sees it (loaded and cached per catalog version, with the spec
+oracle that renders what a running replica would run now), and the loop that runs
+passes: after a trigger (debounced), when the decision's ``next_pass_at`` is due, or
+at least every ``idle_pass_interval``.
+
+Must not: decide (``llmgw.core.planning``), talk to Nomad or Consul other than through
+the view, the executor and the ports, or run without a leadership term (``plane``
+starts and cancels it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, replace
+
+from llmgw.control.executing import Executor, LeadershipLost
+from llmgw.control.metrics import ControlMetrics
+from llmgw.control.observing import ClusterView, build_observed, health_by_job
+from llmgw.control.ports import (
+    CatalogText,
+    CatalogWatch,
+    Clock,
+    DemandWatch,
+    DrainMarkWatch,
+    EndpointWatch,
+    InFlightProbe,
+    JobRenderer,
+    StatusSink,
+)
+from llmgw.control.settings import ControlSettings
+from llmgw.core.catalog import Catalog, SecurityPolicy, load_catalog
+from llmgw.core.planning import (
+    EMPTY_STATE,
+    Decision,
+    Desired,
+    JobId,
+    Observed,
+    PlannerState,
+    StatusReport,
+    decide,
+    desired_from_catalog,
+    record_outcomes,
+)
+from llmgw.core.planning.status import to_json
+from llmgw.core.records import HealthStatus
+from llmgw.render import RenderError, ReplicaRequest
+
+log = logging.getLogger(__name__)
+
+CATALOG_FILENAME = "consul:llmgw/catalog/current"
+
+
+class SpecCache:
+    """The ``SpecOracle`` of one catalog version: renders a replica's job and keeps its hash."""
+
+    def __init__(self, renderer: JobRenderer, catalog: Catalog, catalog_hash: str) -> None:
+        self._renderer = renderer
+        self._catalog = catalog
+        self._catalog_hash = catalog_hash
+        self._known: dict[tuple[str, int, str, str | None], str | None] = {}
+
+    def __call__(self, model: str, profile_index: int, replica_id: str, fabric: str | None) -> str | None:
+        key = (model, profile_index, replica_id, fabric)
+        if key not in self._known:
+            try:
+                request = ReplicaRequest(model, profile_index, replica_id, fabric)
+                rendered = self._renderer.render(self._catalog, request, catalog_hash=self._catalog_hash)
+                self._known[key] = rendered.spec_hash
+            except RenderError as exc:
+                # It cannot be rendered now: keep the replica as it is rather than roll into nothing.
+                log.warning("cannot render %s profile %s to compare specs: %s", model, profile_index, exc)
+                self._known[key] = None
+        return self._known[key]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCatalog:
+    """The catalog the planner works from, or why there is none."""
+
+    catalog: Catalog | None
+    desired: Desired | None
+    catalog_hash: str
+    note: str
+
+
+class CatalogReader:
+    """Loads the watched catalog once per version (its sha256)."""
+
+    def __init__(
+        self, watch: CatalogWatch, renderer: JobRenderer, policy: SecurityPolicy, settings: ControlSettings
+    ) -> None:
+        self._watch = watch
+        self._renderer = renderer
+        self._policy = policy
+        self._settings = settings
+        self._cached: tuple[str, PlannedCatalog] | None = None
+
+    def current(self) -> PlannedCatalog:
+        if self._watch.generation == 0:
+            return PlannedCatalog(None, None, "", "the catalog has not been read from Consul yet")
+        version: CatalogText | None = self._watch.latest
+        if version is None:
+            return PlannedCatalog(None, None, "", "no catalog has been applied (llmgw catalog apply)")
+        if self._cached is not None and self._cached[0] == version.sha256:
+            return self._cached[1]
+        result = load_catalog(version.text, filename=CATALOG_FILENAME, policy=self._policy)
+        if result.catalog is None:
+            first = result.errors[0] if result.errors else None
+            planned = PlannedCatalog(
+                None,
+                None,
+                version.sha256,
+                f"catalog version {version.version} does not load"
+                + (f": {first}" if first else "")
+                + "; nothing is placed or stopped until a good one is applied",
+            )
+        else:
+            oracle = SpecCache(self._renderer, result.catalog, version.sha256)
+            desired = desired_from_catalog(result.catalog, version.sha256, oracle, self._settings.planning)
+            planned = PlannedCatalog(result.catalog, desired, version.sha256, "")
+        self._cached = (version.sha256, planned)
+        return planned
+
+
+class Trigger:
+    """Coalescing wake-ups: any number of pokes before the loop looks become one pass."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def poke(self) -> None:
+        self._event.set()
+
+    @property
+    def pending(self) -> bool:
+        return self._event.is_set()
+
+    def take(self) -> bool:
+        was = self._event.is_set()
+        self._event.clear()
+        return was
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+class Reconciler:
+    """Owns the planner state of one leadership term. A new term starts a new Reconciler."""
+
+    def __init__(
+        self,
+        settings: ControlSettings,
+        *,
+        view: ClusterView,
+        executor: Executor,
+        catalog: CatalogReader,
+        endpoints: EndpointWatch,
+        marks: DrainMarkWatch,
+        demand: DemandWatch,
+        status: StatusSink,
+        probe: InFlightProbe,
+        clock: Clock,
+        metrics: ControlMetrics,
+        trigger: Trigger,
+        leader_id: str,
+    ) -> None:
+        self.settings = settings
+        self._view = view
+        self._executor = executor
+        self._catalog = catalog
+        self._endpoints = endpoints
+        self._marks = marks
+        self._demand = demand
+        self._status = status
+        self._probe = probe
+        self._clock = clock
+        self._metrics = metrics
+        self._trigger = trigger
+        self._leader_id = leader_id
+        self.state: PlannerState = EMPTY_STATE
+        self.last: Decision | None = None
+        self.passes = 0
+        self._published: tuple[str, float] | None = None
+
+    async def run_pass(self) -> Decision:
+        """Observe, decide, act, remember, publish: one pass."""
+        started = time.perf_counter()
+        await self._view.refresh()
+        planned = self._catalog.current()
+        now = self._clock.time()
+        observed = await self._observe(now)
+        t0 = time.perf_counter()
+        decision = decide(planned.desired, observed, self.state, now, self.settings.planning)
+        self._metrics.decide_seconds.observe(time.perf_counter() - t0)
+        # The decision's state is the memory from here on, even if acting fails half-way.
+        self.state = decision.state
+        outcomes = await self._executor.apply(decision.actions, planned.catalog, planned.catalog_hash)
+        self.state = record_outcomes(
+            decision.state,
+            outcomes,
+            self._clock.time(),
+            self.settings.planning,
+            capacity_version=observed.capacity_version,
+        )
+        report = replace(decision.status, leader=self._leader_id, note=decision.status.note or planned.note)
+        await self._publish(report)
+        self._metrics.observe_status(report.models)
+        self._metrics.pass_seconds.observe(time.perf_counter() - started)
+        self.last = decision
+        self.passes += 1
+        return decision
+
+    async def _observe(self, now: float) -> Observed:
+        jobs, nodes = self._view.snapshot()
+        endpoints = self._endpoints.latest
+        marks = self._marks.latest or {}
+        in_flight: dict[JobId, int] = {}
+        # Ask the engines of draining replicas how much they still serve.
+        health = health_by_job(endpoints)
+        for job_id in marks:
+            jid = JobId(job_id)
+            if health.get(jid) is not HealthStatus.PASSING or endpoints is None:
+                continue
+            endpoint = next((e for e in endpoints.endpoints if e.replica == job_id and e.passing), None)
+            if endpoint is None:
+                continue
+            with contextlib.suppress(Exception):
+                count = await asyncio.wait_for(self._probe.in_flight(endpoint), self.settings.probe_timeout)
+                if count is not None:
+                    in_flight[jid] = count
+        demand = (self._demand.latest or {}).values()
+        return build_observed(
+            jobs,
+            nodes,
+            endpoints=endpoints,
+            marks=marks,
+            demand=demand,
+            in_flight=in_flight,
+            capacity_version=self._view.capacity_version,
+            now=now,
+            demand_stale_after=self.settings.planning.demand_stale_after,
+        )
+
+    async def _publish(self, report: StatusReport) -> None:
+        text = to_json(report)
+        comparable = to_json(replace(report, generated_at=0.0))
+        now = self._clock.time()
+        if (
+            self._published is not None
+            and self._published[0] == comparable
+            and now - self._published[1] < self.settings.status_refresh
+        ):
+            return
+        try:
+            await self._status.publish(text)
+            self._published = (comparable, now)
+        except Exception as exc:  # the status is advisory: never fail a pass for it
+            log.warning("could not publish the status: %s", exc)
+
+    async def run(self) -> None:
+        """Passes until cancelled or leadership is lost."""
+        s = self.settings
+        failures = 0
+        wake_at: float | None = None  # wall time of the next due pass
+        last_start: float | None = None
+        self._trigger.poke()  # the first pass at once
+        while True:
+            now = self._clock.time()
+            wait_for = s.idle_pass_interval if wake_at is None else max(0.0, wake_at - now)
+            triggered = await self._wait(wait_for)
+            if triggered:
+                await self._clock.sleep(s.debounce)
+            if last_start is not None:
+                gap = s.min_pass_interval - (self._clock.time() - last_start)
+                if gap > 0:
+                    await self._clock.sleep(gap)
+            self._trigger.take()
+            last_start = self._clock.time()
+            try:
+                decision = await self.run_pass()
+            except LeadershipLost:
+                log.info("leadership lost during a pass; stopping")
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                delay = min(s.pass_retry * 2 ** min(failures - 1, 16), s.pass_retry_max)
+                self._metrics.passes.labels(result="error").inc()
+                log.warning("reconcile pass failed (%s); retrying in %.1fs", exc, delay)
+                wake_at = self._clock.time() + delay
+                continue
+            failures = 0
+            self._metrics.passes.labels(result="ok").inc()
+            wake_at = decision.next_pass_at
+
+    async def _wait(self, seconds: float) -> bool:
+        """True if poked, False if the timeout passed first."""
+        if self._trigger.pending:
+            return True
+        waiter = asyncio.ensure_future(self._trigger.wait())
+        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
+        try:
+            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiter, sleeper):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return self._trigger.pending
