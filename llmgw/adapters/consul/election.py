@@ -187,15 +187,18 @@ class LeaderElection:
         if session is None:
             return
         try:
-            await self._client.kv_put(self._key, self._instance.encode("utf-8"), release=session)
-            await self._client.session_destroy(session)
-        except ConsulError as exc:
+            await asyncio.wait_for(self._release(session), self._settings.release_timeout)
+        except (ConsulError, TimeoutError) as exc:
             log.warning(
                 "leader election %s: could not release the lock cleanly (%s); it frees itself when the "
                 "session times out",
                 self._instance,
-                exc,
+                str(exc) or "no answer in time",
             )
+
+    async def _release(self, session: str) -> None:
+        await self._client.kv_put(self._key, self._instance.encode("utf-8"), release=session)
+        await self._client.session_destroy(session)
 
     async def __aenter__(self) -> LeaderElection:
         await self.start()

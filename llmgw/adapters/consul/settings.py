@@ -102,6 +102,9 @@ class ElectionSettings:
     # The blocking query on the leader key while leading or waiting: shorter than
     # the watchers' wait so a hung connection is noticed well within one TTL.
     key_wait: float = 10.0
+    # A clean stop releases the lock and destroys the session; if Consul does not
+    # answer within this long, give up (the session then times out by itself).
+    release_timeout: float = 5.0
 
     @property
     def renew_every(self) -> float:
@@ -119,5 +122,5 @@ class ElectionSettings:
                 f"ElectionSettings.lock_delay ({self.lock_delay}s) must be at least the ttl ({self.ttl}s): "
                 "otherwise a new leader may act before an old one that missed its loss has stopped"
             )
-        if self.acquire_retry_interval <= 0 or self.backoff_initial <= 0 or self.key_wait <= 0:
+        if min(self.acquire_retry_interval, self.backoff_initial, self.key_wait, self.release_timeout) <= 0:
             raise ConsulSettingsError("ElectionSettings: intervals must be positive")
