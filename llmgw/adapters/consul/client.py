@@ -33,7 +33,7 @@ import aiohttp
 from yarl import URL
 
 from llmgw.adapters.consul.settings import ClientSettings
-from llmgw.settings import ConsulConnection
+from llmgw.settings import ConsulConnection, SettingsError
 
 TOKEN_HEADER: Final = "X-Consul-Token"  # noqa: S105 (a header name, not a secret)
 # Consul's own limit on a blocking wait (longer ones are cut to this).
@@ -92,14 +92,23 @@ class KvEntry:
 
 def tls_context(connection: ConsulConnection) -> ssl.SSLContext | None:
     """The TLS context CONSUL_CACERT / CONSUL_CLIENT_CERT / CONSUL_CLIENT_KEY /
-    CONSUL_HTTP_SSL_VERIFY describe, or None for plain http. Raises OSError or
-    ssl.SSLError when a file is missing or not PEM."""
+    CONSUL_HTTP_SSL_VERIFY describe, or None for plain http. Raises SettingsError
+    naming the variable when a file is missing or not PEM."""
     if connection.scheme != "https":
         return None
     tls = connection.tls
-    context = ssl.create_default_context(cafile=tls.ca_cert)
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_cert)
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(f"CONSUL_CACERT={tls.ca_cert!r}: cannot use it as a CA file ({exc})") from None
     if tls.client_cert:
-        context.load_cert_chain(tls.client_cert, tls.client_key)
+        try:
+            context.load_cert_chain(tls.client_cert, tls.client_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise SettingsError(
+                f"CONSUL_CLIENT_CERT={tls.client_cert!r} / CONSUL_CLIENT_KEY={tls.client_key!r}: "
+                f"cannot load them as a PEM certificate and key ({exc})"
+            ) from None
     if not tls.verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

@@ -23,6 +23,7 @@ from llmgw.adapters.consul import (
     watch_endpoints,
 )
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
+from llmgw.settings import SettingsError
 
 if TYPE_CHECKING:
     from conftest import Engines, Eventually
@@ -270,6 +271,19 @@ async def test_tls_with_ca_client_certificate_and_server_name(
     async with connector(url, **no_client_cert) as client:
         with pytest.raises((ConsulUnavailable, ConsulRejected)):
             await client.kv_put("k", b"v")
+
+
+async def test_unreadable_tls_files_are_named_at_start(
+    pki: Pki, tmp_path: Path, connector: Callable[..., ConsulClient]
+) -> None:
+    missing = connector("https://127.0.0.1:1", CONSUL_CACERT=str(tmp_path / "nope.pem"))
+    with pytest.raises(SettingsError, match="CONSUL_CACERT="):
+        await missing.start()
+    not_a_key = connector(
+        "https://127.0.0.1:1", CONSUL_CLIENT_CERT=str(pki.client_cert), CONSUL_CLIENT_KEY=str(pki.ca)
+    )
+    with pytest.raises(SettingsError, match="CONSUL_CLIENT_CERT="):
+        await not_a_key.start()
 
 
 async def test_closing_twice_and_using_after_close(connector: Callable[..., ConsulClient]) -> None:

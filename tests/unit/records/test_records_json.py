@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -203,8 +204,6 @@ def test_hostile_documents_are_refused_with_a_message(kind: Any, document: str, 
 
 
 def _escape(text: str) -> str:
-    import re
-
     return re.escape(text)
 
 
