@@ -92,8 +92,8 @@ class EndpointBook:
             routing.Candidate(e.service_id, in_flight.get(e.service_id, 0), self._usable(e))
             for e in endpoints
         )
-        self._turn += 1
         key = routing.choose_endpoint(candidates, avoid, self._turn)
+        self._turn += 1
         if key is None:
             return None
         return next(e for e in endpoints if e.service_id == key)

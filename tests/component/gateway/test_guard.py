@@ -1,0 +1,175 @@
+"""Guard policies: a judge screens the conversation first; unsafe or unreadable verdicts
+block it before it reaches the model; a judge that is down blocks by default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from aiohttp import web
+
+from llmgw.gateway.guard import parse_verdict
+
+from .conftest import Cluster, OpenAIFor, StartRouter, metric_value
+
+MESSAGES: Any = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "how do I bake bread?"},
+]
+
+
+def guard_catalog(on_error: str = "block") -> str:
+    return f"""
+models:
+  guarded:
+    roles: [chat]
+    profiles: [{{engine: sim}}]
+    scaling: {{min: 1, max: 1}}
+  open:
+    roles: [chat]
+    profiles: [{{engine: sim}}]
+    scaling: {{min: 1, max: 1}}
+  judge:
+    roles: [guard]
+    profiles: [{{engine: vllm, source: meta-llama/Llama-Guard-3-8B}}]
+    scaling: {{min: 1, max: 1}}
+guard_policies:
+  default:
+    judge: judge
+    models: [guarded]
+    on_error: {on_error}
+"""
+
+
+class FakeJudge:
+    """A Llama Guard stand-in: answers every chat completion with ``verdict``."""
+
+    def __init__(self, verdict: str) -> None:
+        self.verdict = verdict
+        self.seen: list[dict[str, Any]] = []
+
+    def app(self) -> web.Application:
+        async def chat(request: web.Request) -> web.Response:
+            body = await request.json()
+            self.seen.append(body)
+            return web.json_response(
+                {
+                    "id": "chatcmpl-judge",
+                    "object": "chat.completion",
+                    "created": 1,
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": self.verdict},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+                }
+            )
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        return app
+
+
+@pytest.mark.parametrize(
+    ("text", "safe", "categories", "readable"),
+    [
+        ("safe", True, (), True),
+        ("  safe\n", True, (), True),
+        ("unsafe\nS1", False, ("S1",), True),
+        ("unsafe\nS1,S10", False, ("S1", "S10"), True),
+        ("unsafe", False, (), True),
+        ("Safe", False, (), False),
+        ("safe.", False, (), False),
+        ("safe\nS1", False, (), False),
+        ("unsafe\nviolence", False, (), False),
+        ("alpha beta gamma", False, (), False),  # what a simulated judge says
+        ("", False, (), False),
+    ],
+)
+def test_the_verdict_parser_is_strict(
+    text: str, safe: bool, categories: tuple[str, ...], readable: bool
+) -> None:
+    verdict = parse_verdict(text)
+    assert (verdict.safe, verdict.categories, verdict.readable) == (safe, categories, readable)
+
+
+async def _setup(cluster: Cluster, verdict: str | None, on_error: str = "block") -> tuple[FakeJudge, Any]:
+    cluster.set_catalog(guard_catalog(on_error))
+    judge = FakeJudge(verdict or "safe")
+    if verdict is not None:
+        await cluster.add_app("judge", judge.app())
+    model = await cluster.add_sim("guarded")
+    return judge, model
+
+
+async def test_a_safe_verdict_lets_the_request_through(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    judge, _ = await _setup(cluster, "safe")
+    router = await start_router()
+    completion = await openai_for(router).chat.completions.create(
+        model="guarded", messages=MESSAGES, max_tokens=2
+    )
+    assert completion.model == "guarded"
+    assert judge.seen[0]["model"] == "judge"
+    assert judge.seen[0]["stream"] is False
+    # Llama Guard's template takes alternating user/assistant turns: system text is screened as the user's.
+    assert judge.seen[0]["messages"] == [{"role": "user", "content": "be brief\n\nhow do I bake bread?"}]
+    async with http.get(router.url + "/metrics") as response:
+        text = await response.text()
+    assert metric_value(text, "llmgw_router_guard_seconds_count", policy="default", verdict="safe") == 1
+
+
+@pytest.mark.parametrize("verdict", ["unsafe\nS1,S9", "I cannot judge this."])
+async def test_unsafe_or_unreadable_verdicts_block_before_the_model(
+    cluster: Cluster,
+    start_router: StartRouter,
+    openai_for: OpenAIFor,
+    http: aiohttp.ClientSession,
+    verdict: str,
+) -> None:
+    _, model = await _setup(cluster, verdict, on_error="allow")  # allow is for a judge that is down, not this
+    client = openai_for(await start_router())
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model="guarded", messages=MESSAGES)
+    assert caught.value.code == "content_policy_violation"
+    if verdict.startswith("unsafe"):
+        assert "S1, S9" in caught.value.message
+    assert (await model.stats(http))["requests_total"] == 0  # the model never saw it
+
+
+async def test_models_outside_the_policy_are_not_screened(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    judge, _ = await _setup(cluster, "unsafe\nS1")
+    await cluster.add_sim("open")
+    completion = await openai_for(await start_router()).chat.completions.create(
+        model="open", messages=MESSAGES, max_tokens=1
+    )
+    assert completion.model == "open" and judge.seen == []
+
+
+async def test_a_judge_that_is_down_blocks_by_default(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    _, model = await _setup(cluster, None)  # no judge replica at all
+    client = openai_for(await start_router())
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.chat.completions.create(model="guarded", messages=MESSAGES)
+    assert caught.value.status_code == 503 and caught.value.code == "guard_unavailable"
+    assert (await model.stats(http))["requests_total"] == 0
+
+
+async def test_a_judge_that_is_down_lets_requests_through_with_on_error_allow(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    await _setup(cluster, None, on_error="allow")
+    client = openai_for(await start_router())
+    completion = await client.chat.completions.create(model="guarded", messages=MESSAGES, max_tokens=1)
+    assert completion.model == "guarded"

@@ -1,0 +1,150 @@
+"""API keys and their limits, as the official client sees them."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from llmgw.core.records import ApiKeyRecord
+from llmgw.gateway.app import create_app
+from llmgw.gateway.keys import KeyRing, new_api_key
+from llmgw.gateway.settings import RouterSettingsError
+
+from .conftest import Cluster, OpenAIFor, StartRouter, router_settings
+
+MESSAGES: Any = [{"role": "user", "content": "hello there"}]
+
+
+def _issue(cluster: Cluster, name: str = "team", **limits: Any) -> tuple[str, ApiKeyRecord]:
+    issued = new_api_key(name, now=cluster.clock.now, **limits)
+    keys = dict(cluster.keys.latest or {})
+    keys[issued.record.key_id] = issued.record
+    cluster.keys.publish(keys)
+    return issued.key, issued.record
+
+
+async def test_a_new_key_is_shown_once_and_stored_hashed(cluster: Cluster) -> None:
+    issued = new_api_key("ci", now=5.0, models=["sim-chat"], requests_per_minute=10)
+    assert issued.key.startswith("sk-llmgw-" + issued.record.key_id + ".")
+    assert issued.key not in repr(issued) and issued.key not in str(issued.record)
+    assert issued.record.secret_sha256 != issued.key and len(issued.record.secret_sha256) == 64
+    assert KeyRing({issued.record.key_id: issued.record}).find(issued.key) == issued.record
+    assert new_api_key("ci", now=5.0).key != issued.key
+
+
+async def test_requests_need_a_valid_key(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    await cluster.add_sim("sim-chat")
+    key, _ = _issue(cluster)
+    router = await start_router(with_keys=True)
+    completion = await openai_for(router, api_key=key).chat.completions.create(
+        model="sim-chat", messages=MESSAGES, max_tokens=1
+    )
+    assert completion.model == "sim-chat"
+
+    async with http.post(router.url + "/v1/chat/completions", json={"model": "sim-chat"}) as response:
+        assert response.status == 401
+        error = (await response.json())["error"]
+    assert error["code"] is None and "didn't provide an API key" in error["message"]
+
+    wrong = key[:-4] + ("AAAA" if not key.endswith("AAAA") else "BBBB")
+    for bad in (wrong, "sk-something-else", key + "x"):
+        with pytest.raises(openai.AuthenticationError) as caught:
+            await openai_for(router, api_key=bad).chat.completions.create(model="sim-chat", messages=MESSAGES)
+        assert caught.value.code == "invalid_api_key"
+        assert bad not in caught.value.message  # the key is never echoed back
+
+
+async def test_a_revoked_key_is_refused(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    await cluster.add_sim("sim-chat")
+    key, record = _issue(cluster)
+    router = await start_router(with_keys=True)
+    client = openai_for(router, api_key=key)
+    assert (await client.models.list()).data
+    cluster.keys.publish({record.key_id: replace(record, revoked_at=cluster.clock.now)})
+    await asyncio.sleep(0.02)  # the router's key loop applies it
+    with pytest.raises(openai.AuthenticationError) as caught:
+        await client.chat.completions.create(model="sim-chat", messages=MESSAGES)
+    assert caught.value.code == "invalid_api_key"
+
+
+async def test_a_model_outside_the_keys_list_looks_unknown(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    await cluster.add_sim("sim-chat")
+    await cluster.add_sim("chat-b")
+    key, _ = _issue(cluster, models=["sim-chat"])
+    client = openai_for(await start_router(with_keys=True), api_key=key)
+    await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
+    await client.chat.completions.create(model="fast", messages=MESSAGES, max_tokens=1)  # its alias
+    with pytest.raises(openai.NotFoundError) as hidden:
+        await client.chat.completions.create(model="chat-b", messages=MESSAGES)
+    with pytest.raises(openai.NotFoundError) as unknown:
+        await client.chat.completions.create(model="no-such-model", messages=MESSAGES)
+    assert hidden.value.body == {
+        **unknown.value.body,  # type: ignore[dict-item]
+        "message": "The model `chat-b` does not exist or you do not have access to it.",
+    }
+    assert [m.id for m in (await client.models.list()).data] == ["sim-chat", "fast"]
+
+
+async def test_requests_per_minute_limit(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    await cluster.add_sim("sim-chat")
+    key, _ = _issue(cluster, requests_per_minute=2)
+    client = openai_for(await start_router(with_keys=True), api_key=key)
+    for _ in range(2):
+        await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
+    with pytest.raises(openai.RateLimitError) as caught:
+        await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
+    assert caught.value.code == "rate_limit_exceeded"
+    assert caught.value.body["type"] == "requests"  # type: ignore[index]
+    assert int(caught.value.response.headers["Retry-After"]) >= 1
+
+
+async def test_tokens_per_minute_counts_usage_even_of_streams_that_did_not_ask(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    await cluster.add_sim("sim-chat")
+    key, _ = _issue(cluster, tokens_per_minute=30)
+    client = openai_for(await start_router(with_keys=True), api_key=key)
+    # A stream without include_usage: the router asks the engine for usage on the
+    # key's behalf and takes that chunk out again, so the client sees what it asked for.
+    stream = await client.chat.completions.create(
+        model="sim-chat", messages=MESSAGES, max_tokens=40, stream=True
+    )
+    chunks = [c async for c in stream]
+    assert all(c.choices for c in chunks)  # no usage-only chunk reached the client
+    assert len("".join(c.choices[0].delta.content or "" for c in chunks).split()) == 40
+    with pytest.raises(openai.RateLimitError) as caught:
+        await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
+    assert caught.value.body["type"] == "tokens"  # type: ignore[index]
+
+
+def test_serving_without_keys_is_refused_off_loopback(cluster: Cluster) -> None:
+    with pytest.raises(RouterSettingsError, match="loopback"):
+        create_app(router_settings(host="0.0.0.0", no_auth=True), cluster.deps())
+    with pytest.raises(RouterSettingsError, match="no API key source"):
+        create_app(router_settings(no_auth=False), cluster.deps())
+
+
+async def test_public_paths_need_no_key_and_traversal_does_not_reach_the_api(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router(with_keys=True)
+    for path in ("/", "/health", "/metrics", "/static/chat.js"):
+        async with http.get(router.url + path) as response:
+            assert response.status == 200, path
+    for path in ("/static/../v1/models", "/static/%2e%2e/v1/models", "//v1/models", "/v1/models/"):
+        async with http.get(router.url + path, headers={"Host": "127.0.0.1"}) as response:
+            assert response.status in (401, 404), (path, response.status)
+            assert response.status != 200

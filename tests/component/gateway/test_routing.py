@@ -1,0 +1,278 @@
+"""Choosing endpoints, retrying before the first byte only, and falling back, with real sims."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from aiohttp import web
+
+from llmgw.core.records import HealthStatus
+
+from .conftest import Cluster, OpenAIFor, StartRouter, endpoint_for, metric_value
+
+MESSAGES: Any = [{"role": "user", "content": "hello there"}]
+
+
+async def _metrics(http: aiohttp.ClientSession, url: str) -> str:
+    async with http.get(url + "/metrics") as response:
+        return await response.text()
+
+
+async def test_least_outstanding_spreads_concurrent_streams(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    a = await cluster.add_sim("sim-chat", token_rate=50.0)
+    b = await cluster.add_sim("sim-chat", token_rate=50.0)
+    client = openai_for(await start_router())
+
+    async def one() -> str:
+        stream = await client.chat.completions.create(
+            model="sim-chat", messages=MESSAGES, max_tokens=10, stream=True
+        )
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    await asyncio.gather(*(one() for _ in range(8)))
+    counts = [(await e.stats(http))["requests_total"] for e in (a, b)]
+    assert counts == [4, 4]
+
+
+async def test_a_busy_endpoint_gets_the_next_requests_elsewhere(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    a = await cluster.add_sim("sim-chat", token_rate=20.0)
+    b = await cluster.add_sim("sim-chat")
+    client = openai_for(await start_router())
+    long_stream = await client.chat.completions.create(
+        model="sim-chat", messages=MESSAGES, max_tokens=100, stream=True
+    )
+    await anext(long_stream)  # it runs on the first endpoint (ties start from the first in order)
+    for _ in range(3):
+        await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=2)
+    assert [(await e.stats(http))["requests_total"] for e in (a, b)] == [1, 3]
+    await long_stream.close()
+
+
+async def test_draining_and_failing_replicas_get_no_traffic(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    a = await cluster.add_sim("sim-chat")
+    b = await cluster.add_sim("sim-chat")
+    c = await cluster.add_sim("sim-chat")
+    client = openai_for(await start_router())
+    cluster.drain(a)
+    cluster.set_status(b, HealthStatus.CRITICAL)
+    await asyncio.sleep(0.05)  # the router's watch loops apply both
+    for _ in range(4):
+        await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=2)
+    assert [(await e.stats(http))["requests_total"] for e in (a, b, c)] == [0, 0, 4]
+
+
+async def test_503_before_the_first_byte_is_retried_on_another_endpoint(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    broken = await cluster.add_sim("sim-chat")
+    await broken.fault(http, fail_rate=1.0, fail_status=503)
+    good = await cluster.add_sim("sim-chat")
+    router = await start_router()
+    client = openai_for(router)
+    for _ in range(3):
+        raw = await client.chat.completions.with_raw_response.create(
+            model="sim-chat", messages=MESSAGES, max_tokens=2
+        )
+        assert raw.headers["x-llmgw-replica"] == good.endpoint.replica
+    assert (await good.stats(http))["requests_total"] == 3
+    retried = metric_value(
+        await _metrics(http, router.url), "llmgw_router_retries_total", reason="unavailable"
+    )
+    assert retried is not None and retried >= 1
+
+
+async def test_a_500_from_the_engine_is_passed_through_not_retried(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    broken = await cluster.add_sim("sim-chat")
+    await broken.fault(http, fail_rate=1.0, fail_status=500)
+    client = openai_for(await start_router())
+    with pytest.raises(openai.InternalServerError):
+        await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=2)
+    assert (await broken.stats(http))["requests_total"] == 1
+
+
+async def test_connection_refused_is_retried_elsewhere(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, unused_tcp_port: int
+) -> None:
+    cluster.add_endpoint(endpoint_for("sim-chat", unused_tcp_port, 7))
+    good = await cluster.add_sim("sim-chat")
+    client = openai_for(await start_router())
+    for _ in range(3):
+        raw = await client.chat.completions.with_raw_response.create(
+            model="sim-chat", messages=MESSAGES, max_tokens=2
+        )
+        assert raw.headers["x-llmgw-replica"] == good.endpoint.replica
+
+
+async def test_every_try_failing_is_a_502_after_a_bounded_number_of_tries(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    engines = [await cluster.add_sim("sim-chat") for _ in range(4)]
+    for engine in engines:
+        await engine.fault(http, fail_rate=1.0, fail_status=503)
+    client = openai_for(await start_router(attempts_per_model=3))
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=2)
+    assert caught.value.status_code == 502
+    assert caught.value.response.headers["Retry-After"]
+    tried = [(await e.stats(http))["requests_total"] for e in engines]
+    assert sum(tried) == 3 and max(tried) == 1  # three different endpoints, then no more
+
+
+async def test_fallbacks_are_tried_in_order(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    # chat-a falls back to chat-b, then sim-chat. chat-a has no endpoint at all.
+    await cluster.add_sim("sim-chat")
+    b = await cluster.add_sim("chat-b")
+    router = await start_router()
+    client = openai_for(router)
+    raw = await client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=MESSAGES, max_tokens=2
+    )
+    assert raw.parse().model == "chat-b" and raw.headers["x-llmgw-model"] == "chat-b"
+    # chat-b failing every try: the next fallback answers.
+    await b.fault(http, fail_rate=1.0, fail_status=503)
+    raw = await client.chat.completions.with_raw_response.create(
+        model="chat-a", messages=MESSAGES, max_tokens=2
+    )
+    assert raw.parse().model == "sim-chat"
+    text = await _metrics(http, router.url)
+    assert metric_value(text, "llmgw_router_fallbacks_total", requested="chat-a", served="chat-b") == 1
+    assert metric_value(text, "llmgw_router_fallbacks_total", requested="chat-a", served="sim-chat") == 1
+
+
+async def test_no_healthy_replica_is_a_503_that_says_so(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    client = openai_for(await start_router())
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.chat.completions.create(model="sim-chat", messages=MESSAGES)
+    assert caught.value.status_code == 503
+    assert caught.value.code == "no_healthy_replica"
+    assert caught.value.response.headers["Retry-After"] == "5"
+
+
+def _stream_then_reset_engine(resets: list[int]) -> web.Application:
+    """Streams two chunks, then drops the connection (an engine dying mid-answer)."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for word in ("alpha", " beta"):
+            chunk = (
+                '{"id":"c","object":"chat.completion.chunk","created":1,"model":"chat-a",'
+                f'"choices":[{{"index":0,"delta":{{"content":"{word}"}},"finish_reason":null}}]}}'
+            )
+            await response.write(f"data: {chunk}\n\n".encode())
+        await asyncio.sleep(0.05)
+        resets.append(1)
+        assert request.transport is not None
+        request.transport.abort()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+async def test_a_reset_after_the_first_byte_ends_the_stream_with_an_error_not_a_retry(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    resets: list[int] = []
+    await cluster.add_app("chat-a", _stream_then_reset_engine(resets))
+    spare = await cluster.add_sim("chat-a")
+    client = openai_for(await start_router())
+    received: list[str] = []
+    with pytest.raises(openai.APIError) as caught:
+        # Ties start from the first endpoint in order: the resetting one.
+        stream = await client.chat.completions.create(model="chat-a", messages=MESSAGES, stream=True)
+        async for chunk in stream:
+            received.append(chunk.choices[0].delta.content or "")
+    assert "stopped answering midway" in caught.value.message
+    assert resets == [1]
+    assert received == ["alpha", " beta"]  # what was sent stays sent; nothing was retried
+    assert (await spare.stats(http))["requests_total"] == 0
+
+
+class _StaleKeepAlive:
+    """A raw HTTP/1.1 engine that keeps connections alive, then closes one just as the
+    router reuses it: the race every pooled proxy meets when an engine's keep-alive expires."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served_here = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                if served_here == 1:  # the second request on a connection: close without answering
+                    writer.close()
+                    return
+                served_here += 1
+                self.requests += 1
+                body = (
+                    b'{"id":"c","object":"chat.completion","created":1,"model":"chat-a","choices":[{"index":0,'
+                    b'"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],'
+                    b'"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
+                )
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(body)).encode()
+                    + b"\r\n\r\n"
+                    + body
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def test_a_stale_pooled_connection_is_retried_before_the_first_byte(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    engine = _StaleKeepAlive()
+    port = await engine.start()
+    try:
+        cluster.add_endpoint(endpoint_for("chat-a", port, 0, simulated=False))
+        router = await start_router()
+        client = openai_for(router)
+        for _ in range(3):
+            completion = await client.chat.completions.create(model="chat-a", messages=MESSAGES)
+            assert completion.choices[0].message.content == "ok"
+        assert engine.requests == 3
+        stale = metric_value(
+            await _metrics(http, router.url), "llmgw_router_retries_total", reason="stale-connection"
+        )
+        assert stale is not None and stale >= 1
+    finally:
+        await engine.close()
