@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-
 DEFAULT_NOMAD_ADDR = "http://127.0.0.1:4646"
 
 

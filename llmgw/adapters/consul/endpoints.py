@@ -102,10 +102,13 @@ def parse_endpoint(entry: object) -> Endpoint:
 
 
 def _status(checks: object) -> HealthStatus:
-    if checks is None:
-        return HealthStatus.PASSING
+    # Nomad registers a service first and its checks a moment later, and Consul
+    # counts a service without checks as passing: an engine endpoint with no
+    # check of its own yet is not known to be healthy.
     if not isinstance(checks, list):
         raise EndpointParseError("Checks is not a list")
+    if not any(isinstance(check, Mapping) and check.get("ServiceID") for check in checks):
+        return HealthStatus.CRITICAL
     statuses: list[str] = []
     for check in checks:
         if not isinstance(check, Mapping):

@@ -151,6 +151,9 @@ async def register_engine(
     }
     if check_url is not None:
         body["Check"] = {"HTTP": check_url, "Interval": "50ms", "Timeout": "1s"}
+    else:
+        # An engine always has a check of its own (one without counts as not yet healthy).
+        body["Check"] = {"TTL": "1h", "Status": "passing"}
     headers = {"X-Consul-Token": token} if token else {}
     async with http.put(
         agent_url + "/v1/agent/service/register", data=json.dumps(body), headers=headers
