@@ -14,7 +14,6 @@ from typing import Any, Generic, TypeVar
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 from openai import AsyncOpenAI
 
 from llmgw.core.names import slug
@@ -189,11 +188,30 @@ def endpoint_for(model: str, port: int, index: int = 0, *, simulated: bool = Tru
     )
 
 
+class EngineServer:
+    """An engine app on a free loopback port, served like a real engine: handlers
+    cancelled when their client leaves, and a listen backlog that does not drop the
+    router's connections when a test opens a hundred and fifty at once."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
+        self.port = 0
+
+    async def start(self) -> None:
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        self.port = self.runner.addresses[0][1]
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
 @dataclass
 class Engine:
     """One engine behind the router: its server, its endpoint record."""
 
-    server: TestServer | None
+    server: EngineServer | None
     endpoint: Endpoint
 
     @property
@@ -227,16 +245,15 @@ class Cluster:
     sink: RecordingSink = field(default_factory=RecordingSink)
     clock: FixedClock = field(default_factory=FixedClock)
     engines: list[Engine] = field(default_factory=list)
-    _servers: list[TestServer] = field(default_factory=list)
+    _servers: list[EngineServer] = field(default_factory=list)
     _index: int = 1
 
     async def add_sim(self, model: str, *, publish: bool = True, **sim: Any) -> Engine:
         """A real simulated engine serving ``model`` on a free loopback port."""
         settings = fast_settings(served_model_name=model, **sim)
-        server = TestServer(create_sim_app(settings), host="127.0.0.1")
-        await server.start_server()
+        server = EngineServer(create_sim_app(settings))
+        await server.start()
         self._servers.append(server)
-        assert server.port is not None
         engine = Engine(server, endpoint_for(model, server.port, len(self.engines)))
         self.engines.append(engine)
         if publish:
@@ -245,10 +262,9 @@ class Cluster:
 
     async def add_app(self, model: str, app: web.Application, *, publish: bool = True) -> Engine:
         """Any aiohttp app as an engine (a recording fake, a misbehaving one)."""
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
+        server = EngineServer(app)
+        await server.start()
         self._servers.append(server)
-        assert server.port is not None
         engine = Engine(server, endpoint_for(model, server.port, len(self.engines), simulated=False))
         self.engines.append(engine)
         if publish:
