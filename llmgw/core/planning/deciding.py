@@ -556,8 +556,10 @@ class _Pass:
         if probed is not None:
             return probed
         demand = self.observed.demand.get(r.model)
-        if demand is not None and demand.in_flight == 0:
-            return 0  # nothing of the model is in flight anywhere
+        if demand is None or demand.in_flight == 0:
+            # No router reports a request of the model in flight (routers report every model
+            # they have requests of): nothing of it is in flight anywhere.
+            return 0
         return None
 
     def _stop(self, r: _Replica, reason: str) -> None:

@@ -1,0 +1,1099 @@
+"""Test doubles for the control plane: an in-memory Nomad + Consul simulator and recorded fakes
+of every port, so the reconciler can be driven through many passes on virtual time.
+
+Owns (for tests, benches and the end-to-end suite's setup; never used by ``llmgw serve``):
+
+- ``FakeCluster``: a tiny simulator of Nomad's behaviour that answers in Nomad's JSON —
+  nodes with GPUs and a fabric, jobs placed group by group (first fit, no gang
+  scheduling: a group that does not fit waits while the others run), allocations that
+  start after ``start_delay``, engines that pass their check ``load_delay`` later,
+  node loss (down or disconnected), crashes, and an event log with indexes.
+- ``FakeRenderer``: renders a replica as job JSON (no templates), with a spec hash that
+  covers the profile and a ``template_version`` (change it to simulate a template change).
+- ``Simulation``: drives the pure core (observe -> decide -> apply -> record) synchronously
+  on a synthetic clock; the unit tests' harness.
+- Async fakes of the ports for component tests: ``FakeNomad`` (records calls, can fail
+  calls, break or gap its event stream), ``FakeWatch``, ``FakeLeader``, ``FakeDrainMarks``,
+  ``FakeStatus``, ``FakeProbe`` and ``ManualClock`` (sleeps end when the test advances it).
+
+Must not: be imported by production code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import heapq
+import itertools
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+from llmgw import __version__
+from llmgw.control.observing import parse_alloc, parse_job, parse_node
+from llmgw.control.ports import JSON
+from llmgw.core import conventions as c
+from llmgw.core.catalog import Catalog
+from llmgw.core.names import slug
+from llmgw.core.planning import (
+    EMPTY_STATE,
+    Action,
+    ClearDrainMark,
+    Decision,
+    Deferred,
+    Desired,
+    Done,
+    Failed,
+    JobId,
+    MarkDraining,
+    NodeId,
+    Observed,
+    ObservedJob,
+    ObservedNode,
+    Outcome,
+    Placed,
+    PlaceReplica,
+    PlannerState,
+    PlanningSettings,
+    SpecOracle,
+    StopReplica,
+    Unplaceable,
+    claims_conflict,
+    decide,
+    desired_from_catalog,
+    record_outcomes,
+)
+from llmgw.core.records import (
+    DemandReport,
+    DrainMark,
+    Endpoint,
+    EndpointSnapshot,
+    HealthStatus,
+    ModelUse,
+)
+from llmgw.core.scaling import aggregate_demand
+from llmgw.render import RenderedJob, RenderError, ReplicaRequest, job_id_for
+
+T = TypeVar("T")
+START = 1_700_000_000.0
+
+
+# --- the simulated cluster -----------------------------------------------------------------------
+
+
+@dataclass
+class SimNode:
+    node_id: str
+    name: str
+    gpus: list[str]
+    gpu_model: str
+    fabric: str | None
+    status: str = "ready"
+    status_updated_at: float = START
+    eligible: bool = True
+    modify_index: int = 1
+
+
+@dataclass
+class SimAlloc:
+    alloc_id: str
+    job_id: str
+    group: str
+    node_id: str
+    gpus: list[str]
+    created_at: float
+    client_status: str = "pending"
+    desired_status: str = "run"
+    started_at: float | None = None
+    restarts: int = 0
+
+
+@dataclass
+class SimGroup:
+    name: str
+    gpus: int
+    gpu_model: str | None
+    fabric: str | None
+
+
+@dataclass
+class SimJob:
+    job: JSON
+    groups: list[SimGroup]
+    submitted_at: float
+    stop: bool = False
+    queued: list[str] = field(default_factory=list)  # groups Nomad has not placed (blocked)
+
+
+@dataclass(frozen=True, slots=True)
+class FakePlan:
+    feasible: bool
+    explanation: str
+
+
+@dataclass(frozen=True, slots=True)
+class FakePage:
+    items: list[JSON]
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class FakeEventBatch:
+    index: int
+    events: list[JSON]
+
+
+def _rfc3339(at: float | None) -> str:
+    if at is None:
+        return "0001-01-01T00:00:00Z"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+
+
+class FakeCluster:
+    """A deterministic, synchronous Nomad (and the Consul health of its engines)."""
+
+    def __init__(self, *, start: float = START, start_delay: float = 2.0, load_delay: float = 10.0) -> None:
+        self.now = start
+        self.start_delay = start_delay
+        self.load_delay = load_delay
+        # Per model: seconds to become healthy after every group runs; None: never.
+        self.model_load_delay: dict[str, float | None] = {}
+        self.nodes: dict[str, SimNode] = {}
+        self.jobs: dict[str, SimJob] = {}
+        self.allocs: dict[str, SimAlloc] = {}
+        self.index = 1
+        self.events: list[tuple[int, JSON]] = []
+        self._ids = itertools.count(1)
+        self.changed = asyncio.Event() if _has_loop() else None
+
+    # -- building ----------------------------------------------------------------------------------
+
+    def add_node(
+        self, name: str, *, gpus: int = 8, gpu_model: str = "H100", fabric: str | None = None
+    ) -> str:
+        node_id = f"{name}-{'0' * 8}-node"
+        node = SimNode(node_id, name, [f"{name}-gpu{i}" for i in range(gpus)], gpu_model, fabric)
+        node.status_updated_at = self.now
+        self.nodes[node_id] = node
+        self._event("Node", "NodeRegistration", node_id, {"Node": self.node_json(node_id)})
+        return node_id
+
+    def node_named(self, name: str) -> SimNode:
+        return next(n for n in self.nodes.values() if n.name == name)
+
+    # -- Nomad's API (sync) -------------------------------------------------------------------------
+
+    def plan(self, job: JSON) -> FakePlan:
+        groups = _groups_of(job)
+        taken: dict[str, int] = {}
+        used: set[str] = set()
+        misses: list[str] = []
+        for group in groups:
+            node = self._fit(group, taken, used)
+            if node is None:
+                misses.append(f"group {group.name}: {self._why_not(group)}")
+            else:
+                taken[node.node_id] = taken.get(node.node_id, 0) + group.gpus
+                used.add(node.node_id)
+        if misses:
+            return FakePlan(False, "; ".join(misses))
+        return FakePlan(True, "")
+
+    def register(self, job: JSON) -> str:
+        job_id = str(job["ID"])
+        if job_id in self.jobs:
+            self.jobs[job_id].job = job  # an update: Nomad keeps the allocations of an unchanged job
+            return f"eval-{next(self._ids)}"
+        sim = SimJob(job=job, groups=_groups_of(job), submitted_at=self.now)
+        self.jobs[job_id] = sim
+        self._event("Job", "JobRegistered", job_id, {"Job": self.job_json(job_id)})
+        for group in sim.groups:
+            self._place(sim, group)
+        return f"eval-{next(self._ids)}"
+
+    def deregister(self, job_id: str, purge: bool = True) -> None:
+        sim = self.jobs.get(job_id)
+        if sim is None:
+            return
+        for alloc in self._allocs_of(job_id):
+            if alloc.desired_status == "run":
+                alloc.desired_status = "stop"
+                if alloc.client_status in ("pending", "running", "unknown"):
+                    alloc.client_status = "complete"
+                self._alloc_event(alloc)
+        payload = self.job_json(job_id)
+        if purge:
+            del self.jobs[job_id]
+            for alloc in self._allocs_of(job_id):
+                del self.allocs[alloc.alloc_id]
+        else:
+            sim.stop = True
+        self._event("Job", "JobDeregistered", job_id, {"Job": payload})
+
+    def job_json(self, job_id: str, *, stub: bool = False) -> JSON:
+        sim = self.jobs[job_id]
+        allocs = self._allocs_of(job_id)
+        summary = {
+            g.name: {
+                "Queued": int(g.name in sim.queued),
+                "Running": sum(1 for a in allocs if a.group == g.name and a.client_status == "running"),
+            }
+            for g in sim.groups
+        }
+        running = any(a.client_status == "running" for a in allocs)
+        out: JSON = {
+            "ID": job_id,
+            "Name": job_id,
+            "Type": "service",
+            "Stop": sim.stop,
+            "Status": "dead" if sim.stop else ("running" if running else "pending"),
+            "SubmitTime": int(sim.submitted_at * 1e9),
+            "Meta": dict(sim.job.get("Meta") or {}),
+            "JobSummary": {"JobID": job_id, "Summary": summary},
+        }
+        if not stub:
+            out["TaskGroups"] = sim.job.get("TaskGroups") or []
+        return out
+
+    def jobs_json(self, prefix: str | None = None) -> list[JSON]:
+        return [self.job_json(j, stub=True) for j in sorted(self.jobs) if j.startswith(prefix or "")]
+
+    def alloc_json(self, alloc: SimAlloc) -> JSON:
+        node = self.nodes.get(alloc.node_id)
+        state = {
+            "pending": "pending",
+            "running": "running",
+            "unknown": "running",
+        }.get(alloc.client_status, "dead")
+        return {
+            "ID": alloc.alloc_id,
+            "JobID": alloc.job_id,
+            "TaskGroup": alloc.group,
+            "NodeID": alloc.node_id,
+            "NodeName": node.name if node else "",
+            "ClientStatus": alloc.client_status,
+            "DesiredStatus": alloc.desired_status,
+            "CreateTime": int(alloc.created_at * 1e9),
+            "ModifyTime": int(self.now * 1e9),
+            "TaskStates": {
+                "engine": {
+                    "State": state,
+                    "StartedAt": _rfc3339(alloc.started_at),
+                    "Restarts": alloc.restarts,
+                    "Failed": alloc.client_status == "failed",
+                }
+            },
+            "AllocatedResources": {"Tasks": {"engine": {"Devices": [{"DeviceIDs": list(alloc.gpus)}]}}},
+        }
+
+    def allocs_json(self, job_id: str | None = None) -> list[JSON]:
+        allocs = self._allocs_of(job_id) if job_id else list(self.allocs.values())
+        return [self.alloc_json(a) for a in sorted(allocs, key=lambda a: a.alloc_id)]
+
+    def node_json(self, node_id: str, *, stub: bool = False) -> JSON:
+        node = self.nodes[node_id]
+        out: JSON = {
+            "ID": node.node_id,
+            "Name": node.name,
+            "Status": node.status,
+            "SchedulingEligibility": "eligible" if node.eligible else "ineligible",
+            "ModifyIndex": node.modify_index,
+        }
+        if not stub:
+            out["Meta"] = {c.NODE_META_FABRIC: node.fabric} if node.fabric else {}
+            out["StatusUpdatedAt"] = int(node.status_updated_at)
+        return out
+
+    def nodes_json(self) -> list[JSON]:
+        return [self.node_json(n, stub=True) for n in sorted(self.nodes)]
+
+    # -- time ---------------------------------------------------------------------------------------
+
+    def advance(self, seconds: float) -> None:
+        self.tick(self.now + seconds)
+
+    def tick(self, now: float) -> None:
+        """Let time pass: pending allocations start, blocked groups place when room freed."""
+        self.now = max(self.now, now)
+        for alloc in sorted(self.allocs.values(), key=lambda a: a.alloc_id):
+            node = self.nodes.get(alloc.node_id)
+            if (
+                alloc.client_status == "pending"
+                and alloc.desired_status == "run"
+                and node is not None
+                and node.status == "ready"
+                and self.now - alloc.created_at >= self.start_delay
+            ):
+                alloc.client_status = "running"
+                alloc.started_at = alloc.created_at + self.start_delay
+                self._alloc_event(alloc)
+        for job_id in sorted(self.jobs):
+            sim = self.jobs[job_id]
+            for name in list(sim.queued):
+                group = next(g for g in sim.groups if g.name == name)
+                sim.queued.remove(name)
+                self._place(sim, group)
+
+    # -- faults -------------------------------------------------------------------------------------
+
+    def fail_node(self, name: str, *, disconnect: bool = False) -> None:
+        """Missed heartbeats: ``down`` (allocations lost) or ``disconnected`` (allocations unknown)."""
+        node = self.node_named(name)
+        node.status = "disconnected" if disconnect else "down"
+        node.status_updated_at = self.now
+        node.modify_index += 1
+        self._event("Node", "NodeStatusUpdate", node.node_id, {"Node": self.node_json(node.node_id)})
+        for alloc in self.allocs.values():
+            if alloc.node_id == node.node_id and alloc.client_status in ("pending", "running"):
+                alloc.client_status = "unknown" if disconnect else "lost"
+                self._alloc_event(alloc)
+
+    def restore_node(self, name: str) -> None:
+        node = self.node_named(name)
+        node.status = "ready"
+        node.status_updated_at = self.now
+        node.modify_index += 1
+        self._event("Node", "NodeStatusUpdate", node.node_id, {"Node": self.node_json(node.node_id)})
+        for alloc in self.allocs.values():
+            if alloc.node_id == node.node_id and alloc.client_status == "unknown":
+                alloc.client_status = "running"
+                self._alloc_event(alloc)
+
+    def crash(self, job_id: str, group: str) -> None:
+        for alloc in self._allocs_of(job_id):
+            if alloc.group == group and alloc.desired_status == "run" and not _terminal(alloc):
+                alloc.client_status = "failed"
+                self._alloc_event(alloc)
+
+    def restart_task(self, job_id: str, group: str) -> None:
+        """Nomad's restart policy restarted the task in place (same allocation)."""
+        for alloc in self._allocs_of(job_id):
+            if alloc.group == group and alloc.client_status == "running":
+                alloc.restarts += 1
+                alloc.started_at = self.now
+                self._alloc_event(alloc)
+
+    def start_foreign_job(self, job_id: str, *, node: str, gpus: int = 0) -> None:
+        """A job llmgw did not create (no llmgw meta), holding GPUs on a node."""
+        job: JSON = {
+            "ID": job_id,
+            "Meta": {"owner": "someone else"},
+            "TaskGroups": [{"Name": "main", "Count": 1, "Tasks": [_task(gpus, None)]}],
+        }
+        sim = SimJob(job=job, groups=_groups_of(job), submitted_at=self.now)
+        self.jobs[job_id] = sim
+        node_rec = self.node_named(node)
+        free = self._free(node_rec, {})
+        alloc = SimAlloc(
+            f"alloc-{next(self._ids):06d}", job_id, "main", node_rec.node_id, free[:gpus], self.now
+        )
+        alloc.client_status, alloc.started_at = "running", self.now
+        self.allocs[alloc.alloc_id] = alloc
+
+    # -- Consul's view of the engines ------------------------------------------------------------------
+
+    def healthy(self, job_id: str) -> bool:
+        sim = self.jobs.get(job_id)
+        if sim is None or sim.stop:
+            return False
+        meta = sim.job.get("Meta") or {}
+        delay = self.model_load_delay.get(str(meta.get(c.JOB_META_MODEL)), self.load_delay)
+        if delay is None:
+            return False
+        current = self._current(job_id)
+        if len(current) != len(sim.groups) or any(a.client_status != "running" for a in current.values()):
+            return False
+        started = max(a.started_at or self.now for a in current.values())
+        return self.now - started >= delay
+
+    def endpoints(self) -> EndpointSnapshot:
+        out: list[Endpoint] = []
+        for job_id in sorted(self.jobs):
+            sim = self.jobs[job_id]
+            meta = sim.job.get("Meta") or {}
+            if meta.get(c.JOB_META_MANAGED_BY) != c.MANAGED_BY_VALUE or not sim.groups:
+                continue
+            rank0 = self._current(job_id).get(sim.groups[0].name)
+            if rank0 is None or rank0.client_status not in ("running", "unknown"):
+                continue
+            node = self.nodes[rank0.node_id]
+            if node.status != "ready":
+                # The agent of a node that is away stops answering; Consul marks its checks critical.
+                status = HealthStatus.CRITICAL
+            else:
+                status = HealthStatus.PASSING if self.healthy(job_id) else HealthStatus.CRITICAL
+            model = str(meta.get(c.JOB_META_MODEL))
+            out.append(
+                Endpoint(
+                    service_id=f"_nomad-task-{rank0.alloc_id}-engine",
+                    node=node.name,
+                    model=model,
+                    model_slug=slug(model),
+                    replica=job_id,
+                    alloc_id=rank0.alloc_id,
+                    address="127.0.0.1",
+                    port=20000 + int(rank0.alloc_id.rsplit("-", 1)[1]),
+                    engine="sim",
+                    profile=int(meta.get(c.JOB_META_PROFILE, "0")),
+                    simulated=True,
+                    status=status,
+                )
+            )
+        return EndpointSnapshot(tuple(out), self.index)
+
+    # -- what tests look at ----------------------------------------------------------------------------
+
+    def running_jobs(self, model: str | None = None) -> list[str]:
+        out = []
+        for job_id, sim in sorted(self.jobs.items()):
+            meta = sim.job.get("Meta") or {}
+            if meta.get(c.JOB_META_MANAGED_BY) != c.MANAGED_BY_VALUE or sim.stop:
+                continue
+            if model is None or meta.get(c.JOB_META_MODEL) == model:
+                out.append(job_id)
+        return out
+
+    def healthy_jobs(self, model: str | None = None) -> list[str]:
+        return [j for j in self.running_jobs(model) if self.healthy(j)]
+
+    def gpus_in_use(self) -> dict[str, list[str]]:
+        """GPU id -> the allocations holding it (a correct scheduler never lists two)."""
+        out: dict[str, list[str]] = {}
+        for alloc in self.allocs.values():
+            if alloc.desired_status == "run" and not _terminal(alloc):
+                for gpu in alloc.gpus:
+                    out.setdefault(gpu, []).append(alloc.alloc_id)
+        return out
+
+    # -- internals --------------------------------------------------------------------------------------
+
+    def _allocs_of(self, job_id: str | None) -> list[SimAlloc]:
+        return [a for a in self.allocs.values() if a.job_id == job_id]
+
+    def _current(self, job_id: str) -> dict[str, SimAlloc]:
+        out: dict[str, SimAlloc] = {}
+        for alloc in self._allocs_of(job_id):
+            if alloc.desired_status == "run":
+                out[alloc.group] = alloc
+        return out
+
+    def _free(self, node: SimNode, taken: Mapping[str, int]) -> list[str]:
+        used = {
+            g for a in self.allocs.values() if a.node_id == node.node_id and not _terminal(a) for g in a.gpus
+        }
+        free = [g for g in node.gpus if g not in used]
+        return free[taken.get(node.node_id, 0) :]
+
+    def _fit(self, group: SimGroup, taken: Mapping[str, int], exclude: set[str]) -> SimNode | None:
+        """First fit by node name; the groups of one job on distinct nodes (distinct_hosts)."""
+        for node in sorted(self.nodes.values(), key=lambda n: n.name):
+            if node.status != "ready" or not node.eligible or node.node_id in exclude:
+                continue
+            if group.fabric is not None and node.fabric != group.fabric:
+                continue
+            if group.gpus and group.gpu_model and group.gpu_model.lower() != node.gpu_model.lower():
+                continue
+            if len(self._free(node, taken)) >= group.gpus:
+                return node
+        return None
+
+    def _why_not(self, group: SimGroup) -> str:
+        where = f" on fabric {group.fabric}" if group.fabric else ""
+        kind = f" {group.gpu_model}" if group.gpu_model else ""
+        return f"no ready node with {group.gpus} free{kind} GPUs{where}"
+
+    def _place(self, sim: SimJob, group: SimGroup) -> None:
+        job_id = str(sim.job["ID"])
+        used = {a.node_id for a in self._allocs_of(job_id) if a.desired_status == "run" and not _terminal(a)}
+        node = self._fit(group, {}, used)
+        if node is None:
+            sim.queued.append(group.name)
+            return
+        alloc = SimAlloc(
+            alloc_id=f"alloc-{next(self._ids):06d}",
+            job_id=str(sim.job["ID"]),
+            group=group.name,
+            node_id=node.node_id,
+            gpus=self._free(node, {})[: group.gpus],
+            created_at=self.now,
+        )
+        self.allocs[alloc.alloc_id] = alloc
+        self._alloc_event(alloc)
+
+    def _alloc_event(self, alloc: SimAlloc) -> None:
+        self._event("Allocation", "AllocationUpdated", alloc.alloc_id, {"Allocation": self.alloc_json(alloc)})
+
+    def _event(self, topic: str, kind: str, key: str, payload: JSON) -> None:
+        self.index += 1
+        self.events.append(
+            (self.index, {"Topic": topic, "Type": kind, "Key": key, "Index": self.index, "Payload": payload})
+        )
+        if self.changed is not None:
+            self.changed.set()
+
+
+def _has_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _terminal(alloc: SimAlloc) -> bool:
+    return alloc.client_status in ("complete", "failed", "lost")
+
+
+def _task(gpus: int, gpu_model: str | None) -> JSON:
+    device: JSON = {"Name": "nvidia/gpu", "Count": gpus}
+    if gpu_model:
+        device["Constraints"] = [{"LTarget": "${device.model}", "Operand": "=", "RTarget": gpu_model}]
+    return {"Name": "engine", "Driver": "raw_exec", "Resources": {"Devices": [device] if gpus else []}}
+
+
+def _groups_of(job: JSON) -> list[SimGroup]:
+    out: list[SimGroup] = []
+    for group in job.get("TaskGroups") or []:
+        fabric = next(
+            (
+                con.get("RTarget")
+                for con in group.get("Constraints") or []
+                if con.get("LTarget") == f"${{meta.{c.NODE_META_FABRIC}}}"
+            ),
+            None,
+        )
+        gpus, model = 0, None
+        for task in group.get("Tasks") or []:
+            for device in (task.get("Resources") or {}).get("Devices") or []:
+                gpus += int(device.get("Count") or 0)
+                for con in device.get("Constraints") or []:
+                    if con.get("LTarget") == "${device.model}":
+                        model = con.get("RTarget")
+        out.append(SimGroup(str(group["Name"]), gpus, model, fabric))
+    return out
+
+
+# --- rendering without templates -------------------------------------------------------------------
+
+
+class FakeRenderer:
+    """``JobRenderer`` for tests: job JSON (in ``hcl``) with llmgw's meta, one group per node."""
+
+    def __init__(self, *, version: str = __version__, template_version: str = "1") -> None:
+        self.version = version
+        self.template_version = template_version
+        self.refuse: set[tuple[str, int]] = set()  # (model, profile) that fail to render
+        self.renders = 0
+
+    def render(self, catalog: Catalog, request: ReplicaRequest, *, catalog_hash: str) -> RenderedJob:
+        self.renders += 1
+        model = catalog.models.get(request.model)
+        if model is None or not 0 <= request.profile_index < len(model.profiles):
+            raise RenderError(f"model {request.model!r} has no profile {request.profile_index}")
+        if (request.model, request.profile_index) in self.refuse:
+            raise RenderError(f"model {request.model!r} profile {request.profile_index}: refused by policy")
+        profile = model.profiles[request.profile_index]
+        if profile.node_count > 1 and request.fabric is None:
+            raise RenderError(
+                f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric"
+            )
+        job_id = job_id_for(request.model, request.replica_id)
+        spec_hash = hashlib.sha256(
+            (profile.model_dump_json() + "\x00" + self.template_version).encode()
+        ).hexdigest()
+        gpu_model = profile.gpu.model if profile.gpu and profile.gpu.model else None
+        gpus = profile.gpus_per_replica_node if profile.requests_gpus else 0
+        groups = []
+        for rank in range(profile.node_count):
+            group: JSON = {"Name": f"rank{rank}", "Count": 1, "Tasks": [_task(gpus, gpu_model)]}
+            if request.fabric is not None:
+                group["Constraints"] = [
+                    {"LTarget": f"${{meta.{c.NODE_META_FABRIC}}}", "Operand": "=", "RTarget": request.fabric}
+                ]
+            groups.append(group)
+        meta = {
+            c.JOB_META_MANAGED_BY: c.MANAGED_BY_VALUE,
+            c.JOB_META_MODEL: request.model,
+            c.JOB_META_PROFILE: str(request.profile_index),
+            c.JOB_META_REPLICA: request.replica_id,
+            c.JOB_META_CATALOG_HASH: catalog_hash,
+            c.JOB_META_SPEC_HASH: spec_hash,
+            c.JOB_META_VERSION: self.version,
+        }
+        if request.fabric:
+            meta[c.JOB_META_FABRIC] = request.fabric
+        job = {"ID": job_id, "Name": job_id, "Type": "service", "Meta": meta, "TaskGroups": groups}
+        return RenderedJob(
+            job_id, json.dumps(job, sort_keys=True), spec_hash, f"{profile.engine}.nomad.hcl.j2"
+        )
+
+    def check(self, rendered: RenderedJob, *, model: str) -> JSON:
+        job: JSON = json.loads(rendered.hcl)
+        return job
+
+    def oracle(self, catalog: Catalog, catalog_hash: str) -> SpecOracle:
+        def expected(model: str, profile_index: int, replica_id: str, fabric: str | None) -> str | None:
+            try:
+                return self.render(
+                    catalog,
+                    ReplicaRequest(model, profile_index, replica_id, fabric),
+                    catalog_hash=catalog_hash,
+                ).spec_hash
+            except RenderError:
+                return None
+
+        return expected
+
+
+# --- the pure core on a synthetic clock ------------------------------------------------------------
+
+
+@dataclass
+class Applied:
+    at: float
+    action: Action
+    outcome: Outcome
+
+
+class Simulation:
+    """observe -> decide -> apply -> record, synchronously, on ``cluster.now``.
+
+    The applying follows the executor's rules (candidates in order through plan, deferral
+    of conflicting placements after a register, idempotent stops) without asyncio, so
+    unit tests of the decisions can run hundreds of passes in milliseconds.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        cluster: FakeCluster,
+        *,
+        settings: PlanningSettings | None = None,
+        renderer: FakeRenderer | None = None,
+        catalog_hash: str = "catalog-1",
+    ) -> None:
+        self.cluster = cluster
+        self.settings = settings or PlanningSettings()
+        self.renderer = renderer or FakeRenderer()
+        self.state: PlannerState = EMPTY_STATE
+        self.marks: dict[str, DrainMark] = {}
+        self.reports: dict[str, DemandReport] = {}
+        self.in_flight: dict[str, int] = {}
+        self.applied: list[Applied] = []
+        self.decisions: list[Decision] = []
+        self.capacity_version = 0
+        self.leader = True
+        self.catalog: Catalog | None = None
+        self.desired: Desired | None = None
+        self.set_catalog(catalog, catalog_hash)
+
+    @property
+    def now(self) -> float:
+        return self.cluster.now
+
+    def set_catalog(self, catalog: Catalog | None, catalog_hash: str = "catalog-2") -> None:
+        self.catalog = catalog
+        self.catalog_hash = catalog_hash
+        self.desired = (
+            None
+            if catalog is None
+            else desired_from_catalog(
+                catalog, catalog_hash, self.renderer.oracle(catalog, catalog_hash), self.settings
+            )
+        )
+
+    def restart_leader(self) -> None:
+        """A new leader: no memory, only what Nomad and Consul show."""
+        self.state = EMPTY_STATE
+
+    def use(
+        self, model: str, *, in_flight: int = 0, queued: int = 0, wake: bool = False, router: str = "r1"
+    ) -> None:
+        """A router reports use of ``model`` now (replacing its earlier report of it)."""
+        old = self.reports.get(router)
+        others = tuple(m for m in (old.models if old else ()) if m.model != model)
+        use = ModelUse(model=model, last_used=self.now, in_flight=in_flight, queued=queued, wake=wake)
+        self.reports[router] = DemandReport(router_id=router, sent_at=self.now, models=(*others, use))
+
+    def idle(self, model: str, router: str = "r1") -> None:
+        """The router still reports the model, with nothing in flight and its last use kept."""
+        old = self.reports.get(router)
+        if old is None:
+            return
+        models = tuple(
+            ModelUse(m.model, m.last_used, 0, 0, False) if m.model == model else m for m in old.models
+        )
+        self.reports[router] = DemandReport(router_id=router, sent_at=self.now, models=models)
+
+    def refresh_reports(self) -> None:
+        """Routers re-send their reports (same content, new time), as they do every few seconds."""
+        self.reports = {k: DemandReport(r.router_id, self.now, r.models) for k, r in self.reports.items()}
+
+    def observe(self) -> Observed:
+        jobs: dict[JobId, ObservedJob] = {}
+        for raw in self.cluster.jobs_json():
+            full = self.cluster.job_json(str(raw["ID"]))
+            job = parse_job(full)
+            if job is None:
+                continue
+            allocs = tuple(parse_alloc(a)[1] for a in self.cluster.allocs_json(str(raw["ID"])))
+            jobs[job.job_id] = replace(job, allocs=allocs)
+        nodes: dict[NodeId, ObservedNode] = {}
+        for node_id in self.cluster.nodes:
+            node = parse_node(self.cluster.node_json(node_id))
+            nodes[node.node_id] = node
+        endpoints = self.cluster.endpoints()
+        health: dict[JobId, HealthStatus] = {}
+        for e in endpoints.endpoints:
+            health[JobId(e.replica)] = e.status
+        return Observed(
+            jobs=jobs,
+            nodes=nodes,
+            health=health,
+            drain_marks={JobId(k): m.since for k, m in self.marks.items()},
+            demand=aggregate_demand(self.reports.values(), self.now, self.settings.demand_stale_after),
+            in_flight={JobId(k): v for k, v in self.in_flight.items()},
+            capacity_version=self.capacity_version,
+        )
+
+    def step(self, observed: Observed | None = None) -> Decision:
+        observed = observed or self.observe()
+        decision = decide(self.desired, observed, self.state, self.now, self.settings)
+        outcomes = self.apply(decision.actions)
+        self.state = record_outcomes(
+            decision.state, outcomes, self.now, self.settings, capacity_version=observed.capacity_version
+        )
+        self.decisions.append(decision)
+        return decision
+
+    def apply(self, actions: Sequence[Action]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        registered: list[frozenset[str]] = []
+        for action in actions:
+            if not self.leader:
+                break
+            outcome: Outcome
+            if isinstance(action, PlaceReplica):
+                if any(claims_conflict(action.claim, r) for r in registered):
+                    outcome = Deferred(action)
+                else:
+                    outcome = self._place(action)
+                    if isinstance(outcome, Placed):
+                        registered.append(action.claim)
+            elif isinstance(action, StopReplica):
+                if action.job_id in self.cluster.jobs:
+                    meta = self.cluster.jobs[action.job_id].job.get("Meta") or {}
+                    if meta.get(c.JOB_META_MANAGED_BY) != c.MANAGED_BY_VALUE:
+                        outcome = Failed(action, "not llmgw's job")
+                    else:
+                        self.cluster.deregister(action.job_id)
+                        self.capacity_version += 1
+                        outcome = Done(action)
+                else:
+                    outcome = Done(action)
+            elif isinstance(action, MarkDraining):
+                self.marks[action.job_id] = DrainMark(action.job_id, action.model, self.now, action.reason)
+                outcome = Done(action)
+            elif isinstance(action, ClearDrainMark):
+                self.marks.pop(action.job_id, None)
+                outcome = Done(action)
+            self.applied.append(Applied(self.now, action, outcome))
+            outcomes.append(outcome)
+        return outcomes
+
+    def _place(self, action: PlaceReplica) -> Outcome:
+        assert self.catalog is not None
+        explanations = []
+        for cand in action.candidates:
+            try:
+                rendered = self.renderer.render(
+                    self.catalog,
+                    ReplicaRequest(action.model, cand.profile_index, action.replica_id, cand.fabric),
+                    catalog_hash=self.catalog_hash,
+                )
+            except RenderError as exc:
+                explanations.append(f"profile {cand.profile_index}: {exc}")
+                continue
+            job = self.renderer.check(rendered, model=action.model)
+            plan = self.cluster.plan(job)
+            if not plan.feasible:
+                explanations.append(f"profile {cand.profile_index}: {plan.explanation}")
+                continue
+            self.cluster.register(job)
+            return Placed(action, cand.profile_index, cand.fabric, rendered.spec_hash)
+        return Unplaceable(action, "; ".join(explanations))
+
+    def run(self, seconds: float, *, dt: float = 1.0) -> Decision | None:
+        """Passes every ``dt`` seconds of synthetic time for ``seconds``; routers keep reporting."""
+        last = None
+        end = self.now + seconds
+        while self.now < end - 1e-9:
+            self.cluster.advance(dt)
+            self.refresh_reports()
+            last = self.step()
+        return last
+
+    def actions(self, kind: type[Any] | None = None, *, model: str | None = None) -> list[Applied]:
+        return [
+            a
+            for a in self.applied
+            if (kind is None or isinstance(a.action, kind))
+            and (model is None or getattr(a.action, "model", None) == model)
+        ]
+
+
+# --- async fakes of the ports ------------------------------------------------------------------------
+
+
+class FakeNomad:
+    """``NomadPort`` over a ``FakeCluster``; records every call; can fail calls and break its stream."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.calls: list[tuple[str, str]] = []
+        self.fail: dict[str, Exception] = {}  # method -> raised on its next call (once)
+        self.buffer = 1000  # events the stream can replay; older ones are gone (Nomad's buffer)
+        self._break = asyncio.Event()
+        self.streams = 0
+
+    def _enter(self, method: str, arg: str = "") -> None:
+        self.calls.append((method, arg))
+        exc = self.fail.pop(method, None)
+        if exc is not None:
+            raise exc
+
+    def called(self, method: str) -> list[str]:
+        return [arg for m, arg in self.calls if m == method]
+
+    async def parse_hcl(self, hcl: str) -> JSON:
+        self._enter("parse_hcl")
+        job: JSON = json.loads(hcl)
+        return job
+
+    async def plan(self, job: JSON) -> FakePlan:
+        self._enter("plan", str(job.get("ID")))
+        return self.cluster.plan(job)
+
+    async def register(self, job: JSON) -> str:
+        self._enter("register", str(job.get("ID")))
+        return self.cluster.register(job)
+
+    async def deregister(self, job_id: str, *, purge: bool = True) -> None:
+        self._enter("deregister", job_id)
+        self.cluster.deregister(job_id, purge)
+
+    async def jobs(self, *, prefix: str | None = None) -> FakePage:
+        self._enter("jobs", prefix or "")
+        return FakePage(self.cluster.jobs_json(prefix), self.cluster.index)
+
+    async def job(self, job_id: str) -> JSON | None:
+        self._enter("job", job_id)
+        return self.cluster.job_json(job_id) if job_id in self.cluster.jobs else None
+
+    async def job_allocations(self, job_id: str) -> FakePage:
+        self._enter("job_allocations", job_id)
+        return FakePage(self.cluster.allocs_json(job_id), self.cluster.index)
+
+    async def allocations(self) -> FakePage:
+        self._enter("allocations")
+        return FakePage(self.cluster.allocs_json(), self.cluster.index)
+
+    async def nodes(self) -> FakePage:
+        self._enter("nodes")
+        return FakePage(self.cluster.nodes_json(), self.cluster.index)
+
+    async def node(self, node_id: str) -> JSON | None:
+        self._enter("node", node_id)
+        return self.cluster.node_json(node_id) if node_id in self.cluster.nodes else None
+
+    def break_stream(self) -> None:
+        """The connection drops: the current stream raises."""
+        self._break.set()
+
+    async def events(self, topics: Sequence[str], *, index: int = 0) -> AsyncIterator[FakeEventBatch]:
+        self._enter("events", str(index))
+        self.streams += 1
+        self._break = asyncio.Event()
+        if self.cluster.changed is None:
+            self.cluster.changed = asyncio.Event()
+        # Nomad starts at the oldest retained event when ``index`` has left its buffer.
+        retained = self.cluster.events[-self.buffer :] if self.buffer else []
+        oldest = retained[0][0] if retained else self.cluster.index + 1
+        position = max(index, oldest)
+        while True:
+            if self._break.is_set():
+                raise ConnectionResetError("event stream connection reset")
+            batch = [e for i, e in self.cluster.events if i >= position and e["Topic"] in topics]
+            if batch:
+                position = max(i for i, _ in self.cluster.events) + 1
+                yield FakeEventBatch(position - 1, batch)
+                continue
+            position = self.cluster.index + 1
+            changed = self.cluster.changed
+            changed.clear()
+            waiter = asyncio.ensure_future(changed.wait())
+            breaker = asyncio.ensure_future(self._break.wait())
+            try:
+                await asyncio.wait({waiter, breaker}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+                breaker.cancel()
+
+
+class FakeWatch(Generic[T]):
+    """``Watched[T]``: tests ``set`` values; the loop sees them as a Consul watch would publish."""
+
+    def __init__(self, value: T | None = None, *, ready: bool = True) -> None:
+        self._latest = value
+        self._generation = 1 if ready else 0
+        self._changed = asyncio.Event()
+        self.started = False
+
+    @property
+    def latest(self) -> T | None:
+        return self._latest
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def set(self, value: T) -> None:
+        self._latest = value
+        self._generation += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_changed(self, generation: int) -> T:
+        while self._generation <= generation:
+            await self._changed.wait()
+        return self._latest  # type: ignore[return-value]
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def stop(self) -> None:
+        self.started = False
+
+
+@dataclass
+class FakeTerm:
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class FakeLeader:
+    """``LeaderPort``: the test grants and revokes leadership."""
+
+    def __init__(self, instance_id: str = "control-1", *, leader: bool = False) -> None:
+        self.instance_id = instance_id
+        self._term: FakeTerm | None = None
+        self._granted = asyncio.Event()
+        self.started = False
+        if leader:
+            self.grant()
+
+    @property
+    def is_leader(self) -> bool:
+        return self._term is not None and not self._term.lost.is_set()
+
+    def grant(self) -> FakeTerm:
+        self._term = FakeTerm()
+        self._granted.set()
+        return self._term
+
+    def revoke(self) -> None:
+        if self._term is not None:
+            self._term.lost.set()
+        self._term = None
+        self._granted = asyncio.Event()
+
+    async def wait_for_leadership(self) -> FakeTerm:
+        while self._term is None or self._term.lost.is_set():
+            await self._granted.wait()
+        return self._term
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def stop(self) -> None:
+        self.started = False
+        self.revoke()
+
+
+class FakeDrainMarks:
+    """``DrainMarksPort`` that also publishes to a ``FakeWatch`` of the marks, like Consul would."""
+
+    def __init__(self, watch: FakeWatch[Mapping[str, DrainMark]]) -> None:
+        self.watch = watch
+        self.marks: dict[str, DrainMark] = dict(watch.latest or {})
+        self.calls: list[tuple[str, str]] = []
+
+    async def set(self, mark: DrainMark) -> None:
+        self.calls.append(("set", mark.job_id))
+        self.marks[mark.job_id] = mark
+        self.watch.set(dict(self.marks))
+
+    async def clear(self, job_id: str) -> None:
+        self.calls.append(("clear", job_id))
+        self.marks.pop(job_id, None)
+        self.watch.set(dict(self.marks))
+
+
+class FakeStatus:
+    def __init__(self) -> None:
+        self.published: list[str] = []
+
+    async def publish(self, text: str) -> None:
+        self.published.append(text)
+
+    def last(self) -> Any:
+        return json.loads(self.published[-1]) if self.published else None
+
+
+class FakeProbe:
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}  # job id -> in flight
+
+    async def in_flight(self, endpoint: Endpoint) -> int | None:
+        return self.counts.get(endpoint.replica)
+
+
+class ManualClock:
+    """Virtual wall time: ``sleep`` returns when a test ``advance``s past its deadline."""
+
+    def __init__(self, start: float = START) -> None:
+        self.now = start
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+
+    def time(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.now + seconds, next(self._seq), future))
+        await future
+
+    async def advance(self, seconds: float) -> None:
+        """Move time forward to each due sleeper in turn, letting woken tasks run in between."""
+        end = self.now + seconds
+        while True:
+            await _settle()
+            if not self._sleepers or self._sleepers[0][0] > end:
+                break
+            self.now = max(self.now, self._sleepers[0][0])
+            while self._sleepers and self._sleepers[0][0] <= self.now:
+                _, _, future = heapq.heappop(self._sleepers)
+                if not future.done():
+                    future.set_result(None)
+        self.now = end
+        await _settle()
+
+
+async def _settle(rounds: int = 20) -> None:
+    for _ in range(rounds):
+        await asyncio.sleep(0)
