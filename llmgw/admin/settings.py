@@ -1,0 +1,249 @@
+"""How the admin API listens: address, token, TLS, limits, read from env and flags in one place.
+
+Owns: ``AdminSettings`` (frozen; each default commented with its reason), the flags
+(``--admin-host``...) and their ``LLMGW_ADMIN_*`` variables with the precedence
+flag > env > default, and ``check_settings``: the reasons these settings must not run
+(a listener beyond loopback without a token, or without TLS unless the operator
+said so with ``--admin-insecure-plaintext-beyond-loopback``) and the warnings to log.
+
+The token is read only from ``LLMGW_ADMIN_TOKEN``: a flag would show it to every
+user of the node in ``ps``.
+
+Must not: import aiohttp or ssl, read files (the TLS files are opened by
+``llmgw.admin.listening`` when the listener starts), or log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+ENV_PREFIX = "LLMGW_ADMIN_"
+TOKEN_ENV = "LLMGW_ADMIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
+URL_ENV = "LLMGW_ADMIN_URL"
+# Next to the router's 8080; the admin API is a separate listener so it can stay on
+# loopback while the router serves the network.
+DEFAULT_PORT = 8081
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+# A token shorter than this is refused beyond loopback (and warned about on it):
+# 128 bits of randomness is what `openssl rand -hex 16` gives.
+MIN_TOKEN_CHARS = 32
+PLAINTEXT_FLAG = "--admin-insecure-plaintext-beyond-loopback"
+
+
+class AdminSettingsError(ValueError):
+    """The settings must not run; the message lists every reason and the flag to fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSettings:
+    # Loopback by default: the admin API changes what runs on every GPU node.
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    # Bearer token every request must carry; None only on loopback (with a warning).
+    token: str | None = field(default=None, repr=False)
+    # Who the token stands for in the audit trail (``applied_by``) and the log.
+    token_name: str = "admin-token"  # noqa: S105 (a label, not a secret)
+    # PEM files of the listener's certificate (chain) and key: TLS when both are set.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # Serve plaintext beyond loopback anyway (the token then crosses the network in
+    # clear text): only for a network the operator trusts, e.g. behind a TLS proxy.
+    insecure_plaintext_beyond_loopback: bool = False
+    # Host names (besides IP addresses and localhost) the admin API answers to, e.g. the
+    # name in its TLS certificate. Any other name is refused: a DNS rebinding page
+    # reaches a loopback listener only under its own host name.
+    allowed_hosts: tuple[str, ...] = ()
+    # A catalog is at most 900 KiB (Consul's KV limit is 512 KiB); its JSON escaping
+    # can double it. Larger bodies are refused with 413 before they are read.
+    max_body_bytes: int = 2 * 1024 * 1024
+    # How many versions GET /admin/v1/catalog/history returns when not told.
+    history_limit: int = 20
+    # Applies without If-Match retry this often when another apply wins the race in
+    # between (with If-Match the loser gets 412 at once).
+    apply_attempts: int = 3
+    # Idle keep-alive connections, and unfinished request heads, are closed after this.
+    keepalive_timeout: float = 15.0
+    # On stop, requests in flight get this long to finish.
+    shutdown_timeout: float = 5.0
+
+    @property
+    def on_loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None and self.tls_key is not None
+
+    @property
+    def url(self) -> str:
+        """The URL ``llmgw ctl`` would use to reach this listener."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    @classmethod
+    def from_env_and_args(
+        cls, environ: Mapping[str, str], namespace: argparse.Namespace | None = None
+    ) -> AdminSettings:
+        """A flag wins over its ``LLMGW_ADMIN_*`` variable, which wins over the default.
+        Raises AdminSettingsError naming every unusable value (not the policy checks:
+        ``check_settings`` says whether the result may run)."""
+        given = vars(namespace) if namespace is not None else {}
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for spec in _FLAGS:
+            if given.get(spec.namespace_dest) is not None:
+                values[spec.dest] = given[spec.namespace_dest]
+            elif environ.get(spec.env_name, "") != "":
+                try:
+                    values[spec.dest] = spec.parse(environ[spec.env_name])
+                except ValueError as exc:
+                    problems.append(f"{spec.env_name}={environ[spec.env_name]!r}: {exc}")
+        token = environ.get(TOKEN_ENV, "")
+        if token.strip() != token:
+            problems.append(f"{TOKEN_ENV} has leading or trailing spaces; remove them")
+        elif token:
+            values["token"] = token
+        if problems:
+            raise AdminSettingsError("; ".join(problems))
+        return cls(**values)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsCheck:
+    problems: tuple[str, ...]  # any: refuse to start
+    warnings: tuple[str, ...]  # log them and start
+
+
+def check_settings(settings: AdminSettings) -> SettingsCheck:
+    """Every reason these settings must not run, and what to warn about if they may."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    if not 0 <= settings.port <= 65535:
+        problems.append(f"--admin-port must be 0..65535, got {settings.port}")
+    for name in ("max_body_bytes", "history_limit", "apply_attempts"):
+        if getattr(settings, name) < 1:
+            problems.append(f"--admin-{name.replace('_', '-')} must be >= 1, got {getattr(settings, name)}")
+    for name in ("keepalive_timeout", "shutdown_timeout"):
+        if getattr(settings, name) <= 0:
+            problems.append(f"--admin-{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}")
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        problems.append("--admin-tls-cert and --admin-tls-key go together: give both or neither")
+    for name in settings.allowed_hosts:
+        if not name or any(ch in name for ch in "/:@ \t") or name != name.strip("."):
+            problems.append(f"--admin-allowed-hosts {name!r} must be a bare host name (no port, no scheme)")
+    short = settings.token is not None and len(settings.token) < MIN_TOKEN_CHARS
+    if settings.on_loopback:
+        if settings.token is None:
+            warnings.append(
+                f"the admin API on {settings.host} has no token: any local user or process can change "
+                f"the catalog and issue API keys; set {TOKEN_ENV}"
+            )
+        elif short:
+            warnings.append(f"{TOKEN_ENV} is shorter than {MIN_TOKEN_CHARS} characters; use a random one")
+    else:
+        where = f"--admin-host {settings.host} is beyond loopback"
+        if settings.token is None:
+            problems.append(f"{where}: set {TOKEN_ENV} (a random secret of {MIN_TOKEN_CHARS}+ characters)")
+        elif short:
+            problems.append(f"{where}: {TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} characters")
+        if not settings.tls:
+            if settings.insecure_plaintext_beyond_loopback:
+                warnings.append(
+                    f"{where} without TLS ({PLAINTEXT_FLAG}): the token crosses the network in clear text"
+                )
+            else:
+                problems.append(
+                    f"{where}: give --admin-tls-cert and --admin-tls-key, or accept sending the token in "
+                    f"clear text with {PLAINTEXT_FLAG}"
+                )
+    return SettingsCheck(tuple(problems), tuple(warnings))
+
+
+# --- flags ----------------------------------------------------------------------------------------
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _parse_hosts(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip().lower() for part in raw.split(",") if part.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class _Flag:
+    dest: str
+    parse: Any
+    help: str
+    is_switch: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--admin-" + self.dest.replace("_", "-")
+
+    @property
+    def namespace_dest(self) -> str:
+        # Prefixed: the admin flags share a parser with the control plane's own --host/--port.
+        return "admin_" + self.dest
+
+    @property
+    def env_name(self) -> str:
+        return ENV_PREFIX + self.dest.upper()
+
+
+_FLAGS: tuple[_Flag, ...] = (
+    _Flag("host", str, "address the admin API listens on (beyond loopback needs a token and TLS)"),
+    _Flag("port", int, "port of the admin API (0: any free port)"),
+    _Flag("token_name", str, "who the token stands for in the catalog's audit trail"),
+    _Flag("tls_cert", str, "PEM certificate (chain) file: serve the admin API over TLS"),
+    _Flag("tls_key", str, "PEM private key file of --admin-tls-cert"),
+    _Flag(
+        "insecure_plaintext_beyond_loopback",
+        _parse_bool,
+        "serve without TLS on a non-loopback address; the token crosses the network in clear text",
+        is_switch=True,
+    ),
+    _Flag("allowed_hosts", _parse_hosts, "comma-separated host names accepted in Host (e.g. the cert's)"),
+    _Flag("max_body_bytes", int, "largest request body, bytes"),
+    _Flag("history_limit", int, "catalog versions the history shows by default"),
+    _Flag("apply_attempts", int, "tries of an apply without If-Match that lost a race"),
+    _Flag("keepalive_timeout", float, "seconds an idle connection is kept"),
+    _Flag("shutdown_timeout", float, "seconds requests in flight get on stop"),
+)
+
+
+def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
+    """The admin listener's flags (the token is read from LLMGW_ADMIN_TOKEN only)."""
+    defaults = AdminSettings()
+    for spec in _FLAGS:
+        default = getattr(defaults, spec.dest)
+        help_text = f"{spec.help} (default {default!s}; env {spec.env_name})"
+        if spec.is_switch:
+            parser.add_argument(
+                spec.flag, dest=spec.namespace_dest, action="store_const", const=True, help=help_text
+            )
+        else:
+            parser.add_argument(spec.flag, dest=spec.namespace_dest, type=spec.parse, help=help_text)
+
+
+def with_changes(settings: AdminSettings, **changes: Any) -> AdminSettings:
+    """A copy with some fields changed (tests)."""
+    return replace(settings, **changes)
