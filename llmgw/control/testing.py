@@ -33,9 +33,11 @@ from typing import Any, Generic, TypeVar
 
 from llmgw import __version__
 from llmgw.control.observing import parse_alloc, parse_job, parse_node
+from llmgw.control.plane import ControlDeps, ControlPlane
 from llmgw.control.ports import JSON
+from llmgw.control.settings import ControlSettings
 from llmgw.core import conventions as c
-from llmgw.core.catalog import Catalog
+from llmgw.core.catalog import Catalog, SecurityPolicy
 from llmgw.core.names import slug
 from llmgw.core.planning import (
     EMPTY_STATE,
@@ -66,6 +68,7 @@ from llmgw.core.planning import (
     record_outcomes,
 )
 from llmgw.core.records import (
+    CatalogVersion,
     DemandReport,
     DrainMark,
     Endpoint,
@@ -1002,6 +1005,10 @@ class FakeLeader:
         self._granted.set()
         return self._term
 
+    def lose_quietly(self) -> None:
+        """Leadership is gone but the term has not been told yet (a renewal just failed)."""
+        self._term = None
+
     def revoke(self) -> None:
         if self._term is not None:
             self._term.lost.set()
@@ -1097,3 +1104,92 @@ class ManualClock:
 async def _settle(rounds: int = 20) -> None:
     for _ in range(rounds):
         await asyncio.sleep(0)
+
+
+# --- the whole plane on fakes ------------------------------------------------------------------------
+
+
+class ControlHarness:
+    """A ``ControlPlane`` wired to fakes of every port, on virtual time.
+
+    ``await h.advance(seconds)`` moves the clock a second at a time; after each second the
+    simulated cluster catches up (allocations start, engines pass their checks) and
+    Consul's endpoint watch publishes what changed, as the real watches would.
+    """
+
+    def __init__(
+        self,
+        catalog_text: str | None,
+        policy: SecurityPolicy,
+        *,
+        settings: ControlSettings | None = None,
+        cluster: FakeCluster | None = None,
+        clock: ManualClock | None = None,
+        leader: FakeLeader | None = None,
+        marks: FakeDrainMarks | None = None,
+        instance_id: str = "control-1",
+    ) -> None:
+        self.clock = clock or ManualClock()
+        self.cluster = cluster or FakeCluster(start=self.clock.now)
+        self.nomad = FakeNomad(self.cluster)
+        self.renderer = FakeRenderer()
+        self.leader = leader or FakeLeader(instance_id, leader=True)
+        self.catalog: FakeWatch[Any] = FakeWatch(
+            None if catalog_text is None else CatalogVersion.of(1, catalog_text, "test", self.clock.now)
+        )
+        self.endpoints: FakeWatch[EndpointSnapshot] = FakeWatch(self.cluster.endpoints())
+        self.marks = marks or FakeDrainMarks(FakeWatch({}))
+        self.demand: FakeWatch[Mapping[str, DemandReport]] = FakeWatch({})
+        self.status = FakeStatus()
+        self.probe = FakeProbe()
+        self.settings = settings or ControlSettings()
+        self.deps = ControlDeps(
+            nomad=self.nomad,
+            renderer=self.renderer,
+            leader=self.leader,
+            catalog=self.catalog,
+            endpoints=self.endpoints,
+            drain_marks=self.marks.watch,
+            drain_writer=self.marks,
+            demand=self.demand,
+            status=self.status,
+            policy=policy,
+            clock=self.clock,
+            probe=self.probe,
+        )
+        self.plane = ControlPlane(self.settings, self.deps)
+        self._versions = 1
+
+    async def __aenter__(self) -> ControlHarness:
+        await self.plane.start()
+        await _settle()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.plane.stop()
+
+    def apply_catalog(self, text: str) -> None:
+        self._versions += 1
+        self.catalog.set(CatalogVersion.of(self._versions, text, "test", self.clock.now))
+
+    def use(self, model: str, *, in_flight: int = 0, queued: int = 0, wake: bool = False) -> None:
+        report = DemandReport(
+            "router-1",
+            self.clock.now,
+            (ModelUse(model, self.clock.now, in_flight, queued, wake),),
+        )
+        self.demand.set({"router-1": report})
+
+    def sync_consul(self) -> None:
+        snapshot = self.cluster.endpoints()
+        latest = self.endpoints.latest
+        if latest is None or latest.endpoints != snapshot.endpoints:
+            self.endpoints.set(snapshot)
+
+    async def advance(self, seconds: float, *, step: float = 1.0) -> None:
+        steps = max(1, round(seconds / step))
+        for _ in range(steps):
+            await self.clock.advance(step)
+            self.cluster.tick(self.clock.now)
+            self.sync_consul()
+            await _settle()

@@ -544,8 +544,12 @@ class _Pass:
                 f"request(s) in flight ({memo.drain_reason})",
             )
         else:
-            due = since + (self.s.drain_min if in_flight == 0 else self.s.drain_timeout)
-            self.deadlines.append(due)
+            if in_flight == 0:
+                self.deadlines.append(since + self.s.drain_min)
+            else:
+                self.deadlines.append(
+                    min(since + self.s.drain_timeout, self.now + self.s.drain_check_interval)
+                )
             left = "unknown" if in_flight is None else str(in_flight)
             r.note = f"draining ({memo.drain_reason}): {left} request(s) in flight"
 

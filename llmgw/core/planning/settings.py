@@ -77,6 +77,9 @@ class PlanningSettings:
     drain_min: float = 5.0
     # In-flight requests may finish for at most this long (long streamed completions).
     drain_timeout: float = 5 * 60.0
+    # While a draining replica still has requests in flight, look again this often (the
+    # engine's count is polled, not watched).
+    drain_check_interval: float = 5.0
     # A stop (Nomad deregister) that has not taken effect after this long is sent again.
     stop_retry: float = 30.0
 

@@ -1,0 +1,207 @@
+"""The control plane's loops on recorded fakes of Nomad and Consul, on virtual time.
+
+The simulated cluster answers in Nomad's JSON and emits Nomad's events; the catalog,
+endpoints, drain marks and demand are Consul watches the tests set. Time is a
+``ManualClock``: no test sleeps for real, and "within a second" is virtual seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from llmgw.control import ControlSettings
+from llmgw.control.testing import ControlHarness, FakeDrainMarks, FakeLeader, FakeWatch, ManualClock
+from llmgw.core.catalog import SecurityPolicy
+from llmgw.core.planning import PlanningSettings
+
+CATALOG = """
+models:
+  chat:
+    profiles:
+      - engine: sim
+        tp: 1
+        gpu: {model: H100}
+    scaling: {min: 2, max: 2}
+"""
+
+FAST = ControlSettings(
+    planning=PlanningSettings(backoff_base=5.0, backoff_jitter=0.0, drain_min=1.0, drain_timeout=60.0),
+    resync_interval=600.0,
+)
+
+
+def harness(policy: SecurityPolicy, text: str | None = CATALOG, **kw: object) -> ControlHarness:
+    h = ControlHarness(text, policy, settings=FAST, **kw)  # type: ignore[arg-type]
+    for i in range(3):
+        h.cluster.add_node(f"n{i}")
+    return h
+
+
+async def test_the_plane_places_the_catalog_and_publishes_status(test_policy: SecurityPolicy) -> None:
+    async with harness(test_policy) as h:
+        await h.advance(20)
+        assert len(h.cluster.healthy_jobs("chat")) == 2
+        status = h.status.last()
+        (model,) = status["models"]
+        assert (model["model"], model["desired"], model["healthy"]) == ("chat", 2, 2)
+        assert status["leader"] == "control-1"
+        metrics = h.plane.metrics.registry
+        assert metrics.get_sample_value("llmgw_control_leader") == 1
+        assert metrics.get_sample_value("llmgw_control_passes_total", {"result": "ok"}) >= 1
+        assert (
+            metrics.get_sample_value("llmgw_control_actions_total", {"kind": "place", "outcome": "placed"})
+            == 2
+        )
+        assert metrics.get_sample_value("llmgw_control_replicas", {"phase": "healthy"}) == 2
+
+
+async def test_a_nomad_event_is_acted_on_within_a_second(test_policy: SecurityPolicy) -> None:
+    async with harness(test_policy) as h:
+        await h.advance(20)
+        job = h.cluster.healthy_jobs("chat")[0]
+        h.cluster.crash(job, "rank0")
+        await h.clock.advance(1.0)
+        assert h.nomad.called("deregister") == [job]
+
+
+async def test_triggers_during_a_pass_coalesce_into_one_more_pass(test_policy: SecurityPolicy) -> None:
+    async with harness(test_policy) as h:
+        await h.advance(20)
+        reconciler = h.plane.reconciler
+        assert reconciler is not None
+        before = reconciler.passes
+        for _ in range(50):
+            h.plane.trigger.poke()
+        await h.clock.advance(2.0)
+        assert reconciler.passes == before + 1
+
+
+async def test_an_event_stream_gap_is_repaired_by_the_resync_after_reconnect(
+    test_policy: SecurityPolicy,
+) -> None:
+    async with harness(test_policy) as h:
+        await h.advance(20)
+        job = h.cluster.healthy_jobs("chat")[0]
+        # The connection drops; meanwhile a shard fails and Nomad's buffer moves past it.
+        h.nomad.buffer = 1
+        h.nomad.break_stream()
+        await asyncio.sleep(0)
+        h.cluster.crash(job, "rank0")
+        h.cluster.add_node("n9")  # one more event: the crash's has left the buffer
+        await h.advance(5)
+        assert h.nomad.streams >= 2
+        reg = h.plane.metrics.registry
+        assert reg.get_sample_value("llmgw_control_resyncs_total", {"reason": "reconnect"}) >= 1
+        assert job in h.nomad.called("deregister")
+
+
+async def test_a_failing_nomad_makes_the_pass_retry_later(test_policy: SecurityPolicy) -> None:
+    async with harness(test_policy) as h:
+        h.nomad.fail["jobs"] = ConnectionError("Nomad is unreachable")
+        h.plane.view.request_resync("test")
+        await h.advance(20)
+        reg = h.plane.metrics.registry
+        assert reg.get_sample_value("llmgw_control_passes_total", {"result": "error"}) >= 1
+        assert len(h.cluster.healthy_jobs("chat")) == 2
+
+
+async def test_losing_leadership_stops_acting_and_the_standby_takes_over_without_restarts(
+    test_policy: SecurityPolicy,
+) -> None:
+    clock = ManualClock()
+    marks = FakeDrainMarks(FakeWatch({}))
+    first = harness(test_policy, clock=clock, marks=marks, instance_id="control-1")
+    second = harness(
+        test_policy,
+        clock=clock,
+        marks=marks,
+        cluster=first.cluster,
+        leader=FakeLeader("control-2"),
+        instance_id="control-2",
+    )
+    second.cluster = first.cluster
+    async with first, second:
+        await first.advance(20)
+        running = first.cluster.running_jobs()
+        assert len(running) == 2 and second.nomad.called("register") == []
+        first.leader.revoke()
+        await first.advance(1)
+        assert first.plane.reconciler is None
+        assert first.plane.metrics.registry.get_sample_value("llmgw_control_leader") == 0
+        # The old leader acts no more, whatever happens.
+        first.apply_catalog(CATALOG.replace("min: 2, max: 2", "min: 3, max: 3"))
+        first.plane.trigger.poke()
+        await first.advance(5)
+        assert len(first.nomad.called("register")) == 2
+        second.leader.grant()
+        await second.advance(5)
+        assert first.cluster.running_jobs() == running  # adopted: nothing restarted
+        assert second.nomad.called("deregister") == []
+        assert json.loads(second.status.published[-1])["leader"] == "control-2"
+
+
+async def test_the_executor_checks_leadership_before_each_action(test_policy: SecurityPolicy) -> None:
+    async with harness(test_policy) as h:
+        # Leadership is gone (the term has not noticed yet): the next action is refused.
+        h.leader.lose_quietly()  # is_leader is False while the loop still runs
+        await h.advance(5)
+        assert h.nomad.called("register") == []
+
+
+async def test_a_restarted_control_plane_adopts_and_restarts_nothing(test_policy: SecurityPolicy) -> None:
+    first = harness(test_policy)
+    async with first:
+        await first.advance(20)
+    running = first.cluster.running_jobs()
+    again = harness(test_policy, cluster=first.cluster, clock=first.clock)
+    again.cluster = first.cluster
+    async with again:
+        await again.advance(20)
+        assert again.cluster.running_jobs() == running
+        assert again.nomad.called("register") == []
+        assert again.nomad.called("deregister") == []
+
+
+async def test_no_catalog_yet_means_no_action(test_policy: SecurityPolicy) -> None:
+    h = harness(test_policy, text=None)
+    h.cluster.add_node("extra")
+    async with h:
+        await h.advance(10)
+        assert h.nomad.called("register") == []
+        assert "no catalog" in h.status.last()["note"]
+
+
+async def test_scale_down_drains_through_consul_and_the_engine_probe(test_policy: SecurityPolicy) -> None:
+    async with harness(test_policy) as h:
+        await h.advance(20)
+        h.use("chat", in_flight=4)
+        h.apply_catalog(CATALOG.replace("min: 2, max: 2", "min: 1, max: 1"))
+        await h.advance(2)
+        (marked,) = [job for op, job in h.marks.calls if op == "set"]
+        h.probe.counts[marked] = 2
+        await h.advance(10)
+        assert marked in h.cluster.running_jobs()
+        h.probe.counts[marked] = 0
+        await h.advance(6)  # the probe is polled every drain_check_interval (5 s)
+        assert marked not in h.cluster.running_jobs()
+        await h.advance(3)
+        assert ("clear", marked) in h.marks.calls
+
+
+@pytest.mark.parametrize("gone", [True, False])
+async def test_the_executor_is_idempotent_and_leaves_foreign_jobs_alone(
+    test_policy: SecurityPolicy, gone: bool
+) -> None:
+    from llmgw.core.planning import JobId, StopReplica
+
+    async with harness(test_policy) as h:
+        if not gone:
+            h.cluster.start_foreign_job("llmgw-not-ours", node="n0", gpus=1)
+        outcomes = await h.plane.executor.apply(
+            [StopReplica(JobId("llmgw-not-ours"), "chat", "test")], None, ""
+        )
+        assert h.nomad.called("deregister") == []
+        assert type(outcomes[0]).__name__ == ("Done" if gone else "Failed")
