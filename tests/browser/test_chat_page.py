@@ -1,0 +1,182 @@
+"""The chat page at ``/`` in headless Chromium: model order and preselection, the mark on
+simulated models, a streamed answer, and which model and replica answered.
+
+Needs Debian's chromium (``apt-get install -y chromium``) and the ``playwright``
+package (its browsers are NOT downloaded: Debian's chromium is launched directly).
+Skips with the reason when either is missing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from llmgw.core.names import slug
+from llmgw.core.records import CatalogVersion, Endpoint, EndpointSnapshot, HealthStatus
+from llmgw.gateway.app import RouterServer
+from llmgw.gateway.ports import FixedValue, RouterDeps
+from llmgw.gateway.settings import RouterSettings
+from llmgw.sim.app import create_app as create_sim_app
+from llmgw.sim.testing import fast_settings
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+try:
+    from playwright.async_api import Page, async_playwright, expect
+except ImportError:  # pragma: no cover - depends on the machine
+    async_playwright = None  # type: ignore[assignment]
+
+pytestmark = [
+    pytest.mark.skipif(
+        not CHROMIUM.exists() and shutil.which("chromium") is None, reason="needs Debian's chromium"
+    ),
+    pytest.mark.skipif(
+        async_playwright is None, reason="needs the playwright package (pip install playwright)"
+    ),
+]
+
+CATALOG = """
+models:
+  llama-real:
+    description: a real model (served here by a simulated engine behind the router)
+    roles: [chat]
+    profiles: [{engine: vllm, source: org/llama}]
+    scaling: {min: 1, max: 1}
+  sim-chat:
+    roles: [chat]
+    profiles: [{engine: sim}]
+    scaling: {min: 1, max: 1}
+  embed:
+    roles: [embedding]
+    profiles: [{engine: sim}]
+    scaling: {min: 1, max: 1}
+  zz-real:
+    roles: [chat]
+    profiles: [{engine: vllm, source: org/zz}]
+    scaling: {min: 1, max: 1}
+aliases:
+  fast: sim-chat
+"""
+
+
+def _endpoint(model: str, port: int, simulated: bool) -> Endpoint:
+    return Endpoint(
+        service_id=f"{slug(model)}-0",
+        node="node-1",
+        model=model,
+        model_slug=slug(model),
+        replica=f"{model}-r0",
+        alloc_id="a0",
+        address="127.0.0.1",
+        port=port,
+        engine="sim" if simulated else "vllm",
+        profile=0,
+        simulated=simulated,
+        status=HealthStatus.PASSING,
+    )
+
+
+@pytest.fixture
+async def router() -> AsyncIterator[RouterServer]:
+    runners: list[web.AppRunner] = []
+    endpoints = []
+    for model, simulated in (("llama-real", False), ("sim-chat", True)):
+        runner = web.AppRunner(create_sim_app(fast_settings(served_model_name=model, token_rate=200.0)))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        endpoints.append(_endpoint(model, runner.addresses[0][1], simulated))
+    deps = RouterDeps(
+        endpoints=FixedValue(EndpointSnapshot(tuple(endpoints), 1), "endpoints"),
+        catalog=FixedValue(CatalogVersion.of(1, CATALOG, "test", 1.0), "catalog"),
+    )
+    server = RouterServer(RouterSettings(host="127.0.0.1", port=0, no_auth=True), deps)
+    await server.start()
+    yield server
+    await server.stop()
+    for runner in runners:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def page() -> AsyncIterator[Any]:
+    assert async_playwright is not None
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = await browser.new_page()
+        yield page
+        await browser.close()
+
+
+async def _options(page: Page) -> list[tuple[str, str]]:
+    values: list[tuple[str, str]] = await page.eval_on_selector_all(
+        "#model option", "options => options.map(o => [o.value, o.textContent])"
+    )
+    return [tuple(v) for v in values]  # type: ignore[misc]
+
+
+async def test_real_models_first_and_preselected_simulated_ones_marked(
+    router: RouterServer, page: Page
+) -> None:
+    await page.goto(router.url + "/")
+    await expect(page.locator("#model option")).to_have_count(4)
+    options = await _options(page)
+    # Chat models only (embed is not offered), real ones first in catalog order, then simulated ones.
+    assert [value for value, _ in options] == ["llama-real", "zz-real", "sim-chat", "fast"]
+    assert [text for _, text in options] == [
+        "llama-real",
+        "zz-real",
+        "sim-chat (simulated)",
+        "fast (simulated)",
+    ]
+    assert await page.locator("#model").input_value() == "llama-real"
+    await expect(page.locator("#sim-mark")).to_be_hidden()
+    await page.select_option("#model", "sim-chat")
+    await expect(page.locator("#sim-mark")).to_be_visible()
+    await expect(page.locator("#sim-mark")).to_contain_text("simulated")
+
+
+async def test_a_streamed_answer_says_which_model_and_replica_answered(
+    router: RouterServer, page: Page
+) -> None:
+    await page.goto(router.url + "/")
+    await expect(page.locator("#model option")).to_have_count(4)
+    await page.fill("#prompt", "tell me a story")
+    await page.press("#prompt", "Enter")
+    answer = page.locator(".message.assistant").first
+    await expect(answer.locator(".meta")).to_have_text("answered by llama-real on replica llama-real-r0")
+    text = await answer.locator(".content").text_content()
+    assert text and len(text.split()) == 16  # the sim's default max_tokens, streamed word by word
+
+    await page.select_option("#model", "fast")
+    await page.fill("#prompt", "and another")
+    await page.press("#prompt", "Enter")
+    second = page.locator(".message.assistant").nth(1)
+    await expect(second.locator(".meta")).to_have_text(
+        "answered by sim-chat on replica sim-chat-r0 (simulated output)"
+    )
+
+
+async def test_errors_are_shown_not_swallowed(router: RouterServer, page: Page) -> None:
+    await page.goto(router.url + "/")
+    await expect(page.locator("#model option")).to_have_count(4)
+    await page.select_option("#model", "zz-real")  # no replica: the router answers 503
+    await page.fill("#prompt", "hello")
+    await page.press("#prompt", "Enter")
+    error = page.locator(".message.assistant.error")
+    await expect(error).to_contain_text("has no healthy replica")
