@@ -1,0 +1,147 @@
+"""Small values of the planner: backoff arithmetic, GPU claims, status JSON, Nomad JSON parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgw.control.observing import parse_alloc, parse_job, parse_node, parse_time
+from llmgw.core.catalog import Catalog
+from llmgw.core.planning import (
+    AllocStatus,
+    BackoffStatus,
+    ModelStatus,
+    NodeStatus,
+    Phase,
+    ReplicaStatus,
+    StatusDecodeError,
+    StatusReport,
+    claims_conflict,
+    profile_claim,
+    replica_job_id,
+)
+from llmgw.core.planning.backoff import jitter_fraction, rebuild_delay
+from llmgw.core.planning.status import from_json, to_json
+
+
+def test_backoff_doubles_caps_and_jitters_the_same_way_every_run() -> None:
+    assert [rebuild_delay("m", n, 30, 600, 0.0) for n in (1, 2, 3, 6, 50)] == [30, 60, 120, 600, 600]
+    jittered = rebuild_delay("m", 3, 30, 600, 0.2)
+    assert 120 * 0.8 <= jittered <= 120 and jittered == rebuild_delay("m", 3, 30, 600, 0.2)
+    assert jitter_fraction("m", 1) != jitter_fraction("n", 1)
+
+
+def test_gpu_claims() -> None:
+    profiles = (
+        Catalog.model_validate(
+            {
+                "models": {
+                    "m": {
+                        "profiles": [
+                            {"engine": "sim", "tp": 1, "gpu": {"model": "H100"}},
+                            {"engine": "sim", "tp": 1, "gpu": {"model": "A100"}},
+                            {"engine": "sim", "tp": 1},
+                            {"engine": "sim", "simulate_gpus": False},
+                        ]
+                    }
+                }
+            }
+        )
+        .models["m"]
+        .profiles
+    )
+    h100, a100, any_gpu, none = (profile_claim(p) for p in profiles)
+    assert not claims_conflict(h100, a100)
+    assert claims_conflict(h100, h100) and claims_conflict(any_gpu, a100)
+    assert not claims_conflict(none, any_gpu)
+
+
+def test_job_ids_follow_the_renderers_rule() -> None:
+    from llmgw.render import job_id_for
+
+    assert replica_job_id("meta-llama/Llama-3.1-8B", "r1a2b3c") == job_id_for(
+        "meta-llama/Llama-3.1-8B", "r1a2b3c"
+    )
+
+
+def test_status_round_trips_through_json() -> None:
+    report = StatusReport(
+        generated_at=1.5,
+        catalog_hash="abc",
+        leader="control-1",
+        note="",
+        models=(
+            ModelStatus(
+                model="m",
+                mode="keep-running",
+                desired=2,
+                healthy=1,
+                scaling="min 2",
+                waiting="backing off",
+                backoff=BackoffStatus(2, 100.0, "group rank1 failed"),
+                replicas=(
+                    ReplicaStatus(
+                        "llmgw-m-r1",
+                        "r1",
+                        0,
+                        "fab-a",
+                        Phase.HEALTHY,
+                        "passing",
+                        ("n1", "n2"),
+                        ("g0",),
+                        False,
+                        False,
+                        True,
+                        "passing",
+                    ),
+                ),
+            ),
+        ),
+    )
+    assert from_json(to_json(report)) == report
+    with pytest.raises(StatusDecodeError):
+        from_json('{"generated_at": "soon"}')
+
+
+def test_parsing_nomad_json_keeps_only_llmgw_jobs() -> None:
+    assert parse_job({"ID": "x", "Meta": {"owner": "else"}}) is None
+    job = parse_job(
+        {
+            "ID": "llmgw-m-r1",
+            "Meta": {
+                "llmgw_managed_by": "llmgw",
+                "llmgw_model": "m",
+                "llmgw_profile": "1",
+                "llmgw_replica": "r1",
+                "llmgw_spec_hash": "h",
+            },
+            "JobSummary": {"Summary": {"rank1": {}, "rank0": {}}},
+            "SubmitTime": 1_700_000_000_500_000_000,
+            "Status": "running",
+        }
+    )
+    assert job is not None
+    assert (job.profile_index, job.groups, job.submitted_at, job.stopped) == (
+        1,
+        ("rank0", "rank1"),
+        1_700_000_000.5,
+        False,
+    )
+    job_id, alloc = parse_alloc(
+        {
+            "ID": "a1",
+            "JobID": "llmgw-m-r1",
+            "TaskGroup": "rank0",
+            "NodeID": "n1",
+            "ClientStatus": "running",
+            "DesiredStatus": "run",
+            "CreateTime": 1_700_000_000_000_000_000,
+            "TaskStates": {
+                "engine": {"State": "running", "StartedAt": "2023-11-14T22:13:25.123456789Z", "Restarts": 1}
+            },
+        }
+    )
+    assert job_id == "llmgw-m-r1" and alloc.client_status is AllocStatus.RUNNING and alloc.restarts == 1
+    assert alloc.running_since == pytest.approx(1_700_000_005.123456)
+    node = parse_node({"ID": "n1", "Name": "gpu-1", "Status": "disconnected", "Meta": {"llmgw_fabric": "f"}})
+    assert (node.status, node.fabric, node.eligible) == (NodeStatus.DISCONNECTED, "f", True)
+    assert parse_time("0001-01-01T00:00:00Z") is None
