@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypeVar
 
 from llmgw.core.catalog.model import ScalingMode
 from llmgw.core.planning.actions import (
@@ -62,7 +63,13 @@ from llmgw.core.planning.status import (
     ReplicaStatus,
     StatusReport,
 )
+from llmgw.core.records import HealthStatus
 from llmgw.core.scaling import ModelDemand, ScaleDecision, scale
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_V = TypeVar("_V", bound="DataclassInstance")
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,26 +242,31 @@ class _Pass:
             target = desired_models.get(job.model)
             profile = target.profile(job.profile_index) if target else None
             load_timeout = profile.load_timeout if profile else max(self.s.load_timeouts.values())
+            health = self.observed.health.get(job_id)
+            unhealthy_since = None
+            if memo.was_healthy and health is not HealthStatus.PASSING:
+                unhealthy_since = memo.unhealthy_since if memo.unhealthy_since is not None else self.now
             a = assess(
                 job,
-                self.observed.health.get(job_id),
+                health,
                 self.observed.nodes,
                 self.node_down_since,
-                was_healthy_at=memo.healthy_at,
+                unhealthy_since=unhealthy_since,
                 first_seen=memo.first_seen,
                 load_timeout=load_timeout,
                 now=self.now,
                 settings=self.s,
             )
             mark_since = self.observed.drain_marks.get(job_id)
-            memo = replace(
+            memo = _update(
                 memo,
                 registered_at=None,
                 profile_index=job.profile_index,
                 spec_hash=job.spec_hash,
                 fabric=job.fabric,
                 claim=memo.claim or (profile.claim if profile else frozenset({ANY_GPU})),
-                healthy_at=self.now if a.phase is Phase.HEALTHY else memo.healthy_at,
+                was_healthy=memo.was_healthy or a.phase is Phase.HEALTHY,
+                unhealthy_since=unhealthy_since,
             )
             if mark_since is not None:
                 memo = replace(
@@ -343,9 +355,9 @@ class _Pass:
             if memo.spec_key and memo.spec_key != spec_key:
                 # A new spec deserves a fresh try: the operator may just have fixed the failure.
                 memo = ModelMemo(scale=memo.scale)
-            memo = replace(memo, spec_key=spec_key)
+            memo = _update(memo, spec_key=spec_key)
         if scaled is not None:
-            memo = replace(memo, scale=scaled.state)
+            memo = _update(memo, scale=scaled.state)
 
         failed_now = ""
         live: list[_Replica] = []
@@ -448,9 +460,9 @@ class _Pass:
     def _health_memo(self, memo: ModelMemo, live: list[_Replica], failed_now: bool) -> ModelMemo:
         """The backoff resets once the model has served, with no failure, for a while."""
         if failed_now or not any(r.healthy for r in live):
-            return replace(memo, healthy_since=None)
+            return _update(memo, healthy_since=None)
         since = memo.healthy_since if memo.healthy_since is not None else self.now
-        memo = replace(memo, healthy_since=since)
+        memo = _update(memo, healthy_since=since)
         if memo.backoff is not None:
             reset_at = since + self.s.backoff_reset_after
             if self.now >= reset_at:
@@ -700,6 +712,15 @@ def _fabric_list(fabrics: Mapping[str, int]) -> str:
     if not fabrics:
         return "none"
     return ", ".join(f"{name} with {count} ready" for name, count in sorted(fabrics.items()))
+
+
+def _update(value: _V, **changes: object) -> _V:
+    """``dataclasses.replace``, skipped when nothing changes (most passes change nothing, and
+    replace is the costliest call of a pass over a thousand models)."""
+    for name, new in changes.items():
+        if getattr(value, name) != new:
+            return replace(value, **changes)
+    return value
 
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"

@@ -45,7 +45,8 @@ def assess(
     nodes: Mapping[NodeId, ObservedNode],
     node_down_since: Mapping[NodeId, float],
     *,
-    was_healthy_at: float | None,
+    # Set once a replica that was healthy stops passing: since when it has not passed.
+    unhealthy_since: float | None,
     first_seen: float,
     load_timeout: float,
     now: float,
@@ -116,8 +117,8 @@ def assess(
 
     if health is HealthStatus.PASSING:
         return judged(Phase.HEALTHY, "passing")
-    if was_healthy_at is not None:
-        deadline = was_healthy_at + settings.health_lost_timeout
+    if unhealthy_since is not None:
+        deadline = unhealthy_since + settings.health_lost_timeout
         if now >= deadline:
             return judged(Phase.FAILED, f"health check not passing for {settings.health_lost_timeout:g}s")
         return judged(Phase.UNHEALTHY, f"health check {health or 'missing'}", deadline)

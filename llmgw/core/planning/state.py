@@ -76,7 +76,8 @@ class ReplicaMemo:
     spec_hash: str = ""
     fabric: str | None = None
     claim: Claim = frozenset()
-    healthy_at: float | None = None  # the last pass that saw it pass its check
+    was_healthy: bool = False  # passed its check at least once
+    unhealthy_since: float | None = None  # was healthy, and has not passed since then
     draining_since: float | None = None
     drain_reason: str = ""
     marked: bool = False  # the drain mark is written (or seen in Consul)

@@ -50,9 +50,17 @@ def job(
     )
 
 
-def judge(j: ObservedJob, now: float, health: HealthStatus | None = None, nodes=NODES, healthy_at=None):  # type: ignore[no-untyped-def]
+def judge(j: ObservedJob, now: float, health: HealthStatus | None = None, nodes=NODES, unhealthy_since=None):  # type: ignore[no-untyped-def]
     return assess(
-        j, health, nodes, {}, was_healthy_at=healthy_at, first_seen=T0, load_timeout=900, now=now, settings=S
+        j,
+        health,
+        nodes,
+        {},
+        unhealthy_since=unhealthy_since,
+        first_seen=T0,
+        load_timeout=900,
+        now=now,
+        settings=S,
     )
 
 
@@ -64,8 +72,8 @@ def test_phases() -> None:
     assert judge(job(*both), T0 + 60).deadline == T0 + 5 + 900
     assert judge(job(*both), T0 + 906).phase is Phase.FAILED
     assert judge(job(*both), T0 + 60, HealthStatus.PASSING).phase is Phase.HEALTHY
-    assert judge(job(*both), T0 + 60, HealthStatus.CRITICAL, healthy_at=T0 + 50).phase is Phase.UNHEALTHY
-    assert judge(job(*both), T0 + 171, HealthStatus.CRITICAL, healthy_at=T0 + 50).phase is Phase.FAILED
+    assert judge(job(*both), T0 + 60, HealthStatus.CRITICAL, unhealthy_since=T0 + 50).phase is Phase.UNHEALTHY
+    assert judge(job(*both), T0 + 171, HealthStatus.CRITICAL, unhealthy_since=T0 + 50).phase is Phase.FAILED
     assert judge(job(*both, stopped=True), T0 + 60).phase is Phase.STOPPED
 
 
