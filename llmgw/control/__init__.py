@@ -6,6 +6,8 @@ Public face:
 - ``ControlPlane(settings, deps)`` with ``start()`` / ``stop()``; ``ControlDeps`` (the ports);
   ``ControlSettings`` (every interval, timeout and backoff of the loops, with the decisions'
   ``PlanningSettings`` inside).
+- ``control_deps(nomad=, renderer=, consul=, instance_id=, policy=)``: the ports from the real
+  adapters (``llmgw.control.wiring``; mypy checks there that the adapters fit the ports).
 - ``ControlMetrics``: ``llmgw_control_*`` on a registry of its own.
 - ``llmgw.control.ports``: the Protocols the loops depend on; ``llmgw.control.testing``:
   recorded fakes of them and an in-memory Nomad/Consul simulator for tests.
@@ -19,6 +21,7 @@ from llmgw.control.observing import ClusterView
 from llmgw.control.plane import ControlDeps, ControlPlane, run_control_plane
 from llmgw.control.reconciling import CatalogReader, Reconciler, SpecCache, Trigger
 from llmgw.control.settings import ControlSettings
+from llmgw.control.wiring import control_deps
 
 __all__ = [
     "CatalogReader",
@@ -32,5 +35,6 @@ __all__ = [
     "Reconciler",
     "SpecCache",
     "Trigger",
+    "control_deps",
     "run_control_plane",
 ]
