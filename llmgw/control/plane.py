@@ -149,6 +149,9 @@ class ControlPlane:
             term = await self.deps.leader.wait_for_leadership()
             self.terms += 1
             self.metrics.leader.set(1)
+            # A standby's view followed events without fetching the jobs they named: start
+            # the term from a full, fresh read of Nomad.
+            self.view.request_resync("leadership")
             log.info("leading (term %d): reconciling", self.terms)
             reconciler = Reconciler(
                 self.settings,
