@@ -16,7 +16,7 @@ job "llmgw-bge-m3-8c041954-0" {
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "1a356236a9ce78009fc465344748b3125be0f825eb175cfaeae7109efe5d5858"
+    "llmgw_spec_hash" = "fc3813da84e03b993ec9dd40fd9c66eb46de9ab8a48bbcc45cf52ae18de01a73"
     "llmgw_version" = "0.1.0"
   }
 

@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "abfac574e9472aa51e73e44df605527455ab2691cd1ad50b1ed77a7d8e33e66f"
+    "llmgw_spec_hash" = "85be0a9577879a3b2c4d6e38356ecb5c59ea62382d9e41c761732e34b32810b3"
     "llmgw_version" = "0.1.0"
   }
 

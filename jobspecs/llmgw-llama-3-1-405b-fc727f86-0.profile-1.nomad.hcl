@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "1"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "c1a6bea9523c6706a66b3f19460ac41c1dbf80203fab0a99b755e5483bd505a0"
+    "llmgw_spec_hash" = "e63acdf50b0f4db0c0aa96ab1fcba55318cd3557340aaef1126e7d6753779588"
     "llmgw_version" = "0.1.0"
   }
 

@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e18f4314a9c61cf89a17b9e0918a5a66c8ff27d0c884509a6cf02b7982398fdf"
+    "llmgw_spec_hash" = "a858f30fbe1c989d6b8da1c90e126cd2482899d3f600be8a010d3d5a2557dfa4"
     "llmgw_version" = "0.1.0"
   }
 

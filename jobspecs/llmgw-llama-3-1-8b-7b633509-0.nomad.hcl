@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
     "llmgw_model" = "llama-3.1-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "08b72723404f010beefa6e7a85b461ca224213a9b0f838bc435744aef761346d"
+    "llmgw_spec_hash" = "a34bb26d20617c7a84a99bf0fdffa17914923a5356f2f8b480d50f206f6a2db6"
     "llmgw_version" = "0.1.0"
   }
 

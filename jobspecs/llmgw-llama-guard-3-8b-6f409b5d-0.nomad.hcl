@@ -16,7 +16,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
     "llmgw_model" = "llama-guard-3-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "6dfe411d0a8a0ec14945b293370f4cbe3a6240b309a18399bb3a26b4db7c6433"
+    "llmgw_spec_hash" = "6a80df5ab9dca3d3b621d399d6f7b1983ef65290ae078ae6e0567cbfc8e03646"
     "llmgw_version" = "0.1.0"
   }
 

@@ -16,7 +16,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "b90ffa3c0cebf60759e6d30e3dce6db5cf145b5cd7a43f0b5daf29967b18ccf8"
+    "llmgw_spec_hash" = "9ef1de8a27f033c56825bbca901f09883182d375a2c732f70e242f21d0755959"
     "llmgw_version" = "0.1.0"
   }
 

@@ -16,7 +16,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
     "llmgw_model" = "qwen2.5-7b-gguf"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e9000ffcc9210eb6e6cddedad139aebd84c221ded00f8e3112d1d98abcf15dd7"
+    "llmgw_spec_hash" = "a1851dbf299e27f994de91bee1c6e0d3c6937cc658c1e1ace3f15f6101b4e775"
     "llmgw_version" = "0.1.0"
   }
 

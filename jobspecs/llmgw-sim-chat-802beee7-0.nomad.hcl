@@ -16,7 +16,7 @@ job "llmgw-sim-chat-802beee7-0" {
     "llmgw_model" = "sim-chat"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "7fc72759462d153cc5200f7af9b041f80a25ff6df68ebbd2df0a2865e1e8b820"
+    "llmgw_spec_hash" = "d4997ec6e3c13e8c5935b6f269156065c750e299314dcbd1f44a5a4e3bf54a9a"
     "llmgw_version" = "0.1.0"
   }
 

@@ -16,7 +16,7 @@ job "llmgw-sim-embed-5559e68e-0" {
     "llmgw_model" = "sim-embed"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "65c34a9af2a2162f6d6a4501e01a5e1bea3e0ac30ab29507c0ec8fd70b3c9dd6"
+    "llmgw_spec_hash" = "d05438ec46cfee9e38173187275fb7de164e6b52cb12b9ee1c1af1b06ae94fc8"
     "llmgw_version" = "0.1.0"
   }
 

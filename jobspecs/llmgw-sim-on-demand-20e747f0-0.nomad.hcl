@@ -16,7 +16,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
     "llmgw_model" = "sim-on-demand"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "c1189cefb02b1c33beddfc625f44bbcf812a1646a47b55311bed345a43253240"
+    "llmgw_spec_hash" = "e6b2b73b43fe1a5cd3335e8bd5f22f9fb3b1f81f6e3f6bcc16a970d16a5b4d47"
     "llmgw_version" = "0.1.0"
   }
 

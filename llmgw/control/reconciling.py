@@ -64,10 +64,12 @@ class SpecCache:
         self._renderer = renderer
         self._catalog = catalog
         self._catalog_hash = catalog_hash
-        self._known: dict[tuple[str, int, str, str | None], str | None] = {}
+        # The spec hash leaves out the replica id and the fabric, so one render per
+        # profile (and per fabric or none) answers for every replica of it.
+        self._known: dict[tuple[str, int, bool], str | None] = {}
 
     def __call__(self, model: str, profile_index: int, replica_id: str, fabric: str | None) -> str | None:
-        key = (model, profile_index, replica_id, fabric)
+        key = (model, profile_index, fabric is not None)
         if key not in self._known:
             try:
                 request = ReplicaRequest(model, profile_index, replica_id, fabric)

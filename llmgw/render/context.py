@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw import __version__
 from llmgw.core import conventions as c
 from llmgw.core.catalog import Catalog, Engine, MirrorSource, Profile, parse_source
 from llmgw.core.catalog.sources import FileUrlSource
@@ -43,9 +42,17 @@ class ReplicaRequest:
     fabric: str | None = None
 
 
+# Rendered in place of the replica id and the fabric, so one render's text is the
+# same for every replica of a profile; names and fabrics never contain "@@".
+REPLICA_SLOT = "@@replica@@"
+FABRIC_SLOT = "@@fabric@@"
+# And the version: an llmgw upgrade that renders the same job must not roll replicas.
+VERSION_SLOT = "@@version@@"
+
+
 def job_id_for(model: str, replica_id: str) -> str:
     """``llmgw-<model slug>-<replica id>``: stable, collision-free (the slug carries a hash)."""
-    if not _REPLICA_ID.match(replica_id):
+    if replica_id != REPLICA_SLOT and not _REPLICA_ID.match(replica_id):
         raise RenderError(f"replica id {replica_id!r} must be 1 to 12 lowercase letters or digits")
     return f"llmgw-{slug(model)}-{replica_id}"
 
@@ -93,7 +100,7 @@ def build_context(
         c.JOB_META_ENGINE: profile.engine.value,
         c.JOB_META_CATALOG_HASH: catalog_hash,
         c.JOB_META_SPEC_HASH: spec_hash,
-        c.JOB_META_VERSION: __version__,
+        c.JOB_META_VERSION: VERSION_SLOT,
     }
     if request.fabric is not None:
         meta[c.JOB_META_FABRIC] = request.fabric
@@ -105,7 +112,7 @@ def build_context(
         "job": {
             "id": job_id,
             "template": template,
-            "llmgw_version": __version__,
+            "llmgw_version": VERSION_SLOT,
             "model": request.model,
             "profile_index": request.profile_index,
             "engine": profile.engine.value,

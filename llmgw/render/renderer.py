@@ -18,12 +18,21 @@ from typing import Any
 
 import jinja2
 
+from llmgw import __version__
 from llmgw.apispec import check_document
 from llmgw.apispec.jobspec import JobspecError, parse_jobspec
 from llmgw.bundled import bundled_path
 from llmgw.core import conventions as c
 from llmgw.core.catalog import Catalog, SecurityPolicy, check_profile
-from llmgw.render.context import RenderError, ReplicaRequest, build_context, job_id_for
+from llmgw.render.context import (
+    FABRIC_SLOT,
+    REPLICA_SLOT,
+    VERSION_SLOT,
+    RenderError,
+    ReplicaRequest,
+    build_context,
+    job_id_for,
+)
 from llmgw.render.hcl import hcl_attributes, hcl_bool, hcl_list, hcl_number, hcl_object, hcl_string
 from llmgw.render.settings import RenderSettings
 
@@ -59,8 +68,9 @@ _SPEC_HASH_SLOT = "@@llmgw-spec-hash@@"
 class RenderedJob:
     job_id: str
     hcl: str
-    # sha256 of the job as rendered without the catalog hash and llmgw version:
-    # it changes exactly when what would run changes.
+    # sha256 of the job as rendered with the replica id, fabric, catalog hash and
+    # spec hash left out: the same for every replica of a profile, and changed
+    # exactly when what would run changes.
     spec_hash: str
     template: str
 
@@ -105,15 +115,30 @@ class Renderer:
             name = self.template_name(profile.engine.value)
         else:
             name = "sim.nomad.hcl.j2"  # build_context reports the unknown model or profile
-        # One render with placeholders where the volatile meta goes: its hash is
-        # the spec hash, then the placeholders are filled (hex and a version string
-        # replace tokens that appear nowhere else).
+        # One render with slots where the replica id, the fabric and the volatile
+        # meta go. Its hash is the spec hash: equal for every replica of a profile,
+        # changed exactly when what runs changes (not by an unrelated catalog edit
+        # or an llmgw upgrade that renders the same job). Then the slots are filled;
+        # the fabric (node meta, not llmgw's) is escaped like any value.
+        job_id = job_id_for(request.model, request.replica_id)
+        slotted = ReplicaRequest(
+            request.model,
+            request.profile_index,
+            REPLICA_SLOT,
+            FABRIC_SLOT if request.fabric is not None else None,
+        )
         stable = self._render_text(
-            name, catalog, request, catalog_hash=_CATALOG_HASH_SLOT, spec_hash=_SPEC_HASH_SLOT
+            name, catalog, slotted, catalog_hash=_CATALOG_HASH_SLOT, spec_hash=_SPEC_HASH_SLOT
         )
         spec_hash = hashlib.sha256(stable.encode("utf-8")).hexdigest()
-        text = stable.replace(_CATALOG_HASH_SLOT, catalog_hash).replace(_SPEC_HASH_SLOT, spec_hash)
-        return RenderedJob(job_id_for(request.model, request.replica_id), text, spec_hash, name)
+        text = (
+            stable.replace(_CATALOG_HASH_SLOT, catalog_hash)
+            .replace(_SPEC_HASH_SLOT, spec_hash)
+            .replace(REPLICA_SLOT, request.replica_id)
+            .replace(VERSION_SLOT, __version__)
+            .replace(FABRIC_SLOT, hcl_string(request.fabric or "")[1:-1])
+        )
+        return RenderedJob(job_id, text, spec_hash, name)
 
     def _render_text(
         self, name: str, catalog: Catalog, request: ReplicaRequest, *, catalog_hash: str, spec_hash: str

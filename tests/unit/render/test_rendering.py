@@ -190,3 +190,28 @@ def test_mirror_sources_fetch_and_verify_before_the_engine(shipped_policy: Secur
     ]
     assert engine["Config"]["args"][1] == "/var/lib/llmgw/models/llama/v1"
     assert engine["Config"]["volumes"] == ["/var/lib/llmgw/models:/var/lib/llmgw/models:ro"]
+
+
+def test_spec_hash_is_the_same_for_every_replica_and_fabric_of_a_profile(
+    renderer: Renderer, example: Catalog
+) -> None:
+    one = renderer.render(example, ReplicaRequest("llama-3.1-405b", 1, "r1", "fabric-a"), catalog_hash="h")
+    two = renderer.render(example, ReplicaRequest("llama-3.1-405b", 1, "r2", "fabric-b"), catalog_hash="h")
+    assert one.spec_hash == two.spec_hash
+    assert one.job_id != two.job_id and "r2" in two.hcl and "fabric-b" in two.hcl and "@@" not in two.hcl
+    hostile_fabric = renderer.render(
+        example, ReplicaRequest("llama-3.1-405b", 1, "r3", 'a" } job { "'), catalog_hash="h"
+    )
+    assert (
+        renderer.check(hostile_fabric, model="llama-3.1-405b")["Constraints"][-1]["RTarget"] == 'a" } job { "'
+    )
+
+
+def test_an_llmgw_upgrade_that_renders_the_same_job_keeps_the_spec_hash(
+    renderer: Renderer, example: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = renderer.render(example, ReplicaRequest("sim-chat", 0, "0"), catalog_hash="h")
+    monkeypatch.setattr("llmgw.render.renderer.__version__", "99.0.0")
+    after = renderer.render(example, ReplicaRequest("sim-chat", 0, "0"), catalog_hash="h")
+    assert after.spec_hash == before.spec_hash
+    assert 'llmgw_version" = "99.0.0"' in after.hcl and "llmgw 99.0.0" in after.hcl
