@@ -1,0 +1,641 @@
+"""``llmgw ctl``: change and inspect a running llmgw through its admin API, from CI or a terminal.
+
+Owns: the ``ctl`` subcommands (status, diff, apply, catalog get|history, keys
+create|list|revoke, drain, restart), their human tables and ``--json`` output, the
+apply protocol seen from the client (diff, confirm on a terminal or ``--yes``, then
+PUT with ``If-Match`` on the catalog the diff was computed against, so what was
+confirmed is what is replaced), and the exit codes:
+
+- 0 done; 1 rejected (an invalid catalog, with exactly the lines ``llmgw catalog
+  check`` prints; 412 stale; any other 4xx); 2 usage (bad flags, unreadable file, no
+  terminal to confirm on); 3 the admin API cannot be reached or cannot do it now (5xx).
+
+Where: ``--admin-url`` or ``LLMGW_ADMIN_URL`` (default ``http://127.0.0.1:8081``); the
+token from ``LLMGW_ADMIN_TOKEN``. Every request says ``Content-Type: application/json``.
+
+Must not: validate catalogs itself (the admin API does, with the control plane's
+policy), or import aiohttp before a ctl command runs (every ``llmgw`` command imports
+this module to build its parser).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import quote, urlsplit
+
+from llmgw import __version__
+from llmgw.admin.settings import DEFAULT_URL, TOKEN_ENV, URL_ENV, is_loopback
+from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from llmgw.core.catalog_diff import CatalogDiff, DiffDecodeError, diff_from_dict
+
+EXIT_UNREACHABLE = 3
+ACTOR_ENV = "LLMGW_ACTOR"
+ACTOR_HEADER = "X-Llmgw-Actor"
+# A request that gets no answer in this long counts as unreachable (an apply renders
+# every changed profile, which takes a second or two for a large catalog).
+DEFAULT_TIMEOUT = 60.0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--admin-url",
+        default=argparse.SUPPRESS,
+        help=f"the admin API (default ${URL_ENV} or {DEFAULT_URL}); the token is read from ${TOKEN_ENV}",
+    )
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON for scripts")
+    common.add_argument(
+        "--actor",
+        default=argparse.SUPPRESS,
+        help=f"who you are in the catalog's audit trail, e.g. ci (default ${ACTOR_ENV} or ctl)",
+    )
+    common.add_argument(
+        "--cacert", default=argparse.SUPPRESS, help="PEM CA file to verify the admin API's TLS certificate"
+    )
+    common.add_argument(
+        "--timeout",
+        type=float,
+        default=argparse.SUPPRESS,
+        help=f"seconds per request (default {DEFAULT_TIMEOUT:g})",
+    )
+
+    parser = subparsers.add_parser(
+        "ctl",
+        parents=[common],
+        help="change and inspect a running llmgw through its admin API",
+        description="Talk to the control plane's admin API. Exit codes: 0 done, 1 rejected (invalid "
+        "catalog, stale, refused), 2 usage, 3 the admin API cannot be reached or cannot do it now.",
+    )
+    commands = parser.add_subparsers(dest="ctl_command", metavar="SUBCOMMAND", required=True)
+
+    def leaf(
+        name: str, help_text: str, handler: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help_text, description=help_text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    leaf("status", "models, replicas, health, and why something is not placed", _status)
+    diff = leaf("diff", "what applying FILE would start, stop, roll (nothing changes)", _diff)
+    diff.add_argument("file", metavar="FILE", help="catalog YAML (- for standard input)")
+    apply = leaf("apply", "validate FILE, show what it does, confirm, and apply it atomically", _apply)
+    apply.add_argument("file", metavar="FILE", help="catalog YAML (- for standard input)")
+    apply.add_argument("--yes", action="store_true", help="apply without asking (CI)")
+    apply.add_argument(
+        "--if-match",
+        metavar="SHA256",
+        help="apply only if the current catalog has this sha256 (default: the one the diff was against)",
+    )
+
+    catalog = commands.add_parser("catalog", help="the applied catalog and its history")
+    catalog_commands = catalog.add_subparsers(dest="catalog_command", metavar="SUBCOMMAND", required=True)
+    get = catalog_commands.add_parser(
+        "get", parents=[common], help="print the applied catalog's YAML (its version goes to stderr)"
+    )
+    get.set_defaults(handler=_catalog_get)
+    history = catalog_commands.add_parser(
+        "history", parents=[common], help="who applied which version, when, with what hash"
+    )
+    history.add_argument("--limit", type=int, default=None, help="versions to show (newest first)")
+    history.set_defaults(handler=_catalog_history)
+
+    keys = commands.add_parser("keys", help="API keys of the router")
+    key_commands = keys.add_subparsers(dest="keys_command", metavar="SUBCOMMAND", required=True)
+    create = key_commands.add_parser(
+        "create", parents=[common], help="issue a key; its secret is printed once, on stdout"
+    )
+    create.add_argument("name", help="who uses the key (a label)")
+    create.add_argument(
+        "--model", action="append", dest="models", help="a model it may use (repeatable; default all)"
+    )
+    create.add_argument("--requests-per-minute", type=int, help="per-router request limit")
+    create.add_argument("--tokens-per-minute", type=int, help="per-router token limit")
+    create.set_defaults(handler=_keys_create)
+    listing = key_commands.add_parser("list", parents=[common], help="every key, revoked ones too")
+    listing.set_defaults(handler=_keys_list)
+    revoke = key_commands.add_parser("revoke", parents=[common], help="revoke a key by id")
+    revoke.add_argument("key_id", metavar="ID")
+    revoke.set_defaults(handler=_keys_revoke)
+
+    drain = leaf("drain", "stop sending requests to MODEL's replicas and stop them", _drain)
+    drain.add_argument("model", metavar="MODEL")
+    restart = leaf("restart", "replace MODEL's replicas one at a time (and end a drain)", _restart)
+    restart.add_argument("model", metavar="MODEL")
+
+
+# --- talking to the admin API ----------------------------------------------------------------------
+
+
+class Unreachable(Exception):
+    """No answer from the admin API (exit 3)."""
+
+
+class UsageError(Exception):
+    """The command line cannot work as given (exit 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def error(self) -> str:
+        error = self.body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        return f"HTTP {self.status}"
+
+    @property
+    def error_code(self) -> str | None:
+        error = self.body.get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        return code if isinstance(code, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    url: str
+    token: str | None
+    actor: str
+    timeout: float
+    cacert: str | None
+    as_json: bool
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, environ: dict[str, str]) -> Connection:
+        url = (getattr(args, "admin_url", None) or environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise UsageError(f"--admin-url {url!r} must look like http://HOST:PORT or https://HOST:PORT")
+        timeout = getattr(args, "timeout", DEFAULT_TIMEOUT)
+        if timeout <= 0:
+            raise UsageError("--timeout must be more than 0")
+        token = environ.get(TOKEN_ENV) or None
+        if token and parts.scheme == "http" and not is_loopback(parts.hostname):
+            print(
+                f"llmgw ctl: warning: sending {TOKEN_ENV} in clear text to {parts.hostname}; use https",
+                file=sys.stderr,
+            )
+        return cls(
+            url=url,
+            token=token,
+            actor=getattr(args, "actor", None) or environ.get(ACTOR_ENV) or "ctl",
+            timeout=timeout,
+            cacert=getattr(args, "cacert", None),
+            as_json=bool(getattr(args, "json", False)),
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
+        return asyncio.run(self._request(method, path, body, headers or {}))
+
+    async def _request(
+        self, method: str, path: str, body: dict[str, Any] | None, extra: dict[str, str]
+    ) -> Answer:
+        import ssl
+
+        import aiohttp
+
+        headers = {
+            # Always JSON: the admin API refuses any change without it (browser safety).
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": f"llmgw-ctl/{__version__}",
+            ACTOR_HEADER: self.actor,
+            **extra,
+        }
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        context: ssl.SSLContext | bool = True
+        if self.cacert is not None:
+            try:
+                context = ssl.create_default_context(cafile=self.cacert)
+            except (OSError, ssl.SSLError) as exc:
+                raise UsageError(f"--cacert {self.cacert}: {exc}") from None
+        data = json.dumps(body).encode("utf-8") if body is not None else b""
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout)) as session,
+                session.request(method, self.url + path, data=data, headers=headers, ssl=context) as resp,
+            ):
+                raw = await resp.read()
+                answer_headers = {k: v for k, v in resp.headers.items()}
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Unreachable(
+                f"cannot reach the admin API at {self.url}: {exc or type(exc).__name__}"
+            ) from None
+        try:
+            parsed = json.loads(raw) if raw else {}
+        except ValueError:
+            raise Unreachable(
+                f"{self.url} answered HTTP {status} with something other than JSON; is it llmgw's admin API?"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise Unreachable(f"{self.url} answered HTTP {status} with JSON that is not an object")
+        return Answer(status, parsed, answer_headers)
+
+
+def _run(args: argparse.Namespace, body: Callable[[Connection], int]) -> int:
+    try:
+        connection = Connection.of(args, dict(os.environ))
+        return body(connection)
+    except UsageError as exc:
+        print(f"llmgw ctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Unreachable as exc:
+        print(f"llmgw ctl: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+
+
+def _refused(answer: Answer) -> int:
+    """Say why the admin API said no; the exit code for it."""
+    hint = ""
+    if answer.status == 401:
+        hint = f" (set {TOKEN_ENV} to the admin API's token)"
+    elif answer.error_code == "stale_catalog":
+        hint = " (run llmgw ctl diff again to see what changed)"
+    print(f"llmgw ctl: {answer.error}{hint}", file=sys.stderr)
+    return EXIT_UNREACHABLE if answer.status >= 500 else EXIT_REJECTED
+
+
+def _print_json(value: object) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _when(seconds: object) -> str:
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "-"
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    for row in (header, *rows):
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip())
+
+
+# --- status ----------------------------------------------------------------------------------------
+
+
+def _status(args: argparse.Namespace) -> int:
+    def body(connection: Connection) -> int:
+        answer = connection.request("GET", "/admin/v1/status")
+        if not answer.ok:
+            return _refused(answer)
+        if connection.as_json:
+            _print_json(answer.body)
+            return EXIT_OK
+        _print_status(answer.body)
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def _print_status(raw: dict[str, Any]) -> None:
+    from llmgw.core.planning.status import StatusDecodeError, from_json
+
+    try:
+        report = from_json(json.dumps(raw))
+    except StatusDecodeError as exc:
+        print(
+            f"llmgw ctl: the status has a shape this llmgw does not know ({exc}); as published:",
+            file=sys.stderr,
+        )
+        _print_json(raw)
+        return
+    catalog = (report.catalog_hash or "-")[:12]
+    print(f"leader {report.leader or '-'}, catalog {catalog}, at {_when(report.generated_at)}")
+    if report.note:
+        print(report.note)
+    rows = []
+    for m in report.models:
+        why = m.waiting or (f"backing off: {m.backoff.last_failure}" if m.backoff else m.scaling)
+        rows.append([m.model, m.mode, str(m.desired), str(m.healthy), why])
+    if rows:
+        print()
+        _table(["MODEL", "MODE", "DESIRED", "HEALTHY", "WHY"], rows)
+    replicas = [
+        [
+            r.job_id,
+            m.model,
+            str(r.phase) + (" draining" if r.draining else ""),
+            ",".join(r.nodes) or "-",
+            r.reason,
+        ]
+        for m in report.models
+        for r in m.replicas
+    ]
+    if replicas:
+        print()
+        _table(["REPLICA", "MODEL", "PHASE", "NODES", "REASON"], replicas)
+
+
+# --- the catalog -----------------------------------------------------------------------------------
+
+
+def _read_catalog(name: str) -> tuple[str, str]:
+    """(filename as ``llmgw catalog check`` names it, text)."""
+    if name == "-":
+        return "<stdin>", sys.stdin.read()
+    try:
+        return name, Path(name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _print_diagnostics(diagnostics: object, out: TextIO) -> None:
+    """The lines ``llmgw catalog check`` prints, from the same fields (its --format json shape)."""
+    if not isinstance(diagnostics, list):
+        return
+    errors = warnings = 0
+    for d in diagnostics:
+        if not isinstance(d, dict):
+            continue
+        where = f"{d.get('file')}:{d.get('line')}:{d.get('column')}"
+        path = f"{d.get('path')}: " if d.get("path") else ""
+        print(f"{where}: {d.get('severity')}: {path}{d.get('message')}", file=out)
+        if d.get("severity") == "error":
+            errors += 1
+        else:
+            warnings += 1
+    if errors or warnings:
+        print(f"{errors} error(s), {warnings} warning(s)", file=sys.stderr)
+
+
+def _print_preview(answer: dict[str, Any], out: TextIO) -> None:
+    _print_diagnostics(answer.get("diagnostics"), out)
+    base = answer.get("base")
+    if isinstance(base, dict):
+        print(
+            f"Against catalog version {base.get('version')} (sha256 {str(base.get('sha256'))[:12]}, "
+            f"applied by {base.get('applied_by')} at {_when(base.get('applied_at'))}):",
+            file=out,
+        )
+    else:
+        print("Against no catalog (none has been applied yet):", file=out)
+    for note in answer.get("notes") or []:
+        print(f"note: {note}", file=out)
+    try:
+        diff = diff_from_dict(answer.get("diff"))
+    except DiffDecodeError as exc:
+        print(f"llmgw ctl: the diff has a shape this llmgw does not know ({exc})", file=sys.stderr)
+        return
+    print_diff(diff, out)
+
+
+def print_diff(diff: CatalogDiff, out: TextIO) -> None:
+    """One line per model: effect, name, reason; then routing changes and the counts."""
+    if diff.unchanged:
+        print("  no changes: nothing starts, stops or rolls", file=out)
+        return
+    if diff.models:
+        width = max(len(c.model) for c in diff.models)
+        for change in diff.models:
+            print(f"  {change.effect:<7} {change.model:<{width}}  {change.reason}", file=out)
+    for line in diff.routing:
+        print(f"  routing {line}", file=out)
+    summary = ", ".join(f"{n} {effect}" for effect, n in sorted(diff.counts().items()))
+    print(summary or "no model changes", file=out)
+
+
+def _catalog_request(connection: Connection, method: str, name: str, headers: dict[str, str]) -> Answer:
+    filename, text = _read_catalog(name)
+    path = "/admin/v1/catalog" if method == "PUT" else "/admin/v1/catalog/diff"
+    return connection.request(method, path, {"catalog": text, "filename": filename}, headers)
+
+
+def _rejected_catalog(answer: Answer) -> int:
+    if answer.error_code == "invalid_catalog":
+        # Exactly what `llmgw catalog check` prints, on stdout as it does.
+        _print_diagnostics(answer.body.get("diagnostics"), sys.stdout)
+        return EXIT_REJECTED
+    return _refused(answer)
+
+
+def _diff(args: argparse.Namespace) -> int:
+    def body(connection: Connection) -> int:
+        answer = _catalog_request(connection, "POST", args.file, {})
+        if not answer.ok:
+            return _rejected_catalog(answer)
+        if connection.as_json:
+            _print_json(answer.body)
+        else:
+            _print_preview(answer.body, sys.stdout)
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def _apply(args: argparse.Namespace) -> int:
+    def body(connection: Connection) -> int:
+        if not args.yes and not sys.stdin.isatty():
+            raise UsageError("not a terminal to confirm on: pass --yes to apply without asking (CI)")
+        if args.file == "-" and not args.yes:
+            raise UsageError("a catalog read from standard input cannot be confirmed there: pass --yes")
+        preview = _catalog_request(connection, "POST", args.file, {})
+        if not preview.ok:
+            return _rejected_catalog(preview)
+        # With --json, stdout carries only the apply's answer; the preview goes to stderr.
+        _print_preview(preview.body, sys.stderr if connection.as_json else sys.stdout)
+        base = preview.body.get("base")
+        # Apply exactly over what the diff was computed against, unless told otherwise.
+        if args.if_match:
+            headers = {"If-Match": f'"{args.if_match}"'}
+        elif isinstance(base, dict):
+            headers = {"If-Match": f'"{base.get("sha256")}"'}
+        else:
+            headers = {"If-None-Match": "*"}
+        if not args.yes and not _confirm():
+            print("llmgw ctl: not applied", file=sys.stderr)
+            return EXIT_REJECTED
+        answer = _catalog_request(connection, "PUT", args.file, headers)
+        if not answer.ok:
+            return _rejected_catalog(answer)
+        if connection.as_json:
+            _print_json(answer.body)
+        elif answer.body.get("applied"):
+            print(
+                f"applied: catalog version {answer.body.get('version')} "
+                f"(sha256 {str(answer.body.get('sha256'))[:12]})"
+            )
+        else:
+            print(f"nothing applied: catalog version {answer.body.get('version')} is already this text")
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def _confirm() -> bool:
+    print("Apply this catalog? [y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        reply = input()
+    except EOFError:
+        return False
+    return reply.strip().lower() in ("y", "yes")
+
+
+def _catalog_get(args: argparse.Namespace) -> int:
+    def body(connection: Connection) -> int:
+        answer = connection.request("GET", "/admin/v1/catalog")
+        if not answer.ok:
+            return _refused(answer)
+        if connection.as_json:
+            _print_json(answer.body)
+            return EXIT_OK
+        print(
+            f"# catalog version {answer.body.get('version')}, sha256 {answer.body.get('sha256')}, "
+            f"applied by {answer.body.get('applied_by')} at {_when(answer.body.get('applied_at'))}",
+            file=sys.stderr,
+        )
+        sys.stdout.write(str(answer.body.get("text", "")))
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def _catalog_history(args: argparse.Namespace) -> int:
+    def body(connection: Connection) -> int:
+        query = f"?limit={args.limit}" if args.limit is not None else ""
+        answer = connection.request("GET", "/admin/v1/catalog/history" + query)
+        if not answer.ok:
+            return _refused(answer)
+        if connection.as_json:
+            _print_json(answer.body)
+            return EXIT_OK
+        rows = [
+            [
+                str(v.get("version")),
+                _when(v.get("applied_at")),
+                str(v.get("applied_by")),
+                str(v.get("sha256"))[:12],
+            ]
+            for v in answer.body.get("versions") or []
+            if isinstance(v, dict)
+        ]
+        _table(["VERSION", "APPLIED AT", "APPLIED BY", "SHA256"], rows)
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+# --- keys ------------------------------------------------------------------------------------------
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    def body(connection: Connection) -> int:
+        answer = connection.request(
+            "POST",
+            "/admin/v1/keys",
+            {
+                "name": args.name,
+                "models": args.models,
+                "requests_per_minute": args.requests_per_minute,
+                "tokens_per_minute": args.tokens_per_minute,
+            },
+        )
+        if not answer.ok:
+            return _refused(answer)
+        if connection.as_json:
+            _print_json(answer.body)
+            return EXIT_OK
+        key = answer.body.get("key") or {}
+        print(
+            f"created API key {key.get('id')} ({key.get('name')}); the secret below is shown once:",
+            file=sys.stderr,
+        )
+        print(answer.body.get("secret"))
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def _limit(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    def body(connection: Connection) -> int:
+        answer = connection.request("GET", "/admin/v1/keys")
+        if not answer.ok:
+            return _refused(answer)
+        if connection.as_json:
+            _print_json(answer.body)
+            return EXIT_OK
+        rows = [
+            [
+                str(k.get("id")),
+                str(k.get("name")),
+                "all" if k.get("models") is None else ",".join(k.get("models") or []),
+                _limit(k.get("requests_per_minute")),
+                _limit(k.get("tokens_per_minute")),
+                _when(k.get("created_at")),
+                _when(k.get("revoked_at")) if k.get("revoked") else "-",
+            ]
+            for k in answer.body.get("keys") or []
+            if isinstance(k, dict)
+        ]
+        _table(["ID", "NAME", "MODELS", "REQ/MIN", "TOK/MIN", "CREATED", "REVOKED"], rows)
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    def body(connection: Connection) -> int:
+        answer = connection.request("DELETE", f"/admin/v1/keys/{quote(args.key_id, safe='')}")
+        if not answer.ok:
+            return _refused(answer)
+        if connection.as_json:
+            _print_json(answer.body)
+            return EXIT_OK
+        key = answer.body.get("key") or {}
+        print(f"revoked API key {key.get('id')} ({key.get('name')}) at {_when(key.get('revoked_at'))}")
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+# --- models ----------------------------------------------------------------------------------------
+
+
+def _model_command(args: argparse.Namespace, command: str) -> int:
+    def body(connection: Connection) -> int:
+        answer = connection.request("POST", f"/admin/v1/models/{quote(args.model, safe='')}/{command}", {})
+        if not answer.ok:
+            return _refused(answer)
+        if connection.as_json:
+            _print_json(answer.body)
+        else:
+            print(f"{args.model}: {answer.body.get('message')}")
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def _drain(args: argparse.Namespace) -> int:
+    return _model_command(args, "drain")
+
+
+def _restart(args: argparse.Namespace) -> int:
+    return _model_command(args, "restart")
