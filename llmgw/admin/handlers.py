@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from llmgw.adapters.consul import ApiKeyNotFound, CatalogConflict, ConsulError, CorruptRecord
+from llmgw.adapters.consul import ApiKeyConflict, ApiKeyNotFound, CatalogConflict, ConsulError, CorruptRecord
 from llmgw.admin import errors
 from llmgw.admin.context import ACTOR, DEPS, PREVIEWS, SETTINGS
 from llmgw.admin.errors import AdminError
@@ -76,6 +76,8 @@ async def _consul(call: Awaitable[T]) -> T:
         raise AdminError(
             502, f"Consul KV holds a record llmgw cannot read: {exc}", errors.SERVER, "corrupt_record"
         ) from None
+    except ApiKeyConflict as exc:
+        raise AdminError(409, str(exc), errors.CONFLICT, "key_conflict") from None
     except ConsulError as exc:
         if exc.temporary:
             raise errors.unavailable(
