@@ -13,12 +13,12 @@ Must not: parse flags or the environment (``llmgw.cli`` builds ``ControlSettings
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmgw.cancellation import cancel_and_wait
 from llmgw.control.executing import Executor
 from llmgw.control.metrics import ControlMetrics
 from llmgw.control.observing import ClusterView
@@ -96,11 +96,7 @@ class ControlPlane:
     async def stop(self) -> None:
         """Stop acting first (cancel the loop), then resign, then stop watching."""
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         self.metrics.leader.set(0)
         await self.deps.leader.stop()
         for watch in self._watches:
@@ -174,11 +170,7 @@ class ControlPlane:
             try:
                 await asyncio.wait({loop, lost}, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for task in (loop, lost):
-                    task.cancel()
-                for task in (loop, lost):
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                await cancel_and_wait(loop, lost)
                 self.metrics.leader.set(0)
                 self.reconciler = None
             log.info("leadership ended; standing by")

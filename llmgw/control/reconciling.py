@@ -20,6 +20,7 @@ import logging
 import time
 from dataclasses import dataclass, replace
 
+from llmgw.cancellation import cancel_and_wait
 from llmgw.control.executing import Executor, LeadershipLost
 from llmgw.control.metrics import ControlMetrics
 from llmgw.control.observing import ClusterView, build_observed, health_by_job
@@ -312,8 +313,5 @@ class Reconciler:
         try:
             await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (waiter, sleeper):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(waiter, sleeper)
         return self._trigger.pending

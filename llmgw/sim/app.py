@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from llmgw.cancellation import cancel_and_wait
 from llmgw.sim import metrics, openai_api, rendezvous, vocabulary
 from llmgw.sim.engine import Engine
 from llmgw.sim.faults import ExitProcess, FaultState, FaultUpdate
@@ -236,11 +237,7 @@ async def _background_tasks(app: web.Application) -> AsyncIterator[None]:
             )
         )
     yield
-    for task in tasks:
-        task.cancel()
-    for task in tasks:
-        with suppress(asyncio.CancelledError):
-            await task
+    await cancel_and_wait(*tasks)
 
 
 async def _load_weights(state: SimState) -> None:

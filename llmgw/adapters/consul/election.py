@@ -37,6 +37,7 @@ from typing import TypeVar
 from llmgw.adapters.consul.client import ConsulClient, ConsulError, KvEntry, QueryMeta
 from llmgw.adapters.consul.settings import ElectionSettings
 from llmgw.adapters.consul.watch import next_index
+from llmgw.cancellation import cancel_and_wait
 from llmgw.core.conventions import KV_LEADER
 
 log = logging.getLogger(__name__)
@@ -176,11 +177,7 @@ class LeaderElection:
         self._running = False
         self._lose("this instance is stopping")
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         session, self._session_id = self._session_id, None
         self._renew_ok = False
         self._notify()
@@ -368,9 +365,5 @@ class LeaderElection:
         try:
             await asyncio.wait({reading, poked}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            poked.cancel()
-            if not reading.done():
-                reading.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reading
+            await cancel_and_wait(poked, reading)
         return reading.result() if not reading.cancelled() else None

@@ -20,7 +20,6 @@ every failure is a status, never a dead task.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,6 +29,7 @@ from typing import Generic, TypeVar, cast
 
 from llmgw.adapters.consul.client import ConsulError
 from llmgw.adapters.consul.settings import WatchSettings
+from llmgw.cancellation import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -197,9 +197,7 @@ class Watch(Generic[T]):
         task, self._task = self._task, None
         self._closed = True
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         self._wake()
 
     async def __aenter__(self) -> Watch[T]:

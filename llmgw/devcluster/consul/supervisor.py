@@ -12,10 +12,10 @@ Must not: answer HTTP or hold data (the store does).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from llmgw.cancellation import cancel_and_wait
 from llmgw.devcluster.consul.blocking import ChangeFeed
 from llmgw.devcluster.consul.checks import CheckRunners
 from llmgw.devcluster.consul.state import ConsulState
@@ -40,9 +40,7 @@ class Supervisor:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         await self._runners.close()
 
     async def step(self) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from llmgw.cancellation import cancel_and_wait
 from llmgw.devcluster.nomad import template as tmpl
 from llmgw.devcluster.nomad.config import StandInConfig
 from llmgw.devcluster.nomad.consul_http import ConsulAgent, ConsulError, Registration, registration
@@ -357,9 +358,7 @@ class TaskRunner:
                 self.state.last_restart = now_ns()
         finally:
             if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                await cancel_and_wait(watcher)
             await self._deregister_services()
 
     async def _restart_decision(self, policy: JSON, exit_code: int) -> float | None:
