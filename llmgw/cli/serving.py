@@ -1,0 +1,149 @@
+"""Wiring llmgw's programs to Nomad and Consul: what ``llmgw serve`` and ``llmgw dev`` both run.
+
+Owns the order things start and stop in (Consul client, then the control plane
+and the router; the reverse on the way down) and turning connection settings
+into adapters. It decides nothing about the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import TracebackType
+
+from llmgw.adapters.consul import (
+    ApiKeyStore,
+    CatalogConflict,
+    CatalogStore,
+    ClientSettings,
+    ConsulClient,
+    DemandPublisher,
+    DrainingMarks,
+    watch_endpoints,
+)
+from llmgw.adapters.nomad import NomadClient
+from llmgw.control import ControlPlane, ControlSettings
+from llmgw.control.wiring import control_deps
+from llmgw.core.catalog import SecurityPolicy
+from llmgw.core.records import CatalogVersion
+from llmgw.gateway.app import RouterServer
+from llmgw.gateway.ports import RouterDeps
+from llmgw.gateway.settings import RouterSettings
+from llmgw.render import Renderer, RenderSettings
+from llmgw.settings import ConsulConnection, NomadConnection
+
+log = logging.getLogger("llmgw")
+
+
+class Role(StrEnum):
+    ALL = "all"
+    CONTROL_PLANE = "control-plane"
+    ROUTER = "router"
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    role: Role
+    nomad: NomadConnection
+    consul: ConsulConnection
+    policy: SecurityPolicy
+    render: RenderSettings = field(default_factory=RenderSettings)
+    control: ControlSettings = field(default_factory=ControlSettings)
+    router: RouterSettings = field(default_factory=RouterSettings)
+    # This instance's name in the leader lock and logs.
+    instance_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{time.time_ns() % 10**9}")
+
+
+async def publish_catalog(consul: ConsulClient, text: str, *, applied_by: str) -> CatalogVersion | None:
+    """Apply ``text`` as the next catalog version unless it is already current; None when unchanged."""
+    store = CatalogStore(consul)
+    for _ in range(3):  # another writer may win a round; then read again and retry
+        current = await store.current()
+        candidate = CatalogVersion.of(
+            (current.version + 1) if current else 1, text, applied_by, time.time()
+        )
+        if current is not None and current.sha256 == candidate.sha256:
+            return None
+        try:
+            return await store.apply(candidate, current.version if current else None)
+        except CatalogConflict:
+            continue
+    raise RuntimeError("the catalog kept changing under llmgw while it tried to apply its own")
+
+
+class Services:
+    """``async with Services(settings) as running:`` the control plane and/or the router."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        self._stack = AsyncExitStack()
+        self.consul: ConsulClient | None = None
+        self.router: RouterServer | None = None
+        self.control: ControlPlane | None = None
+
+    async def __aenter__(self) -> Services:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stack.aclose()
+
+    async def _start(self) -> None:
+        s = self.settings
+        consul = ConsulClient(s.consul, ClientSettings())
+        await consul.start()
+        self._stack.push_async_callback(consul.close)
+        self.consul = consul
+        if s.role in (Role.ALL, Role.CONTROL_PLANE):
+            nomad = NomadClient(s.nomad)
+            self._stack.push_async_callback(nomad.close)
+            deps = control_deps(
+                nomad=nomad,
+                renderer=Renderer(s.render, s.policy),
+                consul=consul,
+                instance_id=s.instance_id,
+                policy=s.policy,
+            )
+            plane = ControlPlane(s.control, deps)
+            await plane.start()
+            self._stack.push_async_callback(plane.stop)
+            self.control = plane
+        if s.role in (Role.ALL, Role.ROUTER):
+            router_settings = s.router
+            deps_router = RouterDeps(
+                endpoints=watch_endpoints(consul),
+                catalog=CatalogStore(consul).watch(),
+                draining=DrainingMarks(consul).watch(),
+                api_keys=None if router_settings.no_auth else ApiKeyStore(consul).watch(),
+                demand=DemandPublisher(consul, router_settings.resolved_router_id()),
+            )
+            router = RouterServer(router_settings, deps_router, policy=s.policy)
+            await router.start()
+            self._stack.push_async_callback(router.stop)
+            self.router = router
+
+
+async def wait_for_signal() -> None:
+    """Until SIGINT or SIGTERM."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
