@@ -50,6 +50,7 @@ PREFIX = "/admin/v1"
 DEFAULT_FILENAME = "<catalog>"
 MAX_HISTORY = 1000
 _ETAG = re.compile(r'\s*(W/)?"([^"\x00-\x1f]*)"\s*(?:,|$)')
+_LIMIT = re.compile(r"^[0-9]{1,6}$")
 _CATALOG_FIELDS = frozenset({"catalog", "filename"})
 _KEY_FIELDS = frozenset({"name", "models", "requests_per_minute", "tokens_per_minute"})
 
@@ -119,7 +120,7 @@ async def get_history(request: web.Request) -> web.Response:
     raw = request.query.get("limit")
     limit = settings.history_limit
     if raw is not None:
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_HISTORY:
+        if not _LIMIT.match(raw) or not 1 <= int(raw) <= MAX_HISTORY:
             raise errors.bad_request(f"limit must be a whole number from 1 to {MAX_HISTORY}", "invalid_limit")
         limit = int(raw)
     versions = await _consul(request.app[DEPS].catalogs.history(limit))

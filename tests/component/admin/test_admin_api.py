@@ -61,7 +61,8 @@ async def test_apply_then_read_back_with_etag_and_history(
     assert all("text" not in v for v in history.body["versions"])
     one = await client.call("GET", "/admin/v1/catalog/history?limit=1")
     assert [v["version"] for v in one.body["versions"]] == [2]
-    assert (await client.call("GET", "/admin/v1/catalog/history?limit=0")).status == 400
+    for bad in ("0", "x", "%C2%B2", "1001"):
+        assert (await client.call("GET", f"/admin/v1/catalog/history?limit={bad}")).status == 400
 
 
 async def test_the_same_text_twice_stores_nothing_new(client: Client, stores: Stores, texts: Texts) -> None:
