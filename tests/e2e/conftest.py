@@ -1,0 +1,121 @@
+"""Running `llmgw dev` as a user does: a subprocess, its banner, its fault commands, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@dataclass
+class RunningDev:
+    process: subprocess.Popen[str]
+    state_dir: Path
+    port: int
+    log: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return dict(json.loads((self.state_dir / "dev.json").read_text()))
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "llmgw", "dev", *args, "--state-dir", str(self.state_dir)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=REPO,
+        )
+
+    def task_pids(self) -> list[int]:
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.state['nomad_addr']}/_dev/pids", timeout=5) as response:  # noqa: S310
+            data = json.load(response)
+        return sorted({int(p) for p in _all_ints(data)})
+
+    def interrupt(self, within: float = 30) -> int:
+        self.process.send_signal(signal.SIGINT)
+        return self.process.wait(timeout=within)
+
+
+def _all_ints(value: Any) -> Iterator[int]:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _all_ints(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _all_ints(item)
+
+
+def start_dev(tmp_path: Path, *args: str, ready_within: float = 60) -> RunningDev:
+    port = free_port()
+    state_dir = tmp_path / "dev"
+    log = tmp_path / "dev.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llmgw", "dev", "--port", str(port), "--state-dir", str(state_dir), *args],
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+        cwd=REPO,
+        start_new_session=True,
+    )
+    banner: list[str] = []
+    deadline = time.monotonic() + ready_within
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        banner.append(line)
+        if line.startswith("Ctrl-C stops everything"):
+            return RunningDev(process, state_dir, port, log)
+    process.kill()
+    raise AssertionError(f"llmgw dev did not start: {''.join(banner)}\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def dev_runner(tmp_path: Path) -> Iterator[list[RunningDev]]:
+    started: list[RunningDev] = []
+    yield started
+    for dev in started:  # a failed test still leaves nothing running
+        if dev.process.poll() is None:
+            os.killpg(dev.process.pid, signal.SIGKILL)
+            dev.process.wait(timeout=10)

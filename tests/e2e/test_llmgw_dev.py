@@ -1,0 +1,162 @@
+"""`llmgw dev` end to end: the official openai client through the router, a node failure, Ctrl-C."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from .conftest import RunningDev, alive, start_dev
+
+pytestmark = pytest.mark.e2e
+
+CATALOG = """
+models:
+  sim-chat:
+    roles: [chat, completion]
+    profiles:
+      - engine: sim
+        sim: {tokens_per_second: 200, load_seconds: 0.5}
+    scaling: {min: 1, max: 1}
+  sim-two-node:
+    roles: [chat]
+    profiles:
+      - engine: sim
+        tp: 2
+        nodes: 2
+        sim: {tokens_per_second: 200, load_seconds: 0.5}
+    scaling: {min: 2, max: 2}
+"""
+
+# Six one-GPU nodes on one fabric: two two-node replicas use four, two are spare.
+CLUSTER = (
+    "\n".join(
+        ["nodes:"]
+        + [f"  - {{name: gpu-{i}, gpus: 1, gpu_model: H100, fabric: fabric-a}}" for i in range(1, 7)]
+    )
+    + "\nheartbeat_grace_s: 1\n"
+)
+
+
+def wait_for(predicate, within: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"not within {within}s: {what} (last: {last!r})")
+
+
+def replicas(dev: RunningDev, model_slug_prefix: str) -> dict[str, set[str]]:
+    """Running job id -> the node ids of its running allocations."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{dev.state['nomad_addr']}/v1/allocations", timeout=5) as response:  # noqa: S310
+        allocs = json.load(response)
+    out: dict[str, set[str]] = {}
+    for alloc in allocs:
+        if alloc["JobID"].startswith(model_slug_prefix) and alloc["ClientStatus"] == "running":
+            out.setdefault(alloc["JobID"], set()).add(alloc["NodeID"])
+    return out
+
+
+def test_llmgw_dev_serves_streams_survives_a_node_and_stops_clean(
+    tmp_path: Path, dev_runner: list[RunningDev]
+) -> None:
+    (tmp_path / "catalog.yaml").write_text(CATALOG)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    dev = start_dev(
+        tmp_path, "--catalog", str(tmp_path / "catalog.yaml"), "--cluster", str(tmp_path / "cluster.yaml")
+    )
+    dev_runner.append(dev)
+    client = openai.OpenAI(base_url=dev.base_url, api_key="unused-in-dev", max_retries=0, timeout=30)
+
+    # The official client streams from a simulated model through the router.
+    def streamed() -> str:
+        stream = client.chat.completions.create(
+            model="sim-chat", messages=[{"role": "user", "content": "hello"}], max_tokens=8, stream=True
+        )
+        chunks = list(stream)
+        assert {c.model for c in chunks} == {"sim-chat"}
+        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    text = wait_for(streamed, 60, "a streamed answer from sim-chat")
+    assert len(text.split()) == 8 and all(word.isalpha() for word in text.split())
+    models = {m.id: m.owned_by for m in client.models.list()}
+    assert models["sim-chat"] == "llmgw-sim"
+
+    # Two replicas of the two-node model, each on two nodes.
+    prefix = "llmgw-sim-two-node-"
+
+    def two_full_replicas() -> dict[str, set[str]] | None:
+        running = replicas(dev, prefix)
+        return running if len(running) == 2 and all(len(n) == 2 for n in running.values()) else None
+
+    before = wait_for(two_full_replicas, 90, "two two-node replicas running")
+    wait_for(
+        lambda: client.chat.completions.create(
+            model="sim-two-node", max_tokens=2, messages=[{"role": "user", "content": "x"}]
+        ),
+        60,
+        "the two-node model answering",
+    )
+
+    # Keep a load of requests running through the router the whole time.
+    failures: list[str] = []
+    answered = [0]
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                client.chat.completions.create(
+                    model="sim-two-node", max_tokens=4, messages=[{"role": "user", "content": "x"}]
+                )
+                answered[0] += 1
+            except Exception as exc:  # noqa: BLE001 - counted and reported
+                failures.append(repr(exc))
+
+    threads = [threading.Thread(target=load) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        doomed_job, doomed_nodes = sorted(before.items())[0]
+        survivor_job = next(job for job in before if job != doomed_job)
+        node_id = sorted(doomed_nodes)[0]
+        result = dev.cli("fail-node", node_id)
+        assert result.returncode == 0, result.stderr
+
+        def rebuilt() -> dict[str, set[str]] | None:
+            now = replicas(dev, prefix)
+            fresh = [job for job in now if job not in before]
+            if survivor_job in now and len(fresh) == 1 and len(now[fresh[0]]) == 2:
+                return now
+            return None
+
+        after = wait_for(rebuilt, 120, "the lost replica rebuilt on two other nodes")
+        new_job = next(job for job in after if job not in before)
+        assert node_id not in after[new_job]
+        assert after[survivor_job] == before[survivor_job], "the other replica was not touched"
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert answered[0] > 0
+    assert failures == [], failures[:5]
+
+    # Ctrl-C stops everything and leaves no process behind.
+    pids = dev.task_pids()
+    assert pids
+    assert dev.interrupt() == 0
+    assert not (dev.state_dir / "dev.json").exists()
+    leftovers = [pid for pid in pids if alive(pid)]
+    assert leftovers == [], leftovers
