@@ -50,9 +50,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--nodes", type=int, default=3, help="simulated nodes (default 3)")
     parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs per node (default 8)")
     parser.add_argument("--gpu-model", default="H100")
-    parser.add_argument("--cluster", type=Path, help="YAML describing the nodes (see llmgw/devcluster/DESIGN.md)")
-    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
-                        help="where allocations, logs and dev.json live (default .llmgw-dev)")  # fmt: skip
+    parser.add_argument(
+        "--cluster", type=Path, help="YAML describing the nodes (see llmgw/devcluster/DESIGN.md)"
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        help="where allocations, logs and dev.json live (default .llmgw-dev)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LLMGW_LOG_LEVEL", "WARNING"))
     parser.set_defaults(handler=_run_dev)
 
@@ -134,13 +140,15 @@ def _run_dev(args: argparse.Namespace) -> int:
     else:
         nomad_config = StandInConfig(nodes=dev_nodes(args))
     text = catalog_path.read_text(encoding="utf-8")
+    args.state_dir = args.state_dir.resolve()
+    args.state_dir.mkdir(parents=True, exist_ok=True)
     return asyncio.run(_dev(args, nomad_config, text, str(catalog_path), policy))
 
 
-async def _dev(args: argparse.Namespace, nomad_config: StandInConfig, catalog_text: str, catalog_name: str,
-               policy: Any) -> int:  # fmt: skip
-    state_dir: Path = args.state_dir.resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
+async def _dev(
+    args: argparse.Namespace, nomad_config: StandInConfig, catalog_text: str, catalog_name: str, policy: Any
+) -> int:
+    state_dir: Path = args.state_dir
     async with DevCluster(DevClusterConfig(nomad=nomad_config, state_dir=state_dir / "nomad")) as cluster:
         settings = ServiceSettings(
             role=Role.ALL,
@@ -201,7 +209,9 @@ def _fault(args: argparse.Namespace) -> int:
     try:
         state = json.loads(state_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        print(f"llmgw dev {args.fault}: no running llmgw dev found ({state_file} is missing)", file=sys.stderr)
+        print(
+            f"llmgw dev {args.fault}: no running llmgw dev found ({state_file} is missing)", file=sys.stderr
+        )
         return EXIT_NOT_RUNNING
     try:
         message = asyncio.run(_apply_fault(args, state))
@@ -238,9 +248,13 @@ async def _apply_fault(args: argparse.Namespace, state: dict[str, Any]) -> str:
                 await http.post(f"{nomad}/_dev/alloc/{allocs[0]['ID']}/crash", params={"task": args.task})
                 return f"task {args.task} of allocation {allocs[0]['ID'][:8]} killed"
             case "consul-outage":
-                await http.put(f"{consul}/_dev/outage", params={"mode": args.mode, "duration": f"{args.seconds}s"})
+                await http.put(
+                    f"{consul}/_dev/outage", params={"mode": args.mode, "duration": f"{args.seconds}s"}
+                )
                 return f"Consul stops answering ({args.mode}) for {args.seconds:g}s"
             case "slow-checks":
-                await http.put(f"{consul}/_dev/nodes/{args.node}/check-latency", params={"delay": f"{args.seconds}s"})
+                await http.put(
+                    f"{consul}/_dev/nodes/{args.node}/check-latency", params={"delay": f"{args.seconds}s"}
+                )
                 return f"health checks of {args.node} delayed by {args.seconds:g}s"
     raise LookupError(f"unknown fault {args.fault}")

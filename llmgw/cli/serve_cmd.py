@@ -31,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "serve", help="run the control plane and/or the router against Nomad and Consul (NOMAD_ADDR, ...)"
     )
     parser.add_argument("--role", choices=[r.value for r in Role], default=Role.ALL.value)
-    parser.add_argument("--catalog", type=Path, help="apply this catalog at start if it differs from Consul's")
+    parser.add_argument(
+        "--catalog", type=Path, help="apply this catalog at start if it differs from Consul's"
+    )
     parser.add_argument("--policy", type=Path, help="engine security policy (default: the bundled one)")
     parser.add_argument("--log-level", default=os.environ.get("LLMGW_LOG_LEVEL", "INFO"))
     add_router_arguments(parser.add_argument_group("router"))  # type: ignore[arg-type]
@@ -80,9 +82,13 @@ def _serve(args: argparse.Namespace) -> int:
             return EXIT_REJECTED
         catalog_text = args.catalog.read_text(encoding="utf-8")
     settings = ServiceSettings(
-        role=Role(args.role), nomad=nomad, consul=consul, policy=policy,
-        render=render_settings_from_env(os.environ), router=router,
-    )  # fmt: skip
+        role=Role(args.role),
+        nomad=nomad,
+        consul=consul,
+        policy=policy,
+        render=render_settings_from_env(os.environ),
+        router=router,
+    )
     return asyncio.run(_run(settings, catalog_text))
 
 

@@ -64,9 +64,7 @@ async def publish_catalog(consul: ConsulClient, text: str, *, applied_by: str) -
     store = CatalogStore(consul)
     for _ in range(3):  # another writer may win a round; then read again and retry
         current = await store.current()
-        candidate = CatalogVersion.of(
-            (current.version + 1) if current else 1, text, applied_by, time.time()
-        )
+        candidate = CatalogVersion.of((current.version + 1) if current else 1, text, applied_by, time.time())
         if current is not None and current.sha256 == candidate.sha256:
             return None
         try:

@@ -63,7 +63,7 @@ class RunningDev:
     def task_pids(self) -> list[int]:
         import urllib.request
 
-        with urllib.request.urlopen(f"{self.state['nomad_addr']}/_dev/pids", timeout=5) as response:  # noqa: S310
+        with urllib.request.urlopen(f"{self.state['nomad_addr']}/_dev/pids", timeout=5) as response:
             data = json.load(response)
         return sorted({int(p) for p in _all_ints(data)})
 

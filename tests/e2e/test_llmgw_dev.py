@@ -49,7 +49,7 @@ def wait_for(predicate, within: float, what: str):  # type: ignore[no-untyped-de
             last = predicate()
             if last:
                 return last
-        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+        except Exception as exc:
             last = exc
         time.sleep(0.5)
     raise AssertionError(f"not within {within}s: {what} (last: {last!r})")
@@ -60,7 +60,7 @@ def replicas(dev: RunningDev, model_slug_prefix: str) -> dict[str, set[str]]:
     import json
     import urllib.request
 
-    with urllib.request.urlopen(f"{dev.state['nomad_addr']}/v1/allocations", timeout=5) as response:  # noqa: S310
+    with urllib.request.urlopen(f"{dev.state['nomad_addr']}/v1/allocations", timeout=5) as response:
         allocs = json.load(response)
     out: dict[str, set[str]] = {}
     for alloc in allocs:
@@ -122,7 +122,7 @@ def test_llmgw_dev_serves_streams_survives_a_node_and_stops_clean(
                     model="sim-two-node", max_tokens=4, messages=[{"role": "user", "content": "x"}]
                 )
                 answered[0] += 1
-            except Exception as exc:  # noqa: BLE001 - counted and reported
+            except Exception as exc:
                 failures.append(repr(exc))
 
     threads = [threading.Thread(target=load) for _ in range(2)]
