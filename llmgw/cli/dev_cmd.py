@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from llmgw.admin import AdminSettings
 from llmgw.bundled import bundled_path, read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from llmgw.cli.catalog_cmd import load_catalog_file
@@ -47,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--catalog", type=Path, help="catalog to serve (default: the example catalog)")
     parser.add_argument("--port", type=int, default=8080, help="router port (default 8080)")
+    parser.add_argument("--admin-port", type=int, default=8081, help="admin API port (default 8081)")
     parser.add_argument("--nodes", type=int, default=3, help="simulated nodes (default 3)")
     parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs per node (default 8)")
     parser.add_argument("--gpu-model", default="H100")
@@ -158,10 +160,11 @@ async def _dev(
             render=dev_render_settings(),
             control=dev_control_settings(),
             router=RouterSettings(host="127.0.0.1", port=args.port, no_auth=True),
+            admin=AdminSettings(host="127.0.0.1", port=args.admin_port),
             instance_id="llmgw-dev",
         )
         async with Services(settings) as services:
-            assert services.consul is not None and services.router is not None
+            assert services.consul is not None and services.router is not None and services.admin is not None
             await publish_catalog(services.consul, catalog_text, applied_by="llmgw dev")
             router_url = services.router.url
             state = {
@@ -169,9 +172,17 @@ async def _dev(
                 "nomad_addr": cluster.nomad_addr,
                 "consul_addr": cluster.consul_addr,
                 "router_url": router_url,
+                "admin_url": services.admin.url,
             }
             (state_dir / "dev.json").write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-            _banner(nomad_config, catalog_name, router_url, cluster.nomad_addr, cluster.consul_addr)
+            _banner(
+                nomad_config,
+                catalog_name,
+                router_url,
+                services.admin.url,
+                cluster.nomad_addr,
+                cluster.consul_addr,
+            )
             try:
                 await wait_for_signal()
             finally:
@@ -181,7 +192,7 @@ async def _dev(
     return EXIT_OK
 
 
-def _banner(config: StandInConfig, catalog: str, router: str, nomad: str, consul: str) -> None:
+def _banner(config: StandInConfig, catalog: str, router: str, admin: str, nomad: str, consul: str) -> None:
     nodes = config.nodes
     gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes}
     consul_hostport = consul.split("://", 1)[-1]
@@ -193,6 +204,8 @@ llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GP
   chat page         {router}/
   try               curl {router}/v1/chat/completions -H 'Content-Type: application/json' \\
                       -d '{{"model": "sim-chat", "messages": [{{"role": "user", "content": "hello"}}]}}'
+
+  admin API         {admin}     (llmgw ctl --admin-url {admin} status)
 
   export NOMAD_ADDR={nomad}
   export CONSUL_HTTP_ADDR={consul_hostport}

@@ -17,6 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from llmgw.admin import AdminSettings, AdminSettingsError, add_admin_arguments
 from llmgw.bundled import read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from llmgw.cli.catalog_cmd import load_catalog_file
@@ -37,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--policy", type=Path, help="engine security policy (default: the bundled one)")
     parser.add_argument("--log-level", default=os.environ.get("LLMGW_LOG_LEVEL", "INFO"))
     add_router_arguments(parser.add_argument_group("router"))  # type: ignore[arg-type]
+    add_admin_arguments(parser.add_argument_group("admin API (with the control plane)"))  # type: ignore[arg-type]
     parser.set_defaults(handler=_serve)
 
 
@@ -67,7 +69,8 @@ def _serve(args: argparse.Namespace) -> int:
         nomad = NomadConnection.from_env(os.environ)
         consul = ConsulConnection.from_env(os.environ)
         router = RouterSettings.from_env_and_args(os.environ, args)
-    except (SettingsError, RouterSettingsError) as exc:
+        admin = AdminSettings.from_env_and_args(os.environ, args)
+    except (SettingsError, RouterSettingsError, AdminSettingsError) as exc:
         print(f"llmgw serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
     policy = read_security_policy(args.policy)

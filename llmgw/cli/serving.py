@@ -24,8 +24,10 @@ from llmgw.adapters.consul import (
     ConsulClient,
     DemandPublisher,
     DrainingMarks,
+    StatusPublisher,
     watch_endpoints,
 )
+from llmgw.admin import AdminDeps, AdminListener, AdminSettings, start_admin
 from llmgw.adapters.nomad import NomadClient
 from llmgw.control import ControlPlane, ControlSettings
 from llmgw.control.wiring import control_deps
@@ -55,6 +57,8 @@ class ServiceSettings:
     render: RenderSettings = field(default_factory=RenderSettings)
     control: ControlSettings = field(default_factory=ControlSettings)
     router: RouterSettings = field(default_factory=RouterSettings)
+    # The admin API runs beside the control plane; None runs none.
+    admin: AdminSettings | None = field(default_factory=AdminSettings)
     # This instance's name in the leader lock and logs.
     instance_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{time.time_ns() % 10**9}")
 
@@ -83,6 +87,7 @@ class Services:
         self.consul: ConsulClient | None = None
         self.router: RouterServer | None = None
         self.control: ControlPlane | None = None
+        self.admin: AdminListener | None = None
 
     async def __aenter__(self) -> Services:
         try:
@@ -117,6 +122,21 @@ class Services:
             await plane.start()
             self._stack.push_async_callback(plane.stop)
             self.control = plane
+            if s.admin is not None:
+                admin = await start_admin(
+                    s.admin,
+                    AdminDeps(
+                        catalogs=CatalogStore(consul),
+                        keys=ApiKeyStore(consul),
+                        status=StatusPublisher(consul),
+                        policy=s.policy,
+                        # The same renderer settings the reconciler compares with, so a
+                        # diff's rolls are the reconciler's rolls.
+                        renderer=Renderer(s.render, s.policy),
+                    ),
+                )
+                self._stack.push_async_callback(admin.stop)
+                self.admin = admin
         if s.role in (Role.ALL, Role.ROUTER):
             router_settings = s.router
             deps_router = RouterDeps(

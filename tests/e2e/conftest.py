@@ -90,7 +90,19 @@ def start_dev(tmp_path: Path, *args: str, ready_within: float = 60) -> RunningDe
     state_dir = tmp_path / "dev"
     log = tmp_path / "dev.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "llmgw", "dev", "--port", str(port), "--state-dir", str(state_dir), *args],
+        [
+            sys.executable,
+            "-m",
+            "llmgw",
+            "dev",
+            "--port",
+            str(port),
+            "--admin-port",
+            str(free_port()),
+            "--state-dir",
+            str(state_dir),
+            *args,
+        ],
         stdout=subprocess.PIPE,
         stderr=log.open("w"),
         text=True,
