@@ -12,11 +12,12 @@ import difflib
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llmgw.bundled import read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from llmgw.core.catalog import LoadResult, SecurityPolicy, json_schema, load_catalog, upgrade_catalog
-from llmgw.core.diagnostics import Diagnostic, Severity
+
+if TYPE_CHECKING:  # imported where used: every llmgw command builds this parser
+    from llmgw.core.catalog import LoadResult, SecurityPolicy
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,6 +66,8 @@ def _read_text(name: str) -> tuple[str, str] | None:
 
 def load_catalog_file(name: str, policy: SecurityPolicy) -> LoadResult | None:
     """Read and load one catalog file; None (after saying why on stderr) when it cannot be read."""
+    from llmgw.core.catalog import load_catalog
+
     read = _read_text(name)
     if read is None:
         return None
@@ -73,6 +76,9 @@ def load_catalog_file(name: str, policy: SecurityPolicy) -> LoadResult | None:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from llmgw.bundled import read_security_policy
+    from llmgw.core.diagnostics import Diagnostic, Severity
+
     policy = read_security_policy(args.policy)
     diagnostics: list[Diagnostic] = []
     unreadable = False
@@ -97,11 +103,17 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
+    from llmgw.core.catalog import json_schema
+
     print(json.dumps(json_schema(), indent=2))
     return EXIT_OK
 
 
 def _upgrade(args: argparse.Namespace) -> int:
+    from llmgw.bundled import read_security_policy
+    from llmgw.core.catalog import upgrade_catalog
+    from llmgw.core.diagnostics import Severity
+
     read = _read_text(str(args.file))
     if read is None:
         return EXIT_USAGE

@@ -25,9 +25,8 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote, urlsplit
@@ -35,6 +34,9 @@ from urllib.parse import quote, urlsplit
 from llmgw import __version__
 from llmgw.admin.settings import DEFAULT_URL, TOKEN_ENV, URL_ENV, is_loopback
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from llmgw.cli.output import format_when as _when
+from llmgw.cli.output import print_json as _print_json
+from llmgw.cli.output import print_table as _table
 from llmgw.core.catalog_diff import CatalogDiff, DiffDecodeError, diff_from_dict
 
 EXIT_UNREACHABLE = 3
@@ -279,22 +281,6 @@ def _refused(answer: Answer) -> int:
     return EXIT_UNREACHABLE if answer.status >= 500 else EXIT_REJECTED
 
 
-def _print_json(value: object) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def _when(seconds: object) -> str:
-    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
-        return "-"
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
-    for row in (header, *rows):
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip())
-
-
 # --- status ----------------------------------------------------------------------------------------
 
 
@@ -313,6 +299,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _print_status(raw: dict[str, Any]) -> None:
+    import time
+
+    from llmgw.cli.output import print_status
     from llmgw.core.planning.status import StatusDecodeError, from_json
 
     try:
@@ -324,31 +313,7 @@ def _print_status(raw: dict[str, Any]) -> None:
         )
         _print_json(raw)
         return
-    catalog = (report.catalog_hash or "-")[:12]
-    print(f"leader {report.leader or '-'}, catalog {catalog}, at {_when(report.generated_at)}")
-    if report.note:
-        print(report.note)
-    rows = []
-    for m in report.models:
-        why = m.waiting or (f"backing off: {m.backoff.last_failure}" if m.backoff else m.scaling)
-        rows.append([m.model, m.mode, str(m.desired), str(m.healthy), why])
-    if rows:
-        print()
-        _table(["MODEL", "MODE", "DESIRED", "HEALTHY", "WHY"], rows)
-    replicas = [
-        [
-            r.job_id,
-            m.model,
-            str(r.phase) + (" draining" if r.draining else ""),
-            ",".join(r.nodes) or "-",
-            r.reason,
-        ]
-        for m in report.models
-        for r in m.replicas
-    ]
-    if replicas:
-        print()
-        _table(["REPLICA", "MODEL", "PHASE", "NODES", "REASON"], replicas)
+    print_status(report, now=time.time())
 
 
 # --- the catalog -----------------------------------------------------------------------------------

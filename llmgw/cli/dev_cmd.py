@@ -5,38 +5,31 @@ otherwise), applies the catalog, and runs the same control plane and router
 ``llmgw serve`` runs, against them. Ctrl-C stops everything and leaves no
 process behind. The fault subcommands act on a running ``llmgw dev`` through
 the stand-ins' dev-only endpoints (found through ``.llmgw-dev/dev.json``).
+
+This module only parses; ``dev_run`` runs (imported when used, so other
+commands do not pay for the stand-ins at start-up).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
-import sys
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-import aiohttp
-
-from llmgw.admin import AdminSettings
-from llmgw.bundled import bundled_path, read_security_policy
-from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from llmgw.cli.catalog_cmd import load_catalog_file
-from llmgw.cli.serve_cmd import configure_logging
-from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
-from llmgw.control import ControlSettings
-from llmgw.core.catalog import Engine
-from llmgw.core.planning import PlanningSettings
-from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
-from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
-from llmgw.gateway.settings import RouterSettings
-from llmgw.render import RenderSettings
-from llmgw.settings import ConsulConnection, NomadConnection
 
 DEFAULT_STATE_DIR = Path(".llmgw-dev")
 EXIT_NOT_RUNNING = 3
+
+
+def _run_dev(args: argparse.Namespace) -> int:
+    from llmgw.cli.dev_run import run_dev
+
+    return run_dev(args)
+
+
+def _fault(args: argparse.Namespace) -> int:
+    from llmgw.cli.dev_run import run_fault
+
+    return run_fault(args)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -85,189 +78,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     slow.set_defaults(handler=_fault, fault="slow-checks")
     for sub in (fail, restore, crash, outage, slow):
         sub.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
-
-
-def dev_nodes(args: argparse.Namespace) -> tuple[NodeSpec, ...]:
-    # One fabric, so a two-node replica fits anywhere and can be rebuilt on any two nodes.
-    return tuple(
-        NodeSpec(name=f"gpu-{i}", gpus=args.gpus, gpu_model=args.gpu_model, fabric="fabric-a")
-        for i in range(1, args.nodes + 1)
-    )
-
-
-def dev_render_settings() -> RenderSettings:
-    return RenderSettings(
-        # The stand-in's nodes run llmgw with the interpreter that runs the stand-in.
-        llmgw_command=("${attr.driver.raw_exec.python}", "-m", "llmgw"),
-        check_interval_s=1,
-        check_timeout_s=1,
-        kill_timeout_s=5,
-        shutdown_delay_s=1,
-        lost_after_s=10,
-    )
-
-
-def dev_control_settings() -> ControlSettings:
-    # Timings for a demo: a failed node's replicas come back within a minute.
-    planning = replace(
-        PlanningSettings(),
-        node_lost_grace=15.0,
-        backoff_base=3.0,
-        backoff_max=60.0,
-        drain_timeout=30.0,
-        placement_timeout=120.0,
-        health_lost_timeout=30.0,
-        load_timeouts={**PlanningSettings().load_timeouts, Engine.SIM: 60.0},
-    )
-    return ControlSettings(planning=planning)
-
-
-def _run_dev(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
-    policy = read_security_policy()
-    catalog_path = args.catalog or bundled_path("examples") / "catalog.yaml"
-    loaded = load_catalog_file(str(catalog_path), policy)
-    if loaded is None:
-        return EXIT_USAGE
-    for diagnostic in loaded.diagnostics:
-        print(diagnostic.format(), file=sys.stderr)
-    if loaded.catalog is None:
-        return EXIT_REJECTED
-    if args.cluster is not None:
-        try:
-            nomad_config = config_from_yaml(args.cluster.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            print(f"llmgw dev: --cluster {args.cluster}: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    else:
-        nomad_config = StandInConfig(nodes=dev_nodes(args))
-    text = catalog_path.read_text(encoding="utf-8")
-    args.state_dir = args.state_dir.resolve()
-    args.state_dir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(_dev(args, nomad_config, text, str(catalog_path), policy))
-
-
-async def _dev(
-    args: argparse.Namespace, nomad_config: StandInConfig, catalog_text: str, catalog_name: str, policy: Any
-) -> int:
-    state_dir: Path = args.state_dir
-    async with DevCluster(DevClusterConfig(nomad=nomad_config, state_dir=state_dir / "nomad")) as cluster:
-        settings = ServiceSettings(
-            role=Role.ALL,
-            nomad=NomadConnection(address=cluster.nomad_addr),
-            consul=ConsulConnection.from_env({"CONSUL_HTTP_ADDR": cluster.consul_addr}),
-            policy=policy,
-            render=dev_render_settings(),
-            control=dev_control_settings(),
-            router=RouterSettings(host="127.0.0.1", port=args.port, no_auth=True),
-            admin=AdminSettings(host="127.0.0.1", port=args.admin_port),
-            instance_id="llmgw-dev",
-        )
-        async with Services(settings) as services:
-            assert services.consul is not None and services.router is not None and services.admin is not None
-            await publish_catalog(services.consul, catalog_text, applied_by="llmgw dev")
-            router_url = services.router.url
-            state = {
-                "pid": os.getpid(),
-                "nomad_addr": cluster.nomad_addr,
-                "consul_addr": cluster.consul_addr,
-                "router_url": router_url,
-                "admin_url": services.admin.url,
-            }
-            (state_dir / "dev.json").write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-            _banner(
-                nomad_config,
-                catalog_name,
-                router_url,
-                services.admin.url,
-                cluster.nomad_addr,
-                cluster.consul_addr,
-            )
-            try:
-                await wait_for_signal()
-            finally:
-                print("\nllmgw dev: stopping (router, control plane, every task)...", file=sys.stderr)
-                (state_dir / "dev.json").unlink(missing_ok=True)
-    print("llmgw dev: stopped", file=sys.stderr)
-    return EXIT_OK
-
-
-def _banner(config: StandInConfig, catalog: str, router: str, admin: str, nomad: str, consul: str) -> None:
-    nodes = config.nodes
-    gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes}
-    consul_hostport = consul.split("://", 1)[-1]
-    print(
-        f"""
-llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GPUs), catalog {catalog}
-
-  OpenAI base URL   {router}/v1      (no API key in dev)
-  chat page         {router}/
-  try               curl {router}/v1/chat/completions -H 'Content-Type: application/json' \\
-                      -d '{{"model": "sim-chat", "messages": [{{"role": "user", "content": "hello"}}]}}'
-
-  admin API         {admin}     (llmgw ctl --admin-url {admin} status)
-
-  export NOMAD_ADDR={nomad}
-  export CONSUL_HTTP_ADDR={consul_hostport}
-
-  faults            llmgw dev fail-node gpu-1 | restore-node gpu-1 | crash ALLOC | consul-outage 10
-Ctrl-C stops everything.
-""",
-        flush=True,
-    )
-
-
-def _fault(args: argparse.Namespace) -> int:
-    state_file = args.state_dir / "dev.json"
-    try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        print(
-            f"llmgw dev {args.fault}: no running llmgw dev found ({state_file} is missing)", file=sys.stderr
-        )
-        return EXIT_NOT_RUNNING
-    try:
-        message = asyncio.run(_apply_fault(args, state))
-    except (aiohttp.ClientError, LookupError) as exc:
-        print(f"llmgw dev {args.fault}: {exc}", file=sys.stderr)
-        return EXIT_REJECTED
-    print(message)
-    return EXIT_OK
-
-
-async def _apply_fault(args: argparse.Namespace, state: dict[str, Any]) -> str:
-    nomad, consul = state["nomad_addr"], state["consul_addr"]
-    async with aiohttp.ClientSession(raise_for_status=True) as http:
-
-        async def node_id(name: str) -> str:
-            async with http.get(f"{nomad}/v1/nodes") as response:
-                for node in await response.json():
-                    if name in (node["Name"], node["ID"]) or node["ID"].startswith(name):
-                        return str(node["ID"])
-            raise LookupError(f"no node {name!r}")
-
-        match args.fault:
-            case "fail-node":
-                await http.post(f"{nomad}/_dev/node/{await node_id(args.node)}/fail")
-                return f"node {args.node} failed: its processes are killed and its heartbeat stopped"
-            case "restore-node":
-                await http.post(f"{nomad}/_dev/node/{await node_id(args.node)}/restore")
-                return f"node {args.node} restored (empty)"
-            case "crash":
-                async with http.get(f"{nomad}/v1/allocations", params={"prefix": args.alloc}) as response:
-                    allocs = await response.json()
-                if len(allocs) != 1:
-                    raise LookupError(f"{len(allocs)} allocations match {args.alloc!r}")
-                await http.post(f"{nomad}/_dev/alloc/{allocs[0]['ID']}/crash", params={"task": args.task})
-                return f"task {args.task} of allocation {allocs[0]['ID'][:8]} killed"
-            case "consul-outage":
-                await http.put(
-                    f"{consul}/_dev/outage", params={"mode": args.mode, "duration": f"{args.seconds}s"}
-                )
-                return f"Consul stops answering ({args.mode}) for {args.seconds:g}s"
-            case "slow-checks":
-                await http.put(
-                    f"{consul}/_dev/nodes/{args.node}/check-latency", params={"delay": f"{args.seconds}s"}
-                )
-                return f"health checks of {args.node} delayed by {args.seconds:g}s"
-    raise LookupError(f"unknown fault {args.fault}")

@@ -14,14 +14,13 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llmgw.bundled import read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from llmgw.cli.catalog_cmd import load_catalog_file
-from llmgw.core.catalog import Catalog, catalog_digest
-from llmgw.render import Renderer, RenderError, RenderSettings, ReplicaRequest
-from llmgw.render.settings import DEFAULT_IMAGES
-from llmgw.settings import NomadConnection
+
+if TYPE_CHECKING:  # imported where used: every llmgw command builds this parser
+    from llmgw.core.catalog import Catalog
+    from llmgw.render import Renderer, ReplicaRequest
 
 DEFAULT_FABRIC = "fabric-a"
 REFRESH_HINT = "llmgw render examples/catalog.yaml --out jobspecs --all-profiles"
@@ -71,6 +70,8 @@ class RenderedFile:
 
 
 def _requests(catalog: Catalog, args: argparse.Namespace) -> list[tuple[ReplicaRequest, str]]:
+    from llmgw.render import RenderError, ReplicaRequest
+
     models = args.model or list(catalog.models)
     out: list[tuple[ReplicaRequest, str]] = []
     for model in models:
@@ -86,6 +87,8 @@ def _requests(catalog: Catalog, args: argparse.Namespace) -> list[tuple[ReplicaR
 
 
 def render_files(catalog: Catalog, renderer: Renderer, args: argparse.Namespace) -> list[RenderedFile]:
+    from llmgw.core.catalog import catalog_digest
+
     files = []
     digest = catalog_digest(catalog)
     for request, suffix in _requests(catalog, args):
@@ -101,6 +104,11 @@ def render_files(catalog: Catalog, renderer: Renderer, args: argparse.Namespace)
 
 
 def _render(args: argparse.Namespace) -> int:
+    from llmgw.bundled import read_security_policy
+    from llmgw.cli.catalog_cmd import load_catalog_file
+    from llmgw.render import Renderer, RenderError, RenderSettings
+    from llmgw.render.settings import DEFAULT_IMAGES
+
     policy = read_security_policy(args.policy)
     loaded = load_catalog_file(args.catalog, policy)
     if loaded is None:
@@ -153,6 +161,7 @@ def _check(files: list[RenderedFile], folder: Path) -> int:
 
 async def _plan(files: list[RenderedFile]) -> int:
     from llmgw.adapters.nomad import NomadClient, NomadError
+    from llmgw.settings import NomadConnection
 
     connection = NomadConnection.from_env(os.environ)
     placed = True

@@ -1,37 +1,34 @@
 """``llmgw serve``: the control plane and the router against a real Nomad and Consul.
 
 Connections come from NOMAD_* and CONSUL_HTTP_* as the CLIs read them; the
-router's settings from its flags or LLMGW_ROUTER_*; rendering from LLMGW_*.
-``--catalog FILE`` applies FILE at start when it differs from the stored one
-(a first start, or a deployment that ships its catalog with llmgw); otherwise
-the catalog comes from Consul, where `llmgw ctl apply` puts it.
+router's settings from its flags or LLMGW_ROUTER_*; the admin API's from
+--admin-* or LLMGW_ADMIN_*; rendering from LLMGW_*. This module only parses;
+``serve_run`` runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import os
-import shlex
-import sys
 from pathlib import Path
 
-from llmgw.admin import AdminSettings, AdminSettingsError, add_admin_arguments
-from llmgw.bundled import read_security_policy
-from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from llmgw.cli.catalog_cmd import load_catalog_file
-from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
-from llmgw.gateway.settings import RouterSettings, RouterSettingsError, add_router_arguments
-from llmgw.render import RenderSettings
-from llmgw.settings import ConsulConnection, NomadConnection, SettingsError
+from llmgw.admin.settings import add_admin_arguments
+from llmgw.gateway.settings import add_router_arguments
+
+ROLES = ("all", "control-plane", "router")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from llmgw.cli.serve_run import run_serve
+
+    return run_serve(args)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "serve", help="run the control plane and/or the router against Nomad and Consul (NOMAD_ADDR, ...)"
     )
-    parser.add_argument("--role", choices=[r.value for r in Role], default=Role.ALL.value)
+    parser.add_argument("--role", choices=ROLES, default=ROLES[0])
     parser.add_argument(
         "--catalog", type=Path, help="apply this catalog at start if it differs from Consul's"
     )
@@ -40,67 +37,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_router_arguments(parser.add_argument_group("router"))  # type: ignore[arg-type]
     add_admin_arguments(parser.add_argument_group("admin API (with the control plane)"))  # type: ignore[arg-type]
     parser.set_defaults(handler=_serve)
-
-
-def render_settings_from_env(environ: os._Environ[str] | dict[str, str]) -> RenderSettings:
-    datacenters = tuple(d for d in environ.get("LLMGW_DATACENTERS", "*").split(",") if d)
-    command = tuple(shlex.split(environ.get("LLMGW_NODE_COMMAND", "llmgw")))
-    templates = environ.get("LLMGW_TEMPLATES")
-    return RenderSettings(
-        templates_dir=Path(templates) if templates else None,
-        datacenters=datacenters,
-        region=environ.get("NOMAD_REGION") or None,
-        namespace=environ.get("NOMAD_NAMESPACE") or None,
-        node_pool=environ.get("LLMGW_NODE_POOL") or None,
-        llmgw_command=command,
-        mirror_url=environ.get("LLMGW_MIRROR_URL") or None,
-    )
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-
-
-def _serve(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
-    try:
-        nomad = NomadConnection.from_env(os.environ)
-        consul = ConsulConnection.from_env(os.environ)
-        router = RouterSettings.from_env_and_args(os.environ, args)
-        admin = AdminSettings.from_env_and_args(os.environ, args)
-    except (SettingsError, RouterSettingsError, AdminSettingsError) as exc:
-        print(f"llmgw serve: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    policy = read_security_policy(args.policy)
-    catalog_text = None
-    if args.catalog is not None:
-        loaded = load_catalog_file(str(args.catalog), policy)
-        if loaded is None:
-            return EXIT_USAGE
-        for diagnostic in loaded.diagnostics:
-            print(diagnostic.format(), file=sys.stderr)
-        if loaded.catalog is None:
-            return EXIT_REJECTED
-        catalog_text = args.catalog.read_text(encoding="utf-8")
-    settings = ServiceSettings(
-        role=Role(args.role),
-        nomad=nomad,
-        consul=consul,
-        policy=policy,
-        render=render_settings_from_env(os.environ),
-        router=router,
-    )
-    return asyncio.run(_run(settings, catalog_text))
-
-
-async def _run(settings: ServiceSettings, catalog_text: str | None) -> int:
-    async with Services(settings) as services:
-        if catalog_text is not None and services.consul is not None:
-            applied = await publish_catalog(services.consul, catalog_text, applied_by="llmgw serve --catalog")
-            logging.getLogger("llmgw").info(
-                "catalog %s", f"version {applied.version} applied" if applied else "unchanged"
-            )
-        await wait_for_signal()
-    return EXIT_OK

@@ -27,8 +27,8 @@ from llmgw.adapters.consul import (
     StatusPublisher,
     watch_endpoints,
 )
-from llmgw.admin import AdminDeps, AdminListener, AdminSettings, start_admin
 from llmgw.adapters.nomad import NomadClient
+from llmgw.admin import AdminDeps, AdminListener, AdminSettings, start_admin
 from llmgw.control import ControlPlane, ControlSettings
 from llmgw.control.wiring import control_deps
 from llmgw.core.catalog import SecurityPolicy

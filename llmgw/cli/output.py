@@ -1,0 +1,146 @@
+"""What the command lines print: aligned tables, ``--json`` documents, times, and the status report.
+
+Owns the human shapes llmgw's commands share, so ``llmgw status`` and ``llmgw ctl status``
+print a cluster's status the same way. Every function writes to the stream it is given
+(stdout by default); none decides an exit code or reads the clock (``now`` is passed in).
+
+Must not: import anything heavy at module level. Every ``llmgw`` command imports the CLI
+modules to build its parser, so this module stays at the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from llmgw.core.planning.status import ModelStatus, ReplicaStatus, StatusReport
+
+
+def print_json(value: object, out: TextIO | None = None) -> None:
+    """Indented JSON, non-ASCII kept as is (model names may carry it)."""
+    print(json.dumps(value, indent=2, ensure_ascii=False), file=out or sys.stdout)
+
+
+def format_when(seconds: object) -> str:
+    """Unix seconds as an RFC 3339 UTC time; ``-`` for anything that is not a number."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "-"
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_age(seconds: float) -> str:
+    """A duration the way people read it at a glance: ``42s``, ``3m05s``, ``2h10m``, ``3d4h``."""
+    total = max(0, int(seconds))
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours}h"
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None:
+    """Columns padded to their widest cell, two spaces apart; the last column is not padded."""
+    stream = out or sys.stdout
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    for row in (header, *rows):
+        print(
+            "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip(),
+            file=stream,
+        )
+
+
+# --- the status report -----------------------------------------------------------------------------
+
+# A status older than this is called stale. The leader republishes at least every
+# ControlSettings.status_refresh (30 s) and passes at least every idle_pass_interval
+# (30 s), so twice their sum means it has stopped publishing (down, or cut off from Consul).
+STALE_AFTER = 120.0
+
+
+def status_age(report: StatusReport, now: float) -> str:
+    """``published <time> (<age> ago)``, and why an old status cannot be trusted."""
+    age = now - report.generated_at
+    when = f"published {format_when(report.generated_at)} ({format_age(age)} ago)"
+    if age > STALE_AFTER:
+        when += (
+            f"; STALE: a working leader republishes well within {STALE_AFTER:g}s, so none is "
+            "publishing now (down, or cut off from Consul), or this machine's clock is off"
+        )
+    return when
+
+
+def model_why(model: ModelStatus, now: float) -> str:
+    """Why the model has the replicas it has, in words: what it waits for, its backoff, or its scaling."""
+    if model.waiting:
+        return model.waiting
+    if model.backoff is not None:
+        b = model.backoff
+        retry = f"; next try in {format_age(b.retry_at - now)}" if b.retry_at > now else ""
+        return f"rebuilding after {b.failures} failure(s) in a row (last: {b.last_failure}){retry}"
+    return model.scaling
+
+
+def replica_flags(replica: ReplicaStatus) -> str:
+    flags = [
+        name
+        for name, on in (
+            ("draining", replica.draining),
+            ("stopping", replica.stopping),
+            ("outdated", replica.outdated),
+        )
+        if on
+    ]
+    return ",".join(flags) or "-"
+
+
+def print_status(report: StatusReport, *, now: float, out: TextIO | None = None) -> None:
+    """The status for people: a header, one row per model, then one row per replica."""
+    stream = out or sys.stdout
+    catalog = (report.catalog_hash or "-")[:12]
+    print(f"leader {report.leader or '-'}, catalog {catalog}, {status_age(report, now)}", file=stream)
+    if report.note:
+        print(report.note, file=stream)
+    if not report.models:
+        print("\nno models", file=stream)
+        return
+    models = [
+        [
+            m.model,
+            m.mode,
+            str(m.desired),
+            str(m.healthy),
+            str(sum(1 for r in m.replicas if not r.stopping)),
+            model_why(m, now),
+        ]
+        for m in report.models
+    ]
+    print(file=stream)
+    print_table(["MODEL", "MODE", "DESIRED", "HEALTHY", "REPLICAS", "WHY"], models, stream)
+    replicas = [
+        [
+            r.job_id,
+            m.model,
+            str(r.phase),
+            r.health or "-",
+            ",".join(r.nodes) or "-",
+            str(len(r.gpus)),
+            replica_flags(r),
+            r.reason,
+        ]
+        for m in report.models
+        for r in m.replicas
+    ]
+    if replicas:
+        print(file=stream)
+        print_table(
+            ["REPLICA", "MODEL", "PHASE", "HEALTH", "NODES", "GPUS", "FLAGS", "REASON"], replicas, stream
+        )
