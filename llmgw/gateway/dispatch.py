@@ -57,6 +57,13 @@ LOADING_COMMENT = b": loading model\n\n"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+class _SseResponse(web.StreamResponse):
+    """A stream whose head goes out with its first chunk, in one send, as aiohttp's
+    ``Response`` does: the first chunk is always at hand when the head is ready."""
+
+    _send_headers_immediately = False
+
+
 @dataclass
 class Served:
     """What answered a request, for the metrics middleware and the response headers."""
@@ -177,7 +184,7 @@ class Dispatcher:
                         f": llmgw model={opened.model} replica={opened.endpoint.replica}\n\n".encode()
                     )
                 else:
-                    response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
+                    response = _SseResponse(status=200, headers={**SSE_HEADERS, **headers})
                     await response.prepare(request)
                 self._metrics.ttft.labels(opened.model).observe(loop.time() - started)
                 result = await pump(
@@ -189,7 +196,6 @@ class Dispatcher:
                 )
                 if result.end is PumpEnd.COMPLETE:
                     self._count_usage(opened.model, result.usage, served, on_usage)
-                    await response.write_eof()
                     upstream.release()
                     return response
                 upstream.close()

@@ -163,6 +163,45 @@ class _UsageStripper:
         return b"\n\n".join(kept)
 
 
+class _Watchdog:
+    """The two idle timeouts of one stream, as one timer re-armed lazily.
+
+    Progress costs a float store (``deadline``); the timer wakes at the earlier of
+    the deadline and the shorter timeout from now, and then either re-arms or
+    cancels the pump. A per-chunk ``asyncio.timeout().reschedule`` would cancel and
+    push a timer-heap entry twice per chunk instead.
+    """
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[object], deadline: float, shortest: float
+    ) -> None:
+        self._loop = loop
+        self._task = task
+        # Any deadline set later is at least `shortest` after it is set, so a timer
+        # that never sleeps longer than `shortest` never wakes after a deadline.
+        self._shortest = shortest
+        self.deadline = deadline
+        self.reading = False
+        self.fired: PumpEnd | None = None
+        self._cancelling = task.cancelling()
+        self._handle = loop.call_at(min(deadline, loop.time() + shortest), self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if now < self.deadline:
+            self._handle = self._loop.call_at(min(self.deadline, now + self._shortest), self._check)
+            return
+        self.fired = PumpEnd.UPSTREAM_IDLE if self.reading else PumpEnd.CLIENT_STALLED
+        self._task.cancel()
+
+    def timed_out(self) -> bool:
+        """In an ``except CancelledError``: was it this watchdog (and only it)?"""
+        return self.fired is not None and self._task.uncancel() <= self._cancelling
+
+    def close(self) -> None:
+        self._handle.cancel()
+
+
 async def pump(
     response: aiohttp.ClientResponse,
     client: web.StreamResponse,
@@ -171,9 +210,12 @@ async def pump(
     *,
     strip_usage: bool,
 ) -> StreamResult:
-    """Copy the engine's stream to the client until it ends, either side fails, or
-    one of the idle timeouts fires. Never raises for those: the caller reports."""
+    """Copy the engine's stream to the client until it ends (the client's stream is
+    then ended too), either side fails, or one of the idle timeouts fires. Never
+    raises for those: the caller reports them."""
     loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
     read_idle = settings.upstream_idle_timeout
     write_idle = settings.client_write_timeout
     stripper = _UsageStripper() if strip_usage else None
@@ -181,36 +223,46 @@ async def pump(
     tail_size = 0
     content = response.content
     chunk = first
-    reading = False
+    watchdog = _Watchdog(loop, task, loop.time() + write_idle, min(read_idle, write_idle))
     try:
-        async with asyncio.timeout(None) as deadline:
-            while True:
-                if stripper is not None:
-                    chunk = stripper.filter(chunk)
-                else:
-                    tail.append(chunk)
-                    tail_size += len(chunk)
-                    while tail_size - len(tail[0]) >= TAIL_BYTES:
-                        tail_size -= len(tail.popleft())
-                reading = False
-                deadline.reschedule(loop.time() + write_idle)
-                try:
-                    await client.write(chunk)
-                except (ConnectionError, RuntimeError) as exc:
-                    # aiohttp raises ClientConnectionResetError (a ConnectionResetError) on a
-                    # closed transport, RuntimeError if the connection is already gone.
-                    return StreamResult(PumpEnd.CLIENT_GONE, None, str(exc))
-                reading = True
-                deadline.reschedule(loop.time() + read_idle)
-                try:
-                    chunk = await content.readany()
-                except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-                    return StreamResult(PumpEnd.UPSTREAM_BROKEN, None, str(exc) or type(exc).__name__)
-                if not chunk:
+        while True:
+            if stripper is not None:
+                chunk = stripper.filter(chunk)
+            else:
+                tail.append(chunk)
+                tail_size += len(chunk)
+                while tail_size - len(tail[0]) >= TAIL_BYTES:
+                    tail_size -= len(tail.popleft())
+            last = content.at_eof()
+            watchdog.reading = False
+            watchdog.deadline = loop.time() + write_idle
+            try:
+                if last:  # the end is known: the data and the end of the stream in one send
+                    await client.write_eof(chunk)
                     break
-    except TimeoutError:
-        end = PumpEnd.UPSTREAM_IDLE if reading else PumpEnd.CLIENT_STALLED
-        return StreamResult(end, None, "idle timeout")
+                await client.write(chunk)
+            except (ConnectionError, RuntimeError) as exc:
+                # aiohttp raises ClientConnectionResetError (a ConnectionResetError) on a
+                # closed transport, RuntimeError if the connection is already gone.
+                return StreamResult(PumpEnd.CLIENT_GONE, None, str(exc))
+            watchdog.reading = True
+            watchdog.deadline = loop.time() + read_idle
+            try:
+                chunk = await content.readany()
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                return StreamResult(PumpEnd.UPSTREAM_BROKEN, None, str(exc) or type(exc).__name__)
+            if not chunk:
+                try:
+                    await client.write_eof()
+                except (ConnectionError, RuntimeError) as exc:
+                    return StreamResult(PumpEnd.CLIENT_GONE, None, str(exc))
+                break
+    except asyncio.CancelledError:
+        if watchdog.fired is not None and watchdog.timed_out():
+            return StreamResult(watchdog.fired, None, "idle timeout")
+        raise
+    finally:
+        watchdog.close()
     usage = stripper.usage if stripper is not None else usage_of_stream_tail(b"".join(tail))
     return StreamResult(PumpEnd.COMPLETE, usage)
 
