@@ -2,7 +2,13 @@
 
 Output follows the compiler convention so editors and CI annotate the right
 line: ``FILE:LINE:COL: error: PATH: message``. Exit codes: 0 valid (warnings
-are printed, not fatal), 1 invalid, 2 usage (including an unreadable file).
+are printed, not fatal), 1 invalid, 2 usage (including an unreadable file),
+3 the mirror given with ``--mirror`` cannot be read.
+
+With ``--mirror URL|DIR`` (or ``LLMGW_MIRROR_URL``), every ``mirror:NAME@VERSION``
+source must name a version that mirror has complete; the index is read once, and
+only when a file has a mirror source. Without it, mirror sources are checked for
+their form only.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +25,10 @@ from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 
 if TYPE_CHECKING:  # imported where used: every llmgw command builds this parser
     from llmgw.core.catalog import LoadResult, SecurityPolicy
+    from llmgw.core.mirror import MirrorIndex
+
+MIRROR_ENV = "LLMGW_MIRROR_URL"
+EXIT_MIRROR_UNREADABLE = 3
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,7 +39,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "check",
         help="validate catalog files; every problem, one per line, compiler-style",
         description="Validate catalog files. Exit 0 when valid (warnings do not fail), "
-        "1 when any file is invalid, 2 on usage errors.",
+        "1 when any file is invalid, 2 on usage errors, 3 when the --mirror cannot be read. "
+        "mirror:NAME@VERSION sources are checked against a mirror only with --mirror "
+        f"(or ${MIRROR_ENV}); without it, only their form is checked.",
     )
     check.add_argument("files", nargs="+", metavar="FILE", help="catalog YAML files (- for standard input)")
     check.add_argument(
@@ -38,6 +51,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="json: a list of {file, line, column, path, severity, message}",
     )
     check.add_argument("--policy", type=Path, help="engine security policy (default: the bundled one)")
+    check.add_argument(
+        "--mirror",
+        metavar="URL|DIR",
+        help="check that every mirror:NAME@VERSION source is complete in this mirror (its http(s) "
+        f"address or its store directory; default ${MIRROR_ENV}); without it, mirror sources are "
+        "only checked for their form",
+    )
     check.set_defaults(handler=_check)
 
     schema = commands.add_parser("schema", help="print the catalog's JSON Schema (for editor completion)")
@@ -75,19 +95,71 @@ def load_catalog_file(name: str, policy: SecurityPolicy) -> LoadResult | None:
     return load_catalog(text, filename=filename, policy=policy)
 
 
+class _MirrorUnreadable(Exception):
+    pass
+
+
+class _MirrorIndex:
+    """The mirror's index, read once, and only when a catalog has a mirror source."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._index: MirrorIndex | None = None
+
+    def get(self) -> MirrorIndex:
+        if self._index is None:
+            # aiohttp and the mirror's I/O load only when a catalog has a mirror source.
+            from llmgw.mirror import MirrorError, load_index
+
+            try:
+                self._index = load_index(self.location)
+            except MirrorError as exc:
+                raise _MirrorUnreadable(str(exc)) from None
+        return self._index
+
+
+def _mirror_location(args: argparse.Namespace) -> str | None:
+    location: str | None = args.mirror or os.environ.get(MIRROR_ENV) or None
+    if location is None or location.startswith(("http://", "https://")):
+        return location
+    if not Path(location).is_dir():
+        raise ValueError(f"--mirror {location}: not a directory (give the mirror's http(s) URL or its store)")
+    return location
+
+
 def _check(args: argparse.Namespace) -> int:
     from llmgw.bundled import read_security_policy
-    from llmgw.core.diagnostics import Diagnostic, Severity
+    from llmgw.core.catalog import load_catalog
+    from llmgw.core.catalog.mirror_check import find_mirror_sources, mirror_diagnostics
+    from llmgw.core.diagnostics import Diagnostic, Severity, sort_diagnostics
 
     policy = read_security_policy(args.policy)
+    try:
+        location = _mirror_location(args)
+    except ValueError as exc:
+        print(f"llmgw catalog: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    mirror = _MirrorIndex(location) if location is not None else None
     diagnostics: list[Diagnostic] = []
     unreadable = False
     for name in args.files:
-        result = load_catalog_file(name, policy)
-        if result is None:
+        read = _read_text(name)
+        if read is None:
             unreadable = True
             continue
-        diagnostics.extend(result.diagnostics)
+        filename, text = read
+        result = load_catalog(text, filename=filename, policy=policy)
+        found = list(result.diagnostics)
+        if mirror is not None:
+            sources = find_mirror_sources(text, filename=filename)
+            if sources.found:
+                try:
+                    index = mirror.get()
+                except _MirrorUnreadable as exc:
+                    print(f"llmgw catalog: cannot read the mirror's index: {exc}", file=sys.stderr)
+                    return EXIT_MIRROR_UNREADABLE
+                found += mirror_diagnostics(sources, index)
+        diagnostics.extend(sort_diagnostics(found))
     if args.format == "json":
         print(json.dumps([d.as_dict() for d in diagnostics], indent=2))
     else:
