@@ -11,7 +11,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from .conftest import Cluster, OpenAIFor, StartRouter
+from .conftest import Cluster, OpenAIFor, StartRouter, metric_value
 
 MESSAGES: Any = [{"role": "user", "content": "hello there"}]
 
@@ -261,3 +261,30 @@ async def test_health_and_metrics_answer(
     async with http.get(router.url + "/metrics") as response:
         text = await response.text()
     assert "llmgw_router_consul_watch_up" in text
+
+
+async def test_metrics_count_requests_latency_first_tokens_and_usage(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    engine = await cluster.add_sim("sim-chat")
+    router = await start_router()
+    client = openai_for(router)
+    stream = await client.chat.completions.create(
+        model="sim-chat", messages=MESSAGES, max_tokens=6, stream=True, stream_options={"include_usage": True}
+    )
+    [chunk async for chunk in stream]
+    await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=4)
+    with pytest.raises(openai.NotFoundError):
+        await client.chat.completions.create(model="nope", messages=MESSAGES)
+    async with http.get(router.url + "/metrics") as response:
+        text = await response.text()
+    replica = engine.endpoint.replica
+    assert (
+        metric_value(text, "llmgw_router_requests_total", model="sim-chat", replica=replica, status="200")
+        == 2
+    )
+    assert metric_value(text, "llmgw_router_requests_total", model="", status="404") == 1
+    assert metric_value(text, "llmgw_router_request_seconds_count", model="sim-chat") == 2
+    assert metric_value(text, "llmgw_router_time_to_first_token_seconds_count", model="sim-chat") == 1
+    assert metric_value(text, "llmgw_router_tokens_total", model="sim-chat", kind="completion") == 10
+    assert metric_value(text, "llmgw_router_in_flight", model="sim-chat", replica=replica) == 0
