@@ -153,9 +153,11 @@ def _model_files(
         return ModelFiles(model), None, None
     source = parse_source(profile.source)
     if isinstance(source, MirrorSource):
-        if profile.engine is Engine.SIM:
-            return ModelFiles(str(source)), None, None
         if settings.mirror_url is None:
+            if profile.engine is Engine.SIM:
+                # The simulator loads nothing, so it runs without a mirror; with one, its
+                # replicas fetch and verify like any engine's (the same job, the same failures).
+                return ModelFiles(str(source)), None, None
             raise RenderError(f"{source} needs the mirror's address (--mirror-url or LLMGW_MIRROR_URL)")
         dest = f"{settings.model_cache_dir}/{source.name}/{source.version}"
         argv = (
