@@ -9,6 +9,8 @@ Public face:
 - ``control_deps(nomad=, renderer=, consul=, instance_id=, policy=)``: the ports from the real
   adapters (``llmgw.control.wiring``; mypy checks there that the adapters fit the ports).
 - ``ControlMetrics``: ``llmgw_control_*`` on a registry of its own.
+- ``llmgw.control.commands``: the operator's drain and restart of a model, durable in Consul
+  KV (``ModelCommandStore``; ``OperatorCommands``, what the admin API's model endpoints call).
 - ``llmgw.control.ports``: the Protocols the loops depend on; ``llmgw.control.testing``:
   recorded fakes of them and an in-memory Nomad/Consul simulator for tests.
 

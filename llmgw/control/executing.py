@@ -11,7 +11,9 @@ the same batch are ``Deferred`` (the next pass plans them from a snapshot that h
 first one's allocations).
 
 A placement: render the first candidate (profile, fabric), check the job locally, let
-Nomad parse it, ask Nomad's plan whether it fits; register the first that fits. What
+Nomad parse it, ask Nomad's plan whether it fits; register the first that fits. The
+model's restart generation goes into the parsed job's meta here, not through the
+renderer: it is not part of what the replica runs (nor of its spec hash). What
 does not fit is explained in words, per candidate, in the ``Unplaceable`` outcome.
 """
 
@@ -24,7 +26,7 @@ from typing import TypeVar
 
 from llmgw.control.metrics import ControlMetrics
 from llmgw.control.observing import is_managed
-from llmgw.control.ports import Clock, DrainMarksPort, JobRenderer, LeaderPort, NomadPort
+from llmgw.control.ports import Clock, CommandsPort, DrainMarksPort, JobRenderer, LeaderPort, NomadPort
 from llmgw.control.settings import ControlSettings
 from llmgw.core import conventions as c
 from llmgw.core.catalog import Catalog
@@ -34,6 +36,7 @@ from llmgw.core.planning import (
     ClearDrainMark,
     Deferred,
     Done,
+    EndDrain,
     Failed,
     MarkDraining,
     Outcome,
@@ -64,8 +67,10 @@ class Executor:
         settings: ControlSettings,
         clock: Clock,
         metrics: ControlMetrics,
+        commands: CommandsPort | None = None,
     ) -> None:
         self._nomad = nomad
+        self._commands = commands
         self._renderer = renderer
         self._marks = marks
         self._leader = leader
@@ -94,6 +99,8 @@ class Executor:
                 outcome = await self._guard(action, self._stop(action))
             elif isinstance(action, MarkDraining):
                 outcome = await self._guard(action, self._mark(action))
+            elif isinstance(action, EndDrain):
+                outcome = await self._guard(action, self._end_drain(action))
             else:
                 outcome = await self._guard(action, self._clear(action))
             self._metrics.actions.labels(kind=str(action.kind), outcome=_outcome_name(outcome)).inc()
@@ -143,6 +150,10 @@ class Executor:
                     return Placed(action, cand.profile_index, cand.fabric, rendered.spec_hash)
                 return Failed(action, f"a job {action.job_id} exists already and is not this replica")
             job = await self._call(self._nomad.parse_hcl(rendered.hcl))
+            if action.restart_generation > 0:
+                meta = {**(job.get("Meta") or {})}
+                meta[c.JOB_META_RESTART_GENERATION] = str(action.restart_generation)
+                job = {**job, "Meta": meta}
             plan = await self._call(self._nomad.plan(job))
             if not plan.feasible:
                 explanations.append(f"{where}: {plan.explanation}")
@@ -173,13 +184,19 @@ class Executor:
         await self._call(self._marks.clear(action.job_id))
         return Done(action)
 
+    async def _end_drain(self, action: EndDrain) -> Outcome:
+        if self._commands is None:
+            return Failed(action, "this control plane has no command store to write to")
+        await self._call(self._commands.end_drain(action.model, action.drained_key))
+        return Done(action)
+
 
 def _outcome_name(outcome: Outcome) -> str:
     return type(outcome).__name__.lower()
 
 
 def _subject(action: Action) -> str:
-    return str(action.job_id)
+    return f"model {action.model}" if isinstance(action, EndDrain) else str(action.job_id)
 
 
 def _describe(outcome: Outcome) -> str:

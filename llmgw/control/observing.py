@@ -87,6 +87,10 @@ def parse_job(raw: JSON) -> ObservedJob | None:
         summary = (raw.get("JobSummary") or {}).get("Summary") or {}
         groups = sorted(summary)
     fabric = meta.get(c.JOB_META_FABRIC)
+    try:
+        generation = max(0, int(meta.get(c.JOB_META_RESTART_GENERATION, "0")))
+    except (TypeError, ValueError):
+        generation = 0  # a hand-edited value: the next restart replaces it
     return ObservedJob(
         job_id=JobId(job_id),
         model=model,
@@ -99,6 +103,7 @@ def parse_job(raw: JSON) -> ObservedJob | None:
         groups=tuple(groups),
         submitted_at=_nanos(raw.get("SubmitTime")),
         stopped=bool(raw.get("Stop")) or raw.get("Status") == "dead",
+        restart_generation=generation,
     )
 
 

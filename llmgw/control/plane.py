@@ -25,6 +25,8 @@ from llmgw.control.observing import ClusterView
 from llmgw.control.ports import (
     CatalogWatch,
     Clock,
+    CommandsPort,
+    CommandWatch,
     DemandWatch,
     DrainMarksPort,
     DrainMarkWatch,
@@ -64,6 +66,10 @@ class ControlDeps:
     clock: Clock = field(default_factory=SystemClock)
     probe: InFlightProbe = field(default_factory=NoProbe)
     metrics: ControlMetrics = field(default_factory=ControlMetrics)
+    # The operator's drain and restart commands, and where a drain the catalog ended is
+    # cleared. None: no operator commands (tests of other things).
+    commands: CommandWatch | None = None
+    command_writer: CommandsPort | None = None
 
 
 class ControlPlane:
@@ -74,13 +80,22 @@ class ControlPlane:
         self.trigger = Trigger()
         self.view = ClusterView(deps.nomad, settings, deps.clock, deps.metrics, on_change=self.trigger.poke)
         self.executor = Executor(
-            deps.nomad, deps.renderer, deps.drain_writer, deps.leader, settings, deps.clock, deps.metrics
+            deps.nomad,
+            deps.renderer,
+            deps.drain_writer,
+            deps.leader,
+            settings,
+            deps.clock,
+            deps.metrics,
+            commands=deps.command_writer,
         )
         self.catalog = CatalogReader(deps.catalog, deps.renderer, deps.policy, settings)
         self.reconciler: Reconciler | None = None  # the current term's, while leading
         self.terms = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._watches: list[Watched[Any]] = [deps.catalog, deps.endpoints, deps.drain_marks, deps.demand]
+        if deps.commands is not None:
+            self._watches.append(deps.commands)
 
     async def start(self) -> None:
         if self._tasks:
@@ -163,6 +178,7 @@ class ControlPlane:
                 metrics=self.metrics,
                 trigger=self.trigger,
                 leader_id=self.deps.leader.instance_id,
+                commands=self.deps.commands,
             )
             self.reconciler = reconciler
             loop = asyncio.create_task(reconciler.run(), name="control-reconcile")

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from llmgw.core.catalog import Catalog
+from llmgw.core.planning import ModelCommand
 from llmgw.core.records import DemandReport, DrainMark, Endpoint, EndpointSnapshot
 from llmgw.render import RenderedJob, ReplicaRequest
 
@@ -112,6 +113,15 @@ class DrainMarksPort(Protocol):
     async def clear(self, job_id: str) -> None: ...
 
 
+class CommandsPort(Protocol):
+    """``llmgw.control.commands.ModelCommandStore``: the operator's commands per model.
+
+    ``end_drain`` clears the drain of ``model`` only if it is still the one recorded under
+    ``drained_key`` (a drain asked for meanwhile stays); a record that is gone is fine."""
+
+    async def end_drain(self, model: str, drained_key: str) -> None: ...
+
+
 class StatusSink(Protocol):
     """``llmgw.adapters.consul.StatusPublisher``: the leader's status, a JSON object."""
 
@@ -177,3 +187,5 @@ CatalogWatch = Watched[CatalogText | None]
 EndpointWatch = Watched[EndpointSnapshot]
 DrainMarkWatch = Watched[Mapping[str, DrainMark]]
 DemandWatch = Watched[Mapping[str, DemandReport]]
+# The operator's commands by model name (``ModelCommandStore.watch()``).
+CommandWatch = Watched[Mapping[str, ModelCommand]]

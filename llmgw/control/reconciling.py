@@ -1,6 +1,8 @@
 """The reconcile loop: one pass at a time, triggers coalesce, timers come back as values.
 
-Owns: the pass (refresh the Nomad view, read the watched Consul inputs, ``decide``,
+Owns: the pass (refresh the Nomad view, read the watched Consul inputs (the operator's
+model commands among them: until they have been read once, nothing is decided, since a
+drained model must not look like one to place), ``decide``,
 execute, fold the outcomes into the state, publish the status, count metrics), the
 catalog as the planner sees it (loaded and cached per catalog version, with the spec
 oracle that renders what a running replica would run now), and the loop that runs
@@ -28,6 +30,7 @@ from llmgw.control.ports import (
     CatalogText,
     CatalogWatch,
     Clock,
+    CommandWatch,
     DemandWatch,
     DrainMarkWatch,
     EndpointWatch,
@@ -173,8 +176,10 @@ class Reconciler:
         metrics: ControlMetrics,
         trigger: Trigger,
         leader_id: str,
+        commands: CommandWatch | None = None,
     ) -> None:
         self.settings = settings
+        self._commands = commands
         self._view = view
         self._executor = executor
         self._catalog = catalog
@@ -197,10 +202,11 @@ class Reconciler:
         started = time.perf_counter()
         await self._view.refresh()
         planned = self._catalog.current()
+        desired, note = self._with_commands(planned)
         now = self._clock.time()
         observed = await self._observe(now)
         t0 = time.perf_counter()
-        decision = decide(planned.desired, observed, self.state, now, self.settings.planning)
+        decision = decide(desired, observed, self.state, now, self.settings.planning)
         self._metrics.decide_seconds.observe(time.perf_counter() - t0)
         # The decision's state is the memory from here on, even if acting fails half-way.
         self.state = decision.state
@@ -212,13 +218,27 @@ class Reconciler:
             self.settings.planning,
             capacity_version=observed.capacity_version,
         )
-        report = replace(decision.status, leader=self._leader_id, note=decision.status.note or planned.note)
+        # The reader's note says why there is no catalog more precisely than the decision can.
+        report = replace(decision.status, leader=self._leader_id, note=note or decision.status.note)
         await self._publish(report)
         self._metrics.observe_status(report.models)
         self._metrics.pass_seconds.observe(time.perf_counter() - started)
         self.last = decision
         self.passes += 1
         return decision
+
+    def _with_commands(self, planned: PlannedCatalog) -> tuple[Desired | None, str]:
+        if planned.desired is None or self._commands is None:
+            return planned.desired, planned.note
+        if self._commands.generation == 0:
+            return None, (
+                "the operator's model commands (Consul KV llmgw/commands/) have not been read yet; "
+                "nothing is placed or stopped until they are"
+            )
+        commands = self._commands.latest or {}
+        if not commands:
+            return planned.desired, planned.note
+        return replace(planned.desired, commands=commands), planned.note
 
     async def _observe(self, now: float) -> Observed:
         jobs, nodes = self._view.snapshot()

@@ -14,7 +14,8 @@ Owns (for tests, benches and the end-to-end suite's setup; never used by ``llmgw
   on a synthetic clock; the unit tests' harness.
 - Async fakes of the ports for component tests: ``FakeNomad`` (records calls, can fail
   calls, break or gap its event stream), ``FakeWatch``, ``FakeLeader``, ``FakeDrainMarks``,
-  ``FakeStatus``, ``FakeProbe`` and ``ManualClock`` (sleeps end when the test advances it).
+  ``FakeCommands`` (the operator's drain/restart records), ``FakeStatus``, ``FakeProbe`` and
+  ``ManualClock`` (sleeps end when the test advances it).
 
 Must not: be imported by production code.
 """
@@ -47,9 +48,11 @@ from llmgw.core.planning import (
     Deferred,
     Desired,
     Done,
+    EndDrain,
     Failed,
     JobId,
     MarkDraining,
+    ModelCommand,
     NodeId,
     Observed,
     ObservedJob,
@@ -690,6 +693,8 @@ class Simulation:
         self.leader = True
         self.catalog: Catalog | None = None
         self.desired: Desired | None = None
+        # The operator's commands by model (what Consul KV llmgw/commands/ would hold).
+        self.commands: dict[str, ModelCommand] = {}
         self.set_catalog(catalog, catalog_hash)
 
     @property
@@ -761,9 +766,21 @@ class Simulation:
             capacity_version=self.capacity_version,
         )
 
+    def drain(self, model: str, *, by: str = "operator") -> None:
+        """The operator drains ``model`` (as the admin API records it)."""
+        assert self.desired is not None
+        key = self.desired.models[model].key
+        self.commands[model] = self.commands.get(model, ModelCommand(model)).drained(
+            model_key=key, by=by, at=self.now
+        )
+
+    def restart(self, model: str, *, by: str = "operator") -> None:
+        self.commands[model] = self.commands.get(model, ModelCommand(model)).restarted(by=by, at=self.now)
+
     def step(self, observed: Observed | None = None) -> Decision:
         observed = observed or self.observe()
-        decision = decide(self.desired, observed, self.state, self.now, self.settings)
+        desired = replace(self.desired, commands=dict(self.commands)) if self.desired else None
+        decision = decide(desired, observed, self.state, self.now, self.settings)
         outcomes = self.apply(decision.actions)
         self.state = record_outcomes(
             decision.state, outcomes, self.now, self.settings, capacity_version=observed.capacity_version
@@ -802,6 +819,11 @@ class Simulation:
             elif isinstance(action, ClearDrainMark):
                 self.marks.pop(action.job_id, None)
                 outcome = Done(action)
+            elif isinstance(action, EndDrain):
+                command = self.commands.get(action.model)
+                if command is not None and command.drained_key == action.drained_key:
+                    self.commands[action.model] = command.drain_ended()
+                outcome = Done(action)
             self.applied.append(Applied(self.now, action, outcome))
             outcomes.append(outcome)
         return outcomes
@@ -820,6 +842,8 @@ class Simulation:
                 explanations.append(f"profile {cand.profile_index}: {exc}")
                 continue
             job = self.renderer.check(rendered, model=action.model)
+            if action.restart_generation:  # as the executor does
+                job["Meta"][c.JOB_META_RESTART_GENERATION] = str(action.restart_generation)
             plan = self.cluster.plan(job)
             if not plan.feasible:
                 explanations.append(f"profile {cand.profile_index}: {plan.explanation}")
@@ -1047,6 +1071,32 @@ class FakeDrainMarks:
         self.watch.set(dict(self.marks))
 
 
+class FakeCommands:
+    """``CommandsPort`` over a ``FakeWatch`` of the records; tests ``drain`` and ``restart``."""
+
+    def __init__(self, watch: FakeWatch[Mapping[str, ModelCommand]] | None = None) -> None:
+        self.watch: FakeWatch[Mapping[str, ModelCommand]] = watch or FakeWatch({})
+        self.ended: list[tuple[str, str]] = []
+
+    def _put(self, command: ModelCommand) -> None:
+        self.watch.set({**(self.watch.latest or {}), command.model: command})
+
+    def _get(self, model: str) -> ModelCommand:
+        return (self.watch.latest or {}).get(model) or ModelCommand(model)
+
+    def drain(self, model: str, model_key: str, *, by: str, at: float) -> None:
+        self._put(self._get(model).drained(model_key=model_key, by=by, at=at))
+
+    def restart(self, model: str, *, by: str, at: float) -> None:
+        self._put(self._get(model).restarted(by=by, at=at))
+
+    async def end_drain(self, model: str, drained_key: str) -> None:
+        self.ended.append((model, drained_key))
+        command = (self.watch.latest or {}).get(model)
+        if command is not None and command.drained_key == drained_key:
+            self._put(command.drain_ended())
+
+
 class FakeStatus:
     def __init__(self) -> None:
         self.published: list[str] = []
@@ -1127,6 +1177,7 @@ class ControlHarness:
         clock: ManualClock | None = None,
         leader: FakeLeader | None = None,
         marks: FakeDrainMarks | None = None,
+        commands: FakeCommands | None = None,
         instance_id: str = "control-1",
     ) -> None:
         self.clock = clock or ManualClock()
@@ -1142,6 +1193,7 @@ class ControlHarness:
         self.demand: FakeWatch[Mapping[str, DemandReport]] = FakeWatch({})
         self.status = FakeStatus()
         self.probe = FakeProbe()
+        self.commands = commands or FakeCommands()
         self.settings = settings or ControlSettings()
         self.deps = ControlDeps(
             nomad=self.nomad,
@@ -1156,6 +1208,8 @@ class ControlHarness:
             policy=policy,
             clock=self.clock,
             probe=self.probe,
+            commands=self.commands.watch,
+            command_writer=self.commands,
         )
         self.plane = ControlPlane(self.settings, self.deps)
         self._versions = 1

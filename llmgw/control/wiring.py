@@ -22,6 +22,7 @@ from llmgw.adapters.consul import (
     watch_endpoints,
 )
 from llmgw.adapters.nomad import NomadClient
+from llmgw.control.commands import ModelCommandStore
 from llmgw.control.metrics import ControlMetrics
 from llmgw.control.plane import ControlDeps
 from llmgw.control.ports import InFlightProbe, NoProbe
@@ -42,6 +43,7 @@ def control_deps(
 ) -> ControlDeps:
     """The ports of one control-plane instance (``instance_id`` names it in the leader lock)."""
     marks = DrainingMarks(consul)
+    commands = ModelCommandStore(consul)
     return ControlDeps(
         nomad=nomad,
         renderer=renderer,
@@ -57,4 +59,6 @@ def control_deps(
         policy=policy,
         probe=probe or NoProbe(),
         metrics=metrics or ControlMetrics(),
+        commands=commands.watch(),
+        command_writer=commands,
     )

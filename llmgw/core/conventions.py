@@ -50,6 +50,9 @@ JOB_META_SPEC_HASH: Final = (
 )
 JOB_META_VERSION: Final = "llmgw_version"
 JOB_META_FABRIC: Final = "llmgw_fabric"
+# The operator's restart generation of the model when the replica was placed (absent: 0).
+# Not part of the spec hash: a restart replaces replicas without changing what they run.
+JOB_META_RESTART_GENERATION: Final = "llmgw_restart_generation"
 
 # Node meta attribute naming the fabric (the set of nodes one multi-node replica may span).
 NODE_META_FABRIC: Final = "llmgw_fabric"
@@ -66,3 +69,6 @@ KV_CATALOG_HISTORY_PREFIX: Final = "llmgw/catalog/history/"  # + <zero-padded ve
 KV_LEADER: Final = "llmgw/leader"
 KV_KEYS_PREFIX: Final = "llmgw/keys/"  # + <key id>: API keys, hashed
 KV_STATUS: Final = "llmgw/status"  # the leader's last published status, for `llmgw status` anywhere
+# Operator commands per model (drain, restart), written by the admin API, read by every
+# control-plane instance so any leader honours them.
+KV_COMMANDS_PREFIX: Final = "llmgw/commands/"  # + <model slug>

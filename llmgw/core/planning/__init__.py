@@ -8,6 +8,8 @@ Public face:
   did (placed, unplaceable, deferred, done, failed) into the state for the next pass.
 - ``desired_from_catalog(catalog, catalog_hash, expected_spec, settings) -> Desired``; ``expected_spec``
   is a ``SpecOracle``: the spec hash the renderer would give a running replica now.
+- ``ModelCommand``: the operator's drain and restart of a model (``Desired.commands``), and
+  ``model_key(model)``, the hash a drain is recorded under.
 - the observation values (``Observed``, ``ObservedJob``, ``ObservedAlloc``, ``ObservedNode``),
   the actions (``PlaceReplica``, ``MarkDraining``, ``StopReplica``, ``ClearDrainMark``) and
   outcomes, the status report (``StatusReport``), ``PlanningSettings`` and ``replica_job_id``.
@@ -22,6 +24,7 @@ from llmgw.core.planning.actions import (
     ClearDrainMark,
     Deferred,
     Done,
+    EndDrain,
     Failed,
     MarkDraining,
     Outcome,
@@ -31,6 +34,7 @@ from llmgw.core.planning.actions import (
     StopReplica,
     Unplaceable,
 )
+from llmgw.core.planning.commands import ModelCommand
 from llmgw.core.planning.deciding import Decision, decide
 from llmgw.core.planning.desired import (
     ANY_GPU,
@@ -41,6 +45,7 @@ from llmgw.core.planning.desired import (
     SpecOracle,
     claims_conflict,
     desired_from_catalog,
+    model_key,
     profile_claim,
 )
 from llmgw.core.planning.observed import (
@@ -92,9 +97,11 @@ __all__ = [
     "Deferred",
     "Desired",
     "Done",
+    "EndDrain",
     "Failed",
     "JobId",
     "MarkDraining",
+    "ModelCommand",
     "ModelMemo",
     "ModelStatus",
     "ModelTarget",
@@ -124,6 +131,7 @@ __all__ = [
     "claims_conflict",
     "decide",
     "desired_from_catalog",
+    "model_key",
     "profile_claim",
     "record_outcomes",
     "replica_job_id",

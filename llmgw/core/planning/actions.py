@@ -25,6 +25,7 @@ class ActionKind(StrEnum):
     MARK_DRAINING = "mark_draining"
     STOP = "stop"
     CLEAR_DRAIN_MARK = "clear_drain_mark"
+    END_DRAIN = "end_drain"
 
 
 class PlaceWhy(StrEnum):
@@ -62,6 +63,8 @@ class PlaceReplica:
     claim: Claim
     why: PlaceWhy
     reason: str
+    # Written into the job's meta (``llmgw_restart_generation``) when above 0.
+    restart_generation: int = 0
 
     @property
     def kind(self) -> ActionKind:
@@ -104,7 +107,21 @@ class ClearDrainMark:
         return ActionKind.CLEAR_DRAIN_MARK
 
 
-Action = PlaceReplica | MarkDraining | StopReplica | ClearDrainMark
+@dataclass(frozen=True, slots=True)
+class EndDrain:
+    """Clear the operator's drain of ``model`` in its command record, if it is still the one
+    drained under ``drained_key`` (the catalog changed the model since, which ends it)."""
+
+    model: str
+    drained_key: str
+    reason: str
+
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.END_DRAIN
+
+
+Action = PlaceReplica | MarkDraining | StopReplica | ClearDrainMark | EndDrain
 
 
 # --- outcomes ------------------------------------------------------------------------------------
@@ -135,7 +152,7 @@ class Deferred:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    action: MarkDraining | StopReplica | ClearDrainMark
+    action: MarkDraining | StopReplica | ClearDrainMark | EndDrain
 
 
 @dataclass(frozen=True, slots=True)

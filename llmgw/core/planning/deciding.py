@@ -22,6 +22,8 @@ The rules, in the order a pass applies them per model:
    placed, and an old one drains only when the healthy ones left are still enough.
    If Nomad says the extra one does not fit, the roll goes in place (drain, then place).
 6. Missing replicas are placed, unless the model is backing off or on hold.
+   An operator's drain (``Desired.commands``) makes the wanted count 0; a restart makes
+   every replica placed before it outdated, so it rolls as in 5.
 7. Placements that compete for the same GPUs never come from one snapshot: one at a
    time per claim, and none while an earlier one is still settling.
 """
@@ -37,12 +39,14 @@ from llmgw.core.planning.actions import (
     Action,
     Candidate,
     ClearDrainMark,
+    EndDrain,
     MarkDraining,
     PlaceReplica,
     PlaceWhy,
     StopReplica,
 )
 from llmgw.core.planning.backoff import rebuild_delay
+from llmgw.core.planning.commands import ModelCommand
 from llmgw.core.planning.desired import ANY_GPU, Claim, Desired, ModelTarget, claims_conflict
 from llmgw.core.planning.observed import (
     JobId,
@@ -110,6 +114,7 @@ class _Replica:
     spec_hash: str
     submitted_at: float
     outdated: bool = False
+    restarting: bool = False  # outdated because the operator asked for a restart after it started
     draining: bool = False
     stopping: bool = False
     note: str = ""  # overrides the assessment's reason in the status
@@ -159,6 +164,7 @@ class _Pass:
         self.stops: list[Action] = []
         self.marks: list[Action] = []
         self.clears: list[Action] = []
+        self.commands: list[Action] = []
         self.requests: list[_Request] = []
         self.deadlines: list[float] = []
         self.replica_memos: dict[JobId, ReplicaMemo] = {}
@@ -183,10 +189,11 @@ class _Pass:
         for name in names:
             self._model(name, self.desired.models.get(name), scaled.get(name))
         self._clear_orphan_marks()
+        self._end_stale_drains(self.desired)
         placements = self._admit(replicas)
 
         statuses = tuple(self._model_status(name, scaled.get(name)) for name in names)
-        actions = (*self.stops, *self.marks, *self.clears, *placements)
+        actions = (*self.stops, *self.marks, *self.clears, *self.commands, *placements)
         future = [d for d in self.deadlines if d is not None]
         return Decision(
             actions=actions,
@@ -263,6 +270,7 @@ class _Pass:
                 registered_at=None,
                 profile_index=job.profile_index,
                 spec_hash=job.spec_hash,
+                restart_generation=job.restart_generation,
                 fabric=job.fabric,
                 claim=memo.claim or (profile.claim if profile else frozenset({ANY_GPU})),
                 was_healthy=memo.was_healthy or a.phase is Phase.HEALTHY,
@@ -300,6 +308,7 @@ class _Pass:
                 memo.model, memo.profile_index, memo.replica_id, memo.fabric
             )
             outdated = expected is not None and expected != memo.spec_hash
+        restarting = target is not None and memo.restart_generation < self._restart_generation(memo.model)
         return _Replica(
             job_id=job_id,
             model=memo.model,
@@ -310,7 +319,8 @@ class _Pass:
             fabric=memo.fabric,
             spec_hash=memo.spec_hash,
             submitted_at=job.submitted_at if job else (memo.registered_at or memo.first_seen),
-            outdated=outdated,
+            outdated=outdated or restarting,
+            restarting=restarting and not outdated,
             draining=memo.draining_since is not None,
             stopping=memo.stop_sent_at is not None,
         )
@@ -344,7 +354,46 @@ class _Pass:
             ]
             if loaded:
                 out[name] = replace(out[name], replicas=1, reason=f"judge of {', '.join(loaded)}")
+        # The operator's drain wins over every count, a judge's included: it was asked for by name.
+        for name, target in desired.models.items():
+            command = self._drain(target)
+            if command is not None:
+                out[name] = replace(
+                    out[name],
+                    replicas=0,
+                    reason=f"drained by {command.drained_by or 'an operator'}; "
+                    "runs again after a restart or a catalog change to the model",
+                )
         return out
+
+    # -- the operator's commands -------------------------------------------------------------
+
+    def _command(self, model: str) -> ModelCommand | None:
+        return self.desired.commands.get(model) if self.desired is not None else None
+
+    def _restart_generation(self, model: str) -> int:
+        command = self._command(model)
+        return command.restart_generation if command is not None else 0
+
+    def _drain(self, target: ModelTarget) -> ModelCommand | None:
+        """The operator's drain of the model, if it holds for the model as the catalog has it."""
+        command = self._command(target.name)
+        return command if command is not None and command.drains(target.key) else None
+
+    def _end_stale_drains(self, desired: Desired) -> None:
+        """A drain ends with an apply that changes (or removes) the model: clear the record, so
+        that applying the drained text again later does not drain the model again."""
+        for name in sorted(desired.commands):
+            command = desired.commands[name]
+            if not command.drain_requested:
+                continue
+            target = desired.models.get(name)
+            if target is not None and command.drains(target.key):
+                continue
+            change = "was removed from" if target is None else "changed in"
+            self.commands.append(
+                EndDrain(name, command.drained_key, f"the model {change} the catalog since it was drained")
+            )
 
     # -- one model ----------------------------------------------------------------------------
 
@@ -352,10 +401,12 @@ class _Pass:
         memo = self.state.models.get(name, ModelMemo())
         if target is not None:
             spec_key = tuple(p.key for p in target.profiles)
-            if memo.spec_key and memo.spec_key != spec_key:
+            generation = self._restart_generation(name)
+            if (memo.spec_key and memo.spec_key != spec_key) or memo.restart_generation < generation:
                 # A new spec deserves a fresh try: the operator may just have fixed the failure.
+                # So does a restart the operator asked for.
                 memo = ModelMemo(scale=memo.scale)
-            memo = _update(memo, spec_key=spec_key)
+            memo = _update(memo, spec_key=spec_key, restart_generation=generation)
         if scaled is not None:
             memo = _update(memo, scale=scaled.state)
 
@@ -402,11 +453,20 @@ class _Pass:
 
         memo = self._health_memo(memo, live, bool(failed_now))
         wanted = scaled.replicas
-        up = [r for r in live if not r.outdated]
-        old = [r for r in live if r.outdated]
+        if self._drain(target) is not None:
+            # Drained: everything goes, at once; nothing is worth rolling.
+            up, old = list(live), []
+        else:
+            up = [r for r in live if not r.outdated]
+            old = [r for r in live if r.outdated]
         # An outdated replica that serves nothing is replaced at once; only serving ones roll.
         for r in [r for r in old if not r.healthy]:
-            self._retire(r, "runs an outdated spec and is not serving")
+            self._retire(
+                r,
+                "started before the restart and is not serving"
+                if r.restarting
+                else "runs an outdated spec and is not serving",
+            )
             live.remove(r)
             old.remove(r)
 
@@ -429,7 +489,7 @@ class _Pass:
             healthy = sum(1 for r in live if r.healthy)
             victim = min(old, key=lambda r: r.submitted_at)
             if healthy - 1 >= wanted:
-                self._retire(victim, "replaced by a replica of the new spec")
+                self._retire(victim, f"replaced by a {self._newer(victim)}")
                 live.remove(victim)
                 old.remove(victim)
             elif memo.surge_blocked and not up_starting:
@@ -449,13 +509,20 @@ class _Pass:
                 why = PlaceWhy.SCALE_UP
             requests = [(why, f"{len(live)} of {wanted} replicas ({scaled.reason})")] * deficit
         elif old and not up_starting and not memo.surge_blocked and len(live) <= wanted:
-            requests = [(PlaceWhy.ROLL, "a replica of the new spec before an old one drains")]
+            requests = [(PlaceWhy.ROLL, f"a {self._newer(old[0])} before an old one drains")]
         elif old and up_starting:
             self.waiting[name] = "rolling: waiting for the new replica to become healthy"
 
         if requests:
             self._request(name, target, memo, requests)
         self.model_memos[name] = memo
+
+    def _newer(self, old: _Replica) -> str:
+        if old.restarting:
+            command = self._command(old.model)
+            by = command.restarted_by if command is not None and command.restarted_by else "an operator"
+            return f"new replica (restart asked by {by})"
+        return "replica of the new spec"
 
     def _health_memo(self, memo: ModelMemo, live: list[_Replica], failed_now: bool) -> ModelMemo:
         """The backoff resets once the model has served, with no failure, for a while."""
@@ -638,6 +705,7 @@ class _Pass:
                     claim=claim,
                     why=req.why,
                     reason=req.reason,
+                    restart_generation=self._restart_generation(req.model),
                 )
             )
         return out

@@ -11,11 +11,13 @@ decide counts (``llmgw.core.scaling``).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from llmgw.core.catalog.model import Catalog, Model, Profile
+from llmgw.core.planning.commands import ModelCommand
 from llmgw.core.planning.settings import PlanningSettings
 from llmgw.core.scaling import ScalingPolicy
 
@@ -65,6 +67,9 @@ class ModelTarget:
     profiles: tuple[ProfileTarget, ...]
     policy: ScalingPolicy
     guarded: tuple[str, ...] = ()  # models whose requests this model (a judge) screens
+    # A hash of the model as the catalog has it (``model_key``): an operator's drain holds
+    # while it is unchanged.
+    key: str = ""
 
     @property
     def claim(self) -> Claim:
@@ -87,10 +92,19 @@ class Desired:
     models: Mapping[str, ModelTarget] = field(default_factory=dict)
     # None from the oracle, or no oracle: the running spec is taken as current (never rolls).
     expected_spec: SpecOracle = _same_spec
+    # The operator's drain and restart commands by model name (Consul KV, read every pass).
+    commands: Mapping[str, ModelCommand] = field(default_factory=dict)
 
 
 def profile_key(model: Model, index: int) -> str:
     text = model.profiles[index].model_dump_json(exclude_defaults=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def model_key(model: Model) -> str:
+    """A hash of everything the catalog says about the model (keys sorted, so reordering a
+    mapping in the YAML is no change). The admin API's drain records it, the planner compares."""
+    text = json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -118,5 +132,6 @@ def desired_from_catalog(
             profiles=profiles,
             policy=ScalingPolicy.of(model, settings.default_target_in_flight),
             guarded=tuple(sorted(set(guarded.get(name, ())))),
+            key=model_key(model),
         )
     return Desired(catalog_hash=catalog_hash, models=models, expected_spec=expected_spec)

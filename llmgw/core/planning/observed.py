@@ -86,6 +86,8 @@ class ObservedJob:
     submitted_at: float
     stopped: bool  # Stop set, or the job is dead: it runs nothing and only needs purging
     allocs: tuple[ObservedAlloc, ...] = ()
+    # The model's restart generation when it was placed (job meta; 0 when absent).
+    restart_generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)

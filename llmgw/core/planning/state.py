@@ -62,6 +62,7 @@ class ModelMemo:
     scale: ScaleState | None = None
     spec_key: tuple[str, ...] = ()  # the profiles' spec hashes the memo was built for
     surge_blocked: bool = False  # a roll's extra replica did not fit: roll in place instead
+    restart_generation: int = 0  # the operator's restart the memo was built for
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,7 @@ class ReplicaMemo:
     spec_hash: str = ""
     fabric: str | None = None
     claim: Claim = frozenset()
+    restart_generation: int = 0  # the model's restart generation it was placed under
     was_healthy: bool = False  # passed its check at least once
     unhealthy_since: float | None = None  # was healthy, and has not passed since then
     draining_since: float | None = None
@@ -119,6 +121,7 @@ def record_outcomes(
                 spec_hash=outcome.spec_hash,
                 fabric=outcome.fabric,
                 claim=act.claim,
+                restart_generation=act.restart_generation,
             )
             memo = models.get(act.model, ModelMemo())
             models[act.model] = replace(
