@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,3 +27,41 @@ def test_policy() -> SecurityPolicy:
 @pytest.fixture(scope="session")
 def shipped_policy() -> SecurityPolicy:
     return read_security_policy()
+
+
+def _processes_touching(base: Path) -> list[tuple[int, str]]:
+    """Live processes (not this one) running in or naming a path under ``base``."""
+    found = []
+    marker = str(base)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            if "\nState:\tZ" in status:
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if cwd.startswith(marker) or marker in cmdline:
+            found.append((int(entry.name), cmdline.strip()[:200]))
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_orphaned_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After the whole session, nothing a test started may still run (engines, stand-ins, llmgw dev)."""
+    base = tmp_path_factory.getbasetemp()
+    yield
+    deadline = time.monotonic() + 10  # processes told to stop may take a moment to exit
+    leftovers = _processes_touching(base)
+    while leftovers and time.monotonic() < deadline:
+        time.sleep(0.2)
+        leftovers = _processes_touching(base)
+    for pid, _ in leftovers:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not leftovers, "processes outlived the tests that started them:\n" + "\n".join(
+        f"  {pid}: {cmd}" for pid, cmd in leftovers
+    )

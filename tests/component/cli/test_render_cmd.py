@@ -1,0 +1,69 @@
+"""`llmgw render` as an operator runs it: files, JSON, --check, and --plan against NOMAD_ADDR."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn, StandInConfig
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = str(REPO / "examples" / "catalog.yaml")
+
+
+async def llmgw(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "llmgw",
+        *args,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_render_writes_files_and_check_says_how_to_refresh(tmp_path: Path) -> None:
+    code, _, err = await llmgw("render", EXAMPLE, "--out", str(tmp_path), "--model", "sim-chat")
+    assert code == 0, err
+    [written] = list(tmp_path.glob("*.nomad.hcl"))
+    assert written.name.startswith("llmgw-sim-chat-")
+    code, _, _ = await llmgw("render", EXAMPLE, "--out", str(tmp_path), "--model", "sim-chat", "--check")
+    assert code == 0
+    written.write_text(written.read_text().replace("count = 1", "count = 2"))
+    code, out, err = await llmgw("render", EXAMPLE, "--out", str(tmp_path), "--model", "sim-chat", "--check")
+    assert code == 1 and "stale" in out and "refresh with: llmgw render" in err
+
+
+async def test_render_json_is_the_job_nomads_parser_returns() -> None:
+    code, out, _ = await llmgw("render", EXAMPLE, "--model", "bge-m3", "--format", "json")
+    assert code == 0
+    job = json.loads(out)["Job"]
+    assert job["Meta"]["llmgw_model"] == "bge-m3"
+    assert job["TaskGroups"][0]["Tasks"][0]["Driver"] == "docker"
+
+
+async def test_plan_answers_in_words(tmp_path: Path) -> None:
+    config = StandInConfig(nodes=(NodeSpec(name="gpu-1", gpus=8, fabric="fabric-a"),), state_dir=tmp_path)
+    async with NomadServer(NomadStandIn(config)) as nomad:
+        env = {"NOMAD_ADDR": nomad.address}
+        code, out, err = await llmgw("render", EXAMPLE, "--model", "sim-chat", "--plan", env=env)
+        assert code == 0, out + err
+        assert out.strip().endswith("places: all 1 group(s) fit now")
+        code, out, _ = await llmgw(
+            "render", EXAMPLE, "--model", "llama-3.1-405b", "--all-profiles", "--plan", env=env
+        )
+        assert code == 1
+        lines = out.strip().splitlines()
+        assert (
+            "does not place: group rank-0 needs a node with 8 nvidia/gpu (H100, >= 76293 MiB) free on "
+            "fabric fabric-a; none has" in lines[0]
+        )
+        assert "missing drivers" in lines[0]  # no docker on this cluster
+        assert "does not place" in lines[1] and "1 other group(s) would place" in lines[1]
