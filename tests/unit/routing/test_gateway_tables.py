@@ -1,0 +1,140 @@
+"""The router's pure helpers as tables: settings precedence, key parsing and rate limits
+on a synthetic clock, usage found at the end of answers, the judge's conversation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from llmgw.core.routing import Api
+from llmgw.gateway import errors
+from llmgw.gateway.calls import ApiCall, parse_call
+from llmgw.gateway.guard import judge_messages
+from llmgw.gateway.keys import KeyRing, RateLimiter, authenticate, key_id_of, masked, new_api_key
+from llmgw.gateway.settings import RouterSettings, RouterSettingsError, add_router_arguments, is_loopback
+from llmgw.gateway.upstream import token_counts, usage_of_body, usage_of_stream_tail
+
+
+def test_flags_win_over_env_which_wins_over_defaults() -> None:
+    parser = argparse.ArgumentParser()
+    add_router_arguments(parser)
+    namespace = parser.parse_args(["--port", "9000", "--no-auth"])
+    env = {"LLMGW_ROUTER_PORT": "7000", "LLMGW_ROUTER_LOAD_WAIT": "2.5", "LLMGW_ROUTER_ACCESS_LOG": "true"}
+    settings = RouterSettings.from_env_and_args(env, namespace)
+    assert (settings.port, settings.load_wait, settings.access_log, settings.no_auth) == (
+        9000,
+        2.5,
+        True,
+        True,
+    )
+    assert settings.upstream_idle_timeout == RouterSettings().upstream_idle_timeout
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"LLMGW_ROUTER_PORT": "x"}, "LLMGW_ROUTER_PORT"),
+        ({"LLMGW_ROUTER_UPSTREAM_IDLE_TIMEOUT": "0"}, "--upstream-idle-timeout must be > 0"),
+        ({"LLMGW_ROUTER_NO_AUTH": "yes", "LLMGW_ROUTER_HOST": "0.0.0.0"}, "loopback"),
+        ({"LLMGW_ROUTER_BACKLOG": "0"}, "--backlog"),
+    ],
+)
+def test_bad_settings_name_what_to_fix(env: dict[str, str], fragment: str) -> None:
+    with pytest.raises(RouterSettingsError, match=fragment):
+        RouterSettings.from_env_and_args(env)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("::1", True), ("localhost", True), ("0.0.0.0", False), ("10.1.2.3", False)],
+)
+def test_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_keys_carry_their_id_and_are_never_shown_whole() -> None:
+    issued = new_api_key("team", now=1.0, token_bytes=lambda n: bytes(range(n)))
+    assert key_id_of(issued.key) == issued.record.key_id == "k-0001020304050607"
+    assert masked(issued.key) == "sk-llmgw-k-0001020304050607.****"
+    ring = KeyRing({issued.record.key_id: issued.record})
+    assert authenticate(f"Bearer {issued.key}", ring) == issued.record
+    for header in (None, "", "Basic abc", "Bearer "):
+        with pytest.raises(errors.ApiError) as caught:
+            authenticate(header, ring)
+        assert caught.value.refusal.status == 401 and caught.value.refusal.code is None
+    with pytest.raises(errors.ApiError) as caught:
+        authenticate(f"Bearer {issued.key[:-1]}A", ring)
+    assert caught.value.refusal.code == "invalid_api_key"
+
+
+def test_rate_limits_refill_over_a_minute() -> None:
+    record = new_api_key("t", now=0.0, requests_per_minute=2, tokens_per_minute=100).record
+    limiter = RateLimiter()
+    limiter.admit(record, now=0.0)
+    limiter.admit(record, now=0.0)
+    with pytest.raises(errors.ApiError) as caught:
+        limiter.admit(record, now=1.0)
+    assert caught.value.refusal.retry_after == 29  # half a minute refills one request; one second passed
+    limiter.admit(record, now=30.0)
+    limiter.charge(record, 150, now=30.0)  # over the token budget: the next request waits
+    with pytest.raises(errors.ApiError) as caught:
+        limiter.admit(record, now=31.0)
+    assert caught.value.refusal.type == "tokens"
+    limiter.admit(record, now=90.0)
+
+
+def test_usage_is_found_at_the_end_of_answers() -> None:
+    body = (
+        b'{"id":"x","choices":[{"message":{"content":"say \\"usage\\": {}"}}],'
+        b'"usage":{"prompt_tokens":3,"completion_tokens":5}}'
+    )
+    assert usage_of_body(body) == {"prompt_tokens": 3, "completion_tokens": 5}
+    assert usage_of_body(b'{"data":[]}') is None
+    tail = (
+        b'data: {"choices":[{"delta":{"content":"a"}}],"usage":null}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    assert usage_of_stream_tail(tail) == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    assert usage_of_stream_tail(tail[30:70]) is None  # a cut event is skipped, not misread
+    assert token_counts({"prompt_tokens": 3, "completion_tokens": True}) == (3, 0)
+    assert token_counts(None) == (0, 0)
+
+
+def _chat(messages: object) -> ApiCall:
+    return parse_call(Api.CHAT, ('{"model":"m","messages":' + json.dumps(messages) + "}").encode())
+
+
+def test_the_judge_sees_alternating_text_turns_from_the_user() -> None:
+    call = _chat(
+        [
+            {"role": "assistant", "content": "dropped: the template starts with the user"},
+            {"role": "system", "content": "sys"},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {}}],
+            },
+            {"role": "tool", "content": "not the client's words", "tool_call_id": "1"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "then"},
+        ]
+    )
+    assert judge_messages(call) == [
+        {"role": "user", "content": "sys\n\nlook"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "then"},
+    ]
+    completion = parse_call(Api.COMPLETIONS, b'{"model":"m","prompt":["a","b"]}')
+    assert judge_messages(completion) == [{"role": "user", "content": "a\nb"}]
+
+
+def test_the_upstream_body_names_the_serving_model_and_may_ask_for_usage() -> None:
+    call = parse_call(
+        Api.CHAT, b'{"model":"alias","messages":[{"role":"user"}],"stream":true,"api_key":"x","n":1}'
+    )
+    assert call.body.get("api_key") is None
+    body = json.loads(call.upstream_body("real", force_usage=True))
+    assert body["model"] == "real" and body["stream_options"] == {"include_usage": True} and body["n"] == 1
+    assert "stream_options" not in json.loads(call.upstream_body("real", force_usage=False))
