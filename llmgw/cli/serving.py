@@ -24,12 +24,14 @@ from llmgw.adapters.consul import (
     ConsulClient,
     DemandPublisher,
     DrainingMarks,
+    ElectionSettings,
     StatusPublisher,
     watch_endpoints,
 )
 from llmgw.adapters.nomad import NomadClient
-from llmgw.admin import AdminDeps, AdminListener, AdminSettings, start_admin
+from llmgw.admin import AdminDeps, AdminListener, AdminSettings, CommandReceipt, start_admin
 from llmgw.control import ControlPlane, ControlSettings
+from llmgw.control.commands import ModelCommandStore, OperatorCommands
 from llmgw.control.wiring import control_deps
 from llmgw.core.catalog import SecurityPolicy
 from llmgw.core.records import CatalogVersion
@@ -61,6 +63,8 @@ class ServiceSettings:
     admin: AdminSettings | None = field(default_factory=AdminSettings)
     # This instance's name in the leader lock and logs.
     instance_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{time.time_ns() % 10**9}")
+    # The leader lock's timings; None: ElectionSettings' defaults (tests shorten them).
+    election: ElectionSettings | None = None
 
 
 async def publish_catalog(consul: ConsulClient, text: str, *, applied_by: str) -> CatalogVersion | None:
@@ -76,6 +80,22 @@ async def publish_catalog(consul: ConsulClient, text: str, *, applied_by: str) -
         except CatalogConflict:
             continue
     raise RuntimeError("the catalog kept changing under llmgw while it tried to apply its own")
+
+
+class AdminModelCommands:
+    """The control plane's ``OperatorCommands`` as the admin API's ``ModelCommands``: the
+    two programs do not import each other, so their values meet here."""
+
+    def __init__(self, commands: OperatorCommands) -> None:
+        self._commands = commands
+
+    async def drain(self, model: str, *, actor: str) -> CommandReceipt:
+        result = await self._commands.drain(model, actor=actor)
+        return CommandReceipt(result.message, result.replicas)
+
+    async def restart(self, model: str, *, actor: str) -> CommandReceipt:
+        result = await self._commands.restart(model, actor=actor)
+        return CommandReceipt(result.message, result.replicas)
 
 
 class Services:
@@ -117,12 +137,22 @@ class Services:
                 consul=consul,
                 instance_id=s.instance_id,
                 policy=s.policy,
+                election=s.election,
             )
             plane = ControlPlane(s.control, deps)
             await plane.start()
             self._stack.push_async_callback(plane.stop)
             self.control = plane
             if s.admin is not None:
+                view = plane.view
+
+                def replicas_of(model: str) -> list[str]:
+                    jobs, _ = view.snapshot()
+                    return [j.job_id for j in jobs.values() if j.model == model and not j.stopped]
+
+                commands = OperatorCommands(
+                    ModelCommandStore(consul), CatalogStore(consul), s.policy, replicas=replicas_of
+                )
                 admin = await start_admin(
                     s.admin,
                     AdminDeps(
@@ -133,6 +163,7 @@ class Services:
                         # The same renderer settings the reconciler compares with, so a
                         # diff's rolls are the reconciler's rolls.
                         renderer=Renderer(s.render, s.policy),
+                        models=AdminModelCommands(commands),
                     ),
                 )
                 self._stack.push_async_callback(admin.stop)
