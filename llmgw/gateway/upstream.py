@@ -27,6 +27,7 @@ from enum import StrEnum
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from llmgw.core.records import Endpoint
 from llmgw.core.routing import Failure
@@ -34,6 +35,8 @@ from llmgw.gateway.settings import RouterSettings
 
 # Bytes of the end of a stream kept to find its usage event (about 300 bytes).
 TAIL_BYTES = 4096
+# Parsed upstream URLs kept (endpoints x paths); cleared whole when it outgrows this.
+_URL_CACHE_SIZE = 4096
 _USAGE_OBJECT = (b'"usage":{', b'"usage": {')
 
 
@@ -52,6 +55,7 @@ class Upstream:
     def __init__(self, settings: RouterSettings) -> None:
         self._settings = settings
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[tuple[str, str], URL] = {}  # parsed once per endpoint and path
 
     async def start(self) -> None:
         s = self._settings
@@ -69,6 +73,8 @@ class Upstream:
             timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=s.upstream_connect_timeout),
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            # Engines set no cookies worth keeping; the jar would be consulted per request.
+            cookie_jar=aiohttp.DummyCookieJar(),
             raise_for_status=False,
         )
 
@@ -83,8 +89,13 @@ class Upstream:
         """POST ``body`` and return once the response head arrived (any status)."""
         assert self._session is not None, "Upstream.start() was not awaited"
         headers = {"Content-Type": "application/json", "x-request-id": request_id}
+        url = self._urls.get((endpoint.url, path))
+        if url is None:
+            if len(self._urls) > _URL_CACHE_SIZE:
+                self._urls.clear()
+            url = self._urls[(endpoint.url, path)] = URL(endpoint.url + path)
         try:
-            return await self._session.post(endpoint.url + path, data=body, headers=headers)
+            return await self._session.post(url, data=body, headers=headers)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise AttemptFailed(Failure.CONNECT, str(exc) or type(exc).__name__) from None
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
