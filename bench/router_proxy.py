@@ -92,9 +92,17 @@ async def start_sim(token_rate: float, max_tokens: int) -> tuple[asyncio.subproc
     )  # fmt: skip
 
 
-async def start_router(engine_port: int) -> tuple[asyncio.subprocess.Process, int]:
+async def start_router(engine_port: int, loop: str = "asyncio") -> tuple[asyncio.subprocess.Process, int]:
     return await _start(
-        [sys.executable, str(SELF), "--serve-router", "--engine-port", str(engine_port)],
+        [
+            sys.executable,
+            str(SELF),
+            "--serve-router",
+            "--engine-port",
+            str(engine_port),
+            "--router-loop",
+            loop,
+        ],
         b"router listening",
     )
 
@@ -313,10 +321,11 @@ def report(direct: Run, router: Run, proxy: Run | None, *, stream: bool) -> None
 async def main(args: argparse.Namespace) -> None:
     print(
         f"router proxy bench: {args.concurrency} concurrent clients, {args.max_tokens} tokens at "
-        f"{args.token_rate:g} tokens/s per stream, {args.seconds:g} s per run, {os.cpu_count()} cores"
+        f"{args.token_rate:g} tokens/s per stream, {args.seconds:g} s per run, {os.cpu_count()} cores, "
+        f"router on the {args.router_loop} event loop"
     )
     sim, sim_port = await start_sim(args.token_rate, args.max_tokens)
-    router, router_port = await start_router(sim_port)
+    router, router_port = await start_router(sim_port, args.router_loop)
     try:
         async with nginx(sim_port) as nginx_port:
             targets = {"direct": sim_port, "router": router_port}
@@ -339,7 +348,7 @@ async def main(args: argparse.Namespace) -> None:
 
     # Saturation: an engine as fast as it goes; the router's CPU per forwarded SSE event.
     sim, sim_port = await start_sim(100_000.0, args.max_tokens)
-    router, router_port = await start_router(sim_port)
+    router, router_port = await start_router(sim_port, args.router_loop)
     try:
         url = f"http://127.0.0.1:{router_port}"
         await load(
@@ -400,6 +409,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--token-rate", type=float, default=50.0)
     parser.add_argument("--max-tokens", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--router-loop", choices=("asyncio", "uvloop"), default="asyncio",
+        help="the router process's event loop (uvloop must be installed)",
+    )  # fmt: skip
     parser.add_argument("--serve-router", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine-port", type=int, default=0, help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -411,6 +424,13 @@ if __name__ == "__main__":
         import logging
 
         logging.basicConfig(level=logging.ERROR)
-        asyncio.run(serve_router(arguments.engine_port))
+        if arguments.router_loop == "uvloop":
+            try:
+                import uvloop
+            except ImportError:
+                sys.exit("--router-loop uvloop: uvloop is not installed (pip install uvloop)")
+            uvloop.run(serve_router(arguments.engine_port))
+        else:
+            asyncio.run(serve_router(arguments.engine_port))
     else:
         asyncio.run(main(arguments))
