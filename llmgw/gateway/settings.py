@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -33,8 +34,8 @@ class RouterSettings:
     # --- listening ---------------------------------------------------------------------------
     host: str = field(default="127.0.0.1", metadata=_help("address to listen on"))
     port: int = field(default=8080, metadata=_help("port to listen on (0: any free port)"))
-    # This router's name in Consul (its demand key llmgw/demand/<id>); empty: host-port.
-    router_id: str = field(default="", metadata=_help("this router's id in Consul (default HOST-PORT)"))
+    # This router's name in Consul (its demand key llmgw/demand/<id>); empty: hostname-port.
+    router_id: str = field(default="", metadata=_help("this router's id in Consul (default HOSTNAME-PORT)"))
     # aiohttp's default of 128 overflows when hundreds of clients connect at once
     # (a batch job starting): the kernel then drops SYNs and clients stall for a
     # second or more. Linux silently caps it at net.core.somaxconn (4096 today).
@@ -131,7 +132,9 @@ class RouterSettings:
     demand_interval: float = field(default=10.0, metadata=_help("seconds between demand reports"))
 
     def resolved_router_id(self) -> str:
-        return self.router_id or f"{self.host}-{self.port}"
+        """The id given, else ``<hostname>-<port>``: unique per machine, stable across restarts
+        (so a restarted router replaces its own demand report instead of adding one)."""
+        return self.router_id or f"{socket.gethostname()}-{self.port}"
 
     @property
     def on_loopback(self) -> bool:
