@@ -111,7 +111,6 @@ class _Route:
     keepalive: _KeepAlive | None = None
     attempts_total: int = 0
     failures: int = 0
-    last_failure: routing.Failure | None = None
     waited_for: str | None = None
     tried: dict[str, set[str]] = field(default_factory=dict)
 
@@ -323,11 +322,6 @@ class Dispatcher:
             waited_for=route.waited_for,
             failures=route.failures,
         )
-        if (
-            reason is routing.Unserved.UPSTREAM_FAILED
-            and route.last_failure is routing.Failure.FIRST_BYTE_TIMEOUT
-        ):
-            reason = routing.Unserved.TIMEOUT
         retry_after = (
             self._settings.loading_retry_after
             if reason is routing.Unserved.LOADING
@@ -339,7 +333,8 @@ class Dispatcher:
 
     async def _try_model(self, route: _Route, model: str) -> _Opened | None:
         """Tries on one model's endpoints until one answers or the policy moves on.
-        Returns None to go to the next model; raises ``_GiveUp`` to stop the walk."""
+        Returns None to go to the next model; raises the ``ApiError`` that ends the walk
+        when the policy gives up (a first-byte timeout, or the request's tries used up)."""
         attempts_on_model = 0
         avoid = route.tried.setdefault(model, set())
         same: Endpoint | None = None
@@ -357,7 +352,6 @@ class Dispatcher:
             except AttemptFailed as failed:
                 lease.close()
                 route.failures += 1
-                route.last_failure = failed.failure
                 step = routing.after_failure(
                     failed.failure,
                     client_has_bytes=False,
