@@ -19,7 +19,6 @@ Must not: parse the command line or install signal handlers (the CLI does).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -28,6 +27,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from llmgw.bundled import read_security_policy
+from llmgw.cancellation import cancel_and_wait
 from llmgw.core.catalog import SecurityPolicy
 from llmgw.core.records import ApiKeyRecord, CatalogVersion, DrainMark
 from llmgw.gateway import handlers, middlewares
@@ -173,11 +173,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             )
         yield
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         if tasks:  # a clean stop: this router's demand ends now, not when the report ages out
             await context.demand.withdraw()
         for watch in reversed(started):

@@ -3,9 +3,8 @@
 Owns:
 
 - ``new_api_key``: a random key and the ``ApiKeyRecord`` to store for it (only the
-  SHA-256 of the key). The key is ``sk-llmgw-<key id>.<secret>``: the id is in the
-  key so a router finds the record by id (one dict lookup) and compares digests in
-  constant time. The key is shown once; nothing can recover it.
+  SHA-256 of the key; the format is ``llmgw.core.api_keys``'s, which the Consul
+  adapter issues with too). The key is shown once; nothing can recover it.
 - ``KeyRing``: the records a router knows (from the watched key prefix), indexed
   by id, and by digest for keys issued without an id in them.
 - ``authenticate``: the ``Authorization`` header to a record, or OpenAI's 401.
@@ -19,23 +18,15 @@ talk to Consul (the admin API stores what ``new_api_key`` returns).
 
 from __future__ import annotations
 
-import base64
 import hmac
 import math
-import re
 import secrets
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
+from llmgw.core.api_keys import ID_BYTES, SECRET_BYTES, compose_key, key_id_of, masked
 from llmgw.core.records import ApiKeyRecord, secret_sha256
 from llmgw.gateway import errors
-
-KEY_PREFIX = "sk-llmgw-"
-# 64 random bits of id: unique among any number of keys an operator will issue.
-_ID_BYTES = 8
-# 256 random bits of secret: SHA-256 of it is safe to store (no guessing, no tables).
-_SECRET_BYTES = 32
-_PRESENTED = re.compile(r"^sk-llmgw-(k-[0-9a-f]{16})\.[A-Za-z0-9_-]{43}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +48,7 @@ def new_api_key(
     for limit in (requests_per_minute, tokens_per_minute):
         if limit is not None and limit < 1:
             raise ValueError("a per-minute limit must be at least 1, or None for no limit")
-    key_id = "k-" + token_bytes(_ID_BYTES).hex()
-    secret = _urlsafe(token_bytes(_SECRET_BYTES))
-    key = f"{KEY_PREFIX}{key_id}.{secret}"
+    key_id, key = compose_key(token_bytes(ID_BYTES), token_bytes(SECRET_BYTES))
     record = ApiKeyRecord(
         key_id=key_id,
         name=name,
@@ -71,23 +60,6 @@ def new_api_key(
         revoked_at=None,
     )
     return NewKey(record=record, key=key)
-
-
-def _urlsafe(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def key_id_of(presented: str) -> str | None:
-    match = _PRESENTED.match(presented)
-    return match.group(1) if match else None
-
-
-def masked(presented: str) -> str:
-    """What an error message may show of a presented key."""
-    key_id = key_id_of(presented)
-    if key_id is not None:
-        return f"{KEY_PREFIX}{key_id}.****"
-    return f"{presented[:6]}****" if len(presented) > 12 else "****"
 
 
 class KeyRing:

@@ -23,10 +23,10 @@ from llmgw.adapters.consul.client import ConsulClient
 from llmgw.adapters.consul.kv import decode_entry, decode_prefix, key_part, watch_prefix
 from llmgw.adapters.consul.settings import WatchSettings
 from llmgw.adapters.consul.watch import Watch
+from llmgw.core.api_keys import ID_BYTES, SECRET_BYTES, compose_key
 from llmgw.core.conventions import KV_KEYS_PREFIX
 from llmgw.core.records import ApiKeyRecord, secret_sha256, to_json
 
-SECRET_PREFIX = "sk-llmgw-"  # noqa: S105 (how issued secrets begin, not a secret)
 # Tries to find an unused random key id; a clash among 64-bit ids means a broken RNG.
 _CREATE_ATTEMPTS = 3
 
@@ -76,8 +76,7 @@ class ApiKeyStore:
             if limit is not None and limit < 1:
                 raise ValueError("a per-minute limit must be at least 1 (or None for no limit)")
         for _ in range(_CREATE_ATTEMPTS):
-            key_id = "k-" + secrets.token_hex(8)
-            secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+            key_id, secret = compose_key(secrets.token_bytes(ID_BYTES), secrets.token_bytes(SECRET_BYTES))
             record = ApiKeyRecord(
                 key_id=key_id,
                 name=name,

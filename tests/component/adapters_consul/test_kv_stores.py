@@ -272,3 +272,15 @@ async def test_kv_values_travel_as_consul_stores_them(standin: ConsulStandIn, cl
     async with aiohttp.ClientSession() as http, http.get(f"{standin.url}/v1/kv/llmgw/draining/j1") as resp:
         body = await resp.json()
     assert base64.b64decode(body[0]["Value"]).decode() == to_json(mark)
+
+
+async def test_a_key_the_store_issues_is_one_a_router_finds_by_its_id(client) -> None:  # type: ignore[no-untyped-def]
+    from llmgw.adapters.consul import ApiKeyStore
+    from llmgw.core.api_keys import key_id_of
+    from llmgw.gateway.keys import KeyRing
+
+    issued = await ApiKeyStore(client).create("ci")
+    assert key_id_of(issued.secret) == issued.record.key_id
+    ring = KeyRing(await ApiKeyStore(client).list())
+    assert ring.find(issued.secret) == issued.record
+    assert ring.find(issued.secret[:-1] + ("A" if issued.secret[-1] != "A" else "B")) is None
