@@ -126,6 +126,7 @@ def parse_alloc(raw: JSON) -> tuple[JobId, ObservedAlloc]:
             if at is not None:
                 started.append(at)
     running_since = max(started) if started and status is AllocStatus.RUNNING else None
+    failed_task, failure = _task_failure(states)
     return JobId(_text(raw, "JobID")), ObservedAlloc(
         alloc_id=alloc_id,
         group=_text(raw, "TaskGroup"),
@@ -136,7 +137,44 @@ def parse_alloc(raw: JSON) -> tuple[JobId, ObservedAlloc]:
         running_since=running_since,
         restarts=restarts,
         gpus=_gpus(raw),
+        failed_task=failed_task,
+        failure=failure,
     )
+
+
+# Task events that say what happened to a task that failed; the rest (Not Restarting,
+# Killing, Sibling Task Failed...) say what Nomad did about it.
+_TELLING_EVENTS = frozenset(
+    {
+        "Terminated",
+        "Driver Failure",
+        "Setup Failure",
+        "Failed Validation",
+        "Failed Artifact Download",
+        "Task hook failed",
+    }
+)
+
+
+def _task_failure(states: object) -> tuple[str | None, str]:
+    """An allocation's first failed task and what happened to it, in Nomad's words."""
+    failed: list[tuple[float, str, Mapping[str, Any]]] = []
+    for name, state in states.items() if isinstance(states, Mapping) else ():
+        if isinstance(state, Mapping) and state.get("Failed"):
+            failed.append((parse_time(state.get("FinishedAt")) or float("inf"), str(name), state))
+    if not failed:
+        return None, ""
+    _, name, state = min(failed, key=lambda f: (f[0], f[1]))
+    events = state.get("Events") or []
+    told = next(
+        (
+            str(e.get("DisplayMessage") or e.get("Type"))
+            for e in reversed(events if isinstance(events, list) else [])
+            if isinstance(e, Mapping) and e.get("Type") in _TELLING_EVENTS
+        ),
+        "",
+    )
+    return name, told
 
 
 def parse_node(raw: JSON) -> ObservedNode:

@@ -68,6 +68,10 @@ class ObservedAlloc:
     running_since: float | None  # when its tasks last started, if they run
     restarts: int  # task restarts inside this allocation
     gpus: tuple[str, ...] = ()  # device instance ids, for the status only
+    # The task whose failure failed the allocation (the first to fail), and Nomad's words
+    # for what happened to it ("Exit Code: 1", a driver error), for the status only.
+    failed_task: str | None = None
+    failure: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from llmgw.core.planning.observed import (
     AllocStatus,
@@ -61,7 +62,9 @@ def assess(
     def judged(phase: Phase, reason: str, deadline: float | None = None, lost: bool = False) -> Assessment:
         return Assessment(phase, reason, deadline, node_names, gpus, lost)
 
-    if job.stopped:
+    # Nomad calls a job whose only allocation failed "dead": that is a failure (it counts
+    # towards the model's backoff), not a stop.
+    if job.stopped and not any(a.client_status is AllocStatus.FAILED for a in job.allocs):
         return judged(Phase.STOPPED, "the job is stopped in Nomad")
 
     multi = len(job.groups) > 1
@@ -71,7 +74,7 @@ def assess(
         node = nodes.get(alloc.node_id)
         where = node.name if node else str(alloc.node_id)
         if alloc.client_status is AllocStatus.FAILED:
-            return judged(Phase.FAILED, f"group {alloc.group} failed on {where}")
+            return judged(Phase.FAILED, f"group {alloc.group} failed on {where}{_failure_words(alloc)}")
         if alloc.client_status is AllocStatus.COMPLETE and alloc.desired_run:
             # A service's engine that exits, even with status 0, no longer serves.
             return judged(Phase.FAILED, f"group {alloc.group} exited on {where}")
@@ -128,6 +131,28 @@ def assess(
     if now >= deadline:
         return judged(Phase.FAILED, f"not healthy {load_timeout:g}s after its engine started (load timeout)")
     return judged(Phase.LOADING, f"engine loading (health check {health or 'not registered yet'})", deadline)
+
+
+# What the failure of one of llmgw's own prestart tasks means (their names are set in
+# templates/_macros.hcl.j2 and llmgw.render.context).
+TASK_FAILURE_WORDS: Mapping[str, str] = MappingProxyType(
+    {
+        "fetch-model": "the model's files failed to fetch or verify against the mirror",
+        "await-head": "the rank gave up waiting for its replica's head (rendezvous timeout)",
+        "await-ranks": "the head gave up waiting for its replica's other ranks (rendezvous timeout)",
+    }
+)
+
+
+def _failure_words(alloc: ObservedAlloc) -> str:
+    """``: what it means (task T: Nomad's words; where its log is)``, when Nomad said which task failed."""
+    if alloc.failed_task is None:
+        return ""
+    task = alloc.failed_task
+    told = f"task {task}: {alloc.failure}" if alloc.failure else f"task {task} failed"
+    logs = f"see nomad alloc logs -stderr {alloc.alloc_id[:8]} {task}"
+    meaning = TASK_FAILURE_WORDS.get(task)
+    return f": {meaning} ({told}; {logs})" if meaning else f": {told} ({logs})"
 
 
 def _current_allocs(job: ObservedJob) -> dict[str, ObservedAlloc]:
