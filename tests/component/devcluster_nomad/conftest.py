@@ -48,8 +48,11 @@ async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
-async def wait_for(probe: Callable[[], Any], what: str, limit_s: float = 15.0) -> Any:
-    """Poll ``probe`` (sync, run in a thread) until it returns something truthy."""
+async def wait_for(probe: Callable[[], Any], what: str, limit_s: float = 45.0) -> Any:
+    """Poll ``probe`` (sync, run in a thread) until it returns something truthy.
+
+    The deadline is generous: CI machines are shared, and a deadline is a hang guard, not a timing test.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s
     last: Any = None
