@@ -24,6 +24,7 @@ from llmgw.apispec.jobspec import JobspecError, parse_jobspec
 from llmgw.bundled import bundled_path
 from llmgw.core import conventions as c
 from llmgw.core.catalog import Catalog, SecurityPolicy, check_profile
+from llmgw.core.catalog.security import PROCESS_ALTERING_ENV
 from llmgw.render.context import (
     FABRIC_SLOT,
     REPLICA_SLOT,
@@ -35,30 +36,6 @@ from llmgw.render.context import (
 )
 from llmgw.render.hcl import hcl_attributes, hcl_bool, hcl_list, hcl_number, hcl_object, hcl_string
 from llmgw.render.settings import RenderSettings
-
-# Environment that changes which program runs or what it loads: it never
-# reaches a rendered job, whatever a profile or a template says.
-PROCESS_ALTERING_ENV = (
-    "LD_*",
-    "PATH",
-    "PYTHON*",
-    "BASH_ENV",
-    "ENV",
-    "BROWSER",
-    "PERL5OPT",
-    "PERL5LIB",
-    "PERLLIB",
-    "RUBYOPT",
-    "RUBYLIB",
-    "NODE_OPTIONS",
-    "GCONV_PATH",
-    "SHELLOPTS",
-    "PS4",
-    "IFS",
-    "DYLD_*",
-    "GLIBC_TUNABLES",
-)
-
 
 _CATALOG_HASH_SLOT = "@@llmgw-catalog-hash@@"
 _SPEC_HASH_SLOT = "@@llmgw-spec-hash@@"

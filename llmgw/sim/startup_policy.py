@@ -15,7 +15,7 @@ What it refuses:
   line, put there by the renderer, so only the deny list applies here: "owned" means
   "a catalog must not set it", which this door cannot tell from the argv.
 - **Environment** that changes what runs: the loader and interpreter controls the
-  renderer never writes into a job (``llmgw.render.renderer.PROCESS_ALTERING_ENV``,
+  renderer never writes into a job (``llmgw.core.catalog.security.PROCESS_ALTERING_ENV``,
   plus ``OPENSSL_CONF``). The rest of the policy's env rules are about what a *catalog*
   may add: a process's environment also holds what the node and Nomad set
   (``NOMAD_*``, ``HOME``, ``NVIDIA_VISIBLE_DEVICES``, ``LLMGW_SIM_*``...), which this
@@ -45,33 +45,12 @@ from collections.abc import Mapping, Sequence
 
 from llmgw.bundled import read_security_policy
 from llmgw.core.catalog import Engine, SecurityPolicy
-from llmgw.core.catalog.security import check_args
+from llmgw.core.catalog.security import PROCESS_ALTERING_ENV, check_args
 from llmgw.sim.settings import SimSettings
 
-# Environment that changes which program runs or what code it loads. The same list as
-# the renderer's PROCESS_ALTERING_ENV (a test holds them together) minus PATH, plus
-# OpenSSL's config, which can load engines (shared libraries) into any process that
-# initialises OpenSSL (Python's ssl module does).
-REFUSED_ENV = (
-    "LD_*",
-    "PYTHON*",
-    "BASH_ENV",
-    "ENV",
-    "BROWSER",
-    "PERL5OPT",
-    "PERL5LIB",
-    "PERLLIB",
-    "RUBYOPT",
-    "RUBYLIB",
-    "NODE_OPTIONS",
-    "GCONV_PATH",
-    "SHELLOPTS",
-    "PS4",
-    "IFS",
-    "DYLD_*",
-    "GLIBC_TUNABLES",
-    "OPENSSL_CONF",
-)
+# Environment that changes which program runs or what code it loads: the policy's
+# list, less PATH (every process has one).
+REFUSED_ENV = tuple(pattern for pattern in PROCESS_ALTERING_ENV if pattern != "PATH")
 # Python switches that change how the interpreter reports or buffers, never which code
 # runs; images set them routinely (python:3 images, CI runners).
 TOLERATED_ENV = frozenset(

@@ -27,6 +27,16 @@ from llmgw.core.catalog.model import Engine
 
 POLICY_FILE = "policies/engine-security.yaml"
 
+# Environment that changes which program runs or what code it loads. Whatever a
+# profile or a template says, it never reaches a rendered job, and an engine
+# started by llmgw refuses to run with it (PATH aside: every process has one).
+# OPENSSL_CONF can load engines (shared libraries) into any process using OpenSSL.
+PROCESS_ALTERING_ENV = (
+    "LD_*", "PATH", "PYTHON*", "BASH_ENV", "ENV", "BROWSER", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT",
+    "RUBYLIB", "NODE_OPTIONS", "GCONV_PATH", "SHELLOPTS", "PS4", "IFS", "DYLD_*", "GLIBC_TUNABLES",
+    "OPENSSL_CONF",
+)  # fmt: skip
+
 _NEGATIVE_NUMBER = re.compile(r"^-\d+(\.\d+)?([eE][-+]?\d+)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

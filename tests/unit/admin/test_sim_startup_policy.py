@@ -7,7 +7,7 @@ import fnmatch
 import pytest
 
 from llmgw.core.catalog import SecurityPolicy
-from llmgw.render.renderer import PROCESS_ALTERING_ENV
+from llmgw.core.catalog.security import PROCESS_ALTERING_ENV
 from llmgw.sim.settings import SimSettings
 from llmgw.sim.startup_policy import REFUSED_ENV, TOLERATED_ENV, refusals
 
