@@ -55,8 +55,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--mirror",
         metavar="URL|DIR",
         help="check that every mirror:NAME@VERSION source is complete in this mirror (its http(s) "
-        f"address or its store directory; default ${MIRROR_ENV}); without it, mirror sources are "
-        "only checked for their form",
+        f"address, or its store: a directory or s3://BUCKET/PREFIX; default ${MIRROR_ENV}); without "
+        "it, mirror sources are only checked for their form",
     )
     check.set_defaults(handler=_check)
 
@@ -120,7 +120,7 @@ class _MirrorIndex:
 
 def _mirror_location(args: argparse.Namespace) -> str | None:
     location: str | None = args.mirror or os.environ.get(MIRROR_ENV) or None
-    if location is None or location.startswith(("http://", "https://")):
+    if location is None or location.startswith(("http://", "https://", "s3://")):
         return location
     if not Path(location).is_dir():
         raise ValueError(f"--mirror {location}: not a directory (give the mirror's http(s) URL or its store)")

@@ -73,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     listing = commands.add_parser("list", help="versions with their state (complete/incomplete/downloading)")
     where = listing.add_mutually_exclusive_group()
-    where.add_argument("--store", help=f"store directory (default ${STORE_ENV})")
+    where.add_argument("--store", help=f"store directory, or s3://BUCKET/PREFIX (default ${STORE_ENV})")
     where.add_argument("--mirror", metavar="URL", help="ask a running mirror instead of reading a store")
     listing.add_argument("--json", action="store_true", help="the index as JSON, for scripts")
     listing.set_defaults(handler=_list)
@@ -101,7 +101,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve = commands.add_parser(
         "serve", help="serve the store over HTTP (index, manifests, files with Range)"
     )
-    _store_argument(serve)
+    _store_argument(serve, readable_s3=True)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT)
     serve.set_defaults(handler=_serve)
@@ -134,10 +134,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     gc.set_defaults(handler=_gc)
 
 
-def _store_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--store", help=f"store directory (default ${STORE_ENV}); s3:// is not implemented yet"
-    )
+def _store_argument(parser: argparse.ArgumentParser, *, readable_s3: bool = False) -> None:
+    where = "store directory, or s3://BUCKET/PREFIX" if readable_s3 else "store directory"
+    parser.add_argument("--store", help=f"{where} (default ${STORE_ENV})")
 
 
 def _transfer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -334,10 +333,10 @@ def _serve_body(args: argparse.Namespace, say: _Say) -> int:
     from aiohttp import web
 
     from llmgw.mirror.server import create_app
-    from llmgw.mirror.store import open_store
+    from llmgw.mirror.store import open_read_store
 
-    store = open_store(_store_location(args))
-    print(f"serving {store.root} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    store = open_read_store(_store_location(args))
+    print(f"serving {store.describe()} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     web.run_app(create_app(store), host=args.host, port=args.port, print=None)
     return EXIT_OK
 

@@ -5,7 +5,7 @@ Public face; the modules behind it:
 - ``adding``     ``mirror add``: plan a version, download it, publish its manifest when complete
 - ``hub``        the Hugging Face Hub API (resolve a revision, list files)
 - ``transfer``   resumable, throttled, verifying downloads (shared by ``add`` and ``fetch``)
-- ``store``      the directory store and its layout (S3: not implemented)
+- ``store``      the directory store and its layout; ``s3store`` the same read from a bucket
 - ``server``     the aiohttp app serving the index, manifests and files
 - ``fetching``   ``mirror fetch``: the node-side prestart fetch-and-verify
 - ``indexing``   ``load_index`` for ``llmgw catalog check``

@@ -15,7 +15,7 @@ from yarl import URL
 
 from llmgw.core.mirror import ManifestError, MirrorIndex
 from llmgw.mirror.errors import MirrorError
-from llmgw.mirror.store import open_store
+from llmgw.mirror.store import open_read_store
 from llmgw.mirror.transfer import safe_url
 
 INDEX_PATH = "/v1/mirror/index"
@@ -49,7 +49,10 @@ async def fetch_index(mirror: str, session: aiohttp.ClientSession | None = None)
 
 
 def load_index(location: str) -> MirrorIndex:
-    """The index of a store directory, or of a mirror at an http(s) URL. Not for use inside an event loop."""
+    """The index of a mirror at an http(s) URL, or of a store (a directory or s3://BUCKET/PREFIX).
+
+    Not for use inside an event loop.
+    """
     if location.startswith(("http://", "https://")):
         return asyncio.run(fetch_index(location))
-    return open_store(location).index()
+    return open_read_store(location).index()

@@ -1,4 +1,4 @@
-"""Where mirrored versions live: a directory store (done) behind a small interface (S3: not yet).
+"""Where mirrored versions live: a directory store, behind the small interface an S3 store shares.
 
 Owns the on-disk layout of a version and the facts the completeness rule needs::
 
@@ -25,7 +25,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from llmgw.core.mirror import (
     Manifest,
@@ -57,7 +57,12 @@ PART_SUFFIX = ".part"
 
 
 class MirrorStore(Protocol):
-    """What the HTTP server and ``mirror list`` need from a store, whatever its backend."""
+    """What the HTTP server and ``mirror list`` need from a store, whatever its backend.
+
+    Calls may block on I/O (a disk, a bucket): the server makes them from worker threads.
+    """
+
+    def describe(self) -> str: ...
 
     def index(self) -> MirrorIndex: ...
 
@@ -65,19 +70,63 @@ class MirrorStore(Protocol):
 
     def complete_manifest(self, ref: MirrorRef) -> Manifest | None: ...
 
-    def local_path(self, ref: MirrorRef, path: RelPath) -> Path: ...
+    def local_path(self, ref: MirrorRef, path: RelPath) -> Path | None:
+        """The file on this machine's disk, or None when the store is remote (then it reads ranges)."""
+        ...
+
+
+@runtime_checkable
+class RangeReader(Protocol):
+    """A remote store's files, read by byte range (the server streams them; nodes resume with Range)."""
+
+    def read_range(self, ref: MirrorRef, path: RelPath, start: int, stop: int) -> Iterator[bytes]:
+        """Bytes ``start`` up to (not including) ``stop`` of a file, in chunks."""
+        ...
 
 
 def open_store(location: str) -> DirectoryStore:
-    """A store from ``--store``: a directory path. ``s3://`` is recognised and refused until implemented."""
+    """The store ``mirror add`` and ``mirror gc`` write: a directory.
+
+    They hold a version's ``flock`` while they change it, which only a file system has;
+    a bucket is filled by copying a directory store into it (see ``open_read_store``).
+    """
     if location.startswith("s3://"):
         raise MirrorError(
-            f"{location}: S3 stores are not implemented yet; use a directory (an S3 bucket mounted with "
-            "s3fs/mountpoint-s3 works as one)"
+            f"{location}: mirror add and gc write to a directory store (they lock versions with flock); "
+            "add into a directory, then copy it to the bucket (aws s3 sync STORE s3://BUCKET/PREFIX) and "
+            "serve the bucket with llmgw mirror serve --store s3://BUCKET/PREFIX"
         )
     if "://" in location:
-        raise MirrorError(f"{location}: --store is a directory path")
+        raise MirrorError(f"{location}: --store is a directory path or s3://BUCKET/PREFIX")
     return DirectoryStore(Path(location))
+
+
+def open_read_store(location: str) -> MirrorStore:
+    """The store ``mirror serve``, ``mirror list`` and ``catalog check`` read: a directory or ``s3://``."""
+    if location.startswith("s3://"):
+        from llmgw.mirror.s3store import S3Store  # boto3 loads only for a bucket
+
+        return S3Store.from_url(location)
+    return open_store(location)
+
+
+def parse_verified(text: str) -> dict[RelPath, ManifestFile]:
+    """``verified.json``'s records; a torn or foreign record is skipped (it only costs a re-download)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return {}
+    files = doc.get("files") if isinstance(doc, dict) else None
+    records = {}
+    for path, entry in files.items() if isinstance(files, dict) else ():
+        try:
+            record = ManifestFile(
+                check_rel_path(path), int(entry["size"]), check_sha256_text(entry["sha256"])
+            )
+        except (ManifestError, KeyError, TypeError, ValueError):
+            continue
+        records[record.path] = record
+    return records
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -92,6 +141,9 @@ def _write_atomic(path: Path, text: str) -> None:
 class DirectoryStore:
     def __init__(self, root: Path) -> None:
         self.root = root
+
+    def describe(self) -> str:
+        return str(self.root)
 
     # -- layout -------------------------------------------------------------
     def version_dir(self, ref: MirrorRef) -> Path:
@@ -136,19 +188,11 @@ class DirectoryStore:
     def read_verified(self, ref: MirrorRef) -> dict[RelPath, ManifestFile]:
         """Recorded files still present at their final path with their recorded size."""
         try:
-            doc = json.loads((self.version_dir(ref) / VERIFIED_FILE).read_text(encoding="utf-8"))
+            text = (self.version_dir(ref) / VERIFIED_FILE).read_text(encoding="utf-8")
         except FileNotFoundError:
             return {}
-        except ValueError:
-            return {}  # a torn record only costs a re-download, never a wrong answer
         verified = {}
-        for path, entry in doc.get("files", {}).items():
-            try:
-                record = ManifestFile(
-                    check_rel_path(path), int(entry["size"]), check_sha256_text(entry["sha256"])
-                )
-            except (ManifestError, KeyError, TypeError, ValueError):
-                continue
+        for record in parse_verified(text).values():
             try:
                 present = self.local_path(ref, record.path).stat().st_size == record.size
             except FileNotFoundError:
