@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.error import HTTPError
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
-from llmgw.core.mirror import VersionState, parse_ref
-from llmgw.mirror.s3store import S3Location, S3Store
-from llmgw.mirror.server import create_app
-from llmgw.mirror.store import DirectoryStore
+boto3 = pytest.importorskip("boto3", reason="the S3 store needs boto3 (pip install boto3)")
+moto_server = pytest.importorskip("moto.server", reason="these tests need moto's S3 server (moto[server])")
+
+from llmgw.core.mirror import VersionState, parse_ref  # noqa: E402
+from llmgw.mirror.s3store import S3Location, S3Store  # noqa: E402
+from llmgw.mirror.server import create_app  # noqa: E402
+from llmgw.mirror.store import DirectoryStore  # noqa: E402
 
 if TYPE_CHECKING:
     from conftest import Harness, Result
@@ -48,7 +49,7 @@ def free_port() -> int:
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Client]:
     """moto's S3 server on loopback, and the AWS variables boto3 (and so llmgw) reads pointing at it."""
     port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     for name, value in {
