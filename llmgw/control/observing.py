@@ -318,6 +318,11 @@ class ClusterView:
     def event_index(self) -> int:
         return self._event_index
 
+    def refetch(self, job_id: JobId) -> None:
+        """Read this job again at the next refresh (it was just stopped: Nomad before 1.7.5
+        sends no event when a job is purged, and its allocations' events keep it known)."""
+        self._dirty.add(job_id)
+
     def request_resync(self, reason: str) -> None:
         self._resync_reason = self._resync_reason or reason
         self._on_change()

@@ -44,10 +44,12 @@ from llmgw.core.planning import (
     EMPTY_STATE,
     Decision,
     Desired,
+    Done,
     JobId,
     Observed,
     PlannerState,
     StatusReport,
+    StopReplica,
     decide,
     desired_from_catalog,
     record_outcomes,
@@ -211,6 +213,15 @@ class Reconciler:
         # The decision's state is the memory from here on, even if acting fails half-way.
         self.state = decision.state
         outcomes = await self._executor.apply(decision.actions, planned.catalog, planned.catalog_hash)
+        stopped = [
+            o.action.job_id for o in outcomes if isinstance(o, Done) and isinstance(o.action, StopReplica)
+        ]
+        for job_id in stopped:
+            # Its purge may come with no event: read it again, and soon, so it leaves the
+            # view (and the status) at once rather than at the next resync.
+            self._view.refetch(job_id)
+        if stopped:
+            self._trigger.poke()
         self.state = record_outcomes(
             decision.state,
             outcomes,

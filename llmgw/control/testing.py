@@ -171,6 +171,9 @@ class FakeCluster:
         self.allocs: dict[str, SimAlloc] = {}
         self.index = 1
         self.events: list[tuple[int, JSON]] = []
+        # Nomad before 1.7.5 (hashicorp/nomad#19903) emits no JobDeregistered event when a
+        # job is purged; set False to be that Nomad.
+        self.purge_events = True
         self._ids = itertools.count(1)
         self.changed = asyncio.Event() if _has_loop() else None
 
@@ -236,7 +239,8 @@ class FakeCluster:
                 del self.allocs[alloc.alloc_id]
         else:
             sim.stop = True
-        self._event("Job", "JobDeregistered", job_id, {"Job": payload})
+        if self.purge_events or not purge:
+            self._event("Job", "JobDeregistered", job_id, {"Job": payload})
 
     def job_json(self, job_id: str, *, stub: bool = False) -> JSON:
         sim = self.jobs[job_id]

@@ -312,3 +312,21 @@ async def test_nothing_is_decided_before_the_commands_have_been_read(test_policy
         unread.set({})
         await h.advance(20)
         assert len(h.cluster.healthy_jobs("chat")) == 2
+
+
+async def test_a_stopped_replica_leaves_the_view_even_when_nomad_sends_no_purge_event(
+    test_policy: SecurityPolicy,
+) -> None:
+    # Nomad before 1.7.5 (and the dev stand-in) emits no JobDeregistered event for a purge;
+    # the stopped allocations' events alone kept the job in the view until the next resync.
+    h = harness(test_policy)
+    h.cluster.purge_events = False
+    async with h:
+        await h.advance(20)
+        h.commands.drain("chat", key_of(test_policy, CATALOG, "chat"), by="ops", at=h.clock.now)
+        await h.advance(10)
+        assert h.cluster.running_jobs("chat") == []
+        jobs, _ = h.plane.view.snapshot()
+        assert [j for j in jobs.values() if j.model == "chat"] == []
+        (status,) = [m for m in h.status.last()["models"] if m["model"] == "chat"]
+        assert status["replicas"] == []
