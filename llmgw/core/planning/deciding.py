@@ -20,7 +20,8 @@ The rules, in the order a pass applies them per model:
 4. Replicas beyond the wanted count are retired, least useful first.
 5. A changed spec rolls one replica at a time: one extra replica of the new spec is
    placed, and an old one drains only when the healthy ones left are still enough.
-   If Nomad says the extra one does not fit, the roll goes in place (drain, then place).
+   If Nomad says twice that the extra one does not fit (the retry comes when capacity
+   changes, or after ``unplaceable_retry``), the roll goes in place (drain, then place).
 6. Missing replicas are placed, unless the model is backing off or on hold.
    An operator's drain (``Desired.commands``) makes the wanted count 0; a restart makes
    every replica placed before it outdated, so it rolls as in 5.

@@ -61,7 +61,7 @@ class ModelMemo:
     healthy_since: float | None = None  # had a healthy replica and no failure since
     scale: ScaleState | None = None
     spec_key: tuple[str, ...] = ()  # the profiles' spec hashes the memo was built for
-    surge_blocked: bool = False  # a roll's extra replica did not fit: roll in place instead
+    surge_blocked: bool = False  # a roll's extra replica did not fit, twice: roll in place instead
     restart_generation: int = 0  # the operator's restart the memo was built for
 
 
@@ -181,4 +181,9 @@ def _held(
         attempts=attempts,
         capacity_version=capacity_version,
     )
-    return replace(memo, hold=hold, surge_blocked=memo.surge_blocked or action.why is PlaceWhy.ROLL)
+    # A roll goes in place (an old replica drains before its replacement is placed, so the
+    # model serves with one replica fewer for a while) only when the extra replica failed
+    # twice: the first "does not fit" is often a replica just stopped whose allocation has
+    # not given its GPUs back yet, and the retry comes as soon as capacity changes.
+    blocked = action.why is PlaceWhy.ROLL and attempts >= 2
+    return replace(memo, hold=hold, surge_blocked=memo.surge_blocked or blocked)

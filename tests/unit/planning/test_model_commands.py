@@ -27,10 +27,10 @@ def gpu_model(*, min: int = 1, max: int | None = None, args: list[str] | None = 
     return {"profiles": [profile], "scaling": {"min": min, "max": max if max is not None else min}}
 
 
-def cluster(nodes: int = 3) -> FakeCluster:
+def cluster(nodes: int = 3, *, gpus: int = 8) -> FakeCluster:
     c = FakeCluster(start_delay=2.0, load_delay=10.0)
     for i in range(nodes):
-        c.add_node(f"n{i}")
+        c.add_node(f"n{i}", gpus=gpus)
     return c
 
 
@@ -226,3 +226,43 @@ def test_restart_gives_a_backing_off_model_a_fresh_try() -> None:
     sim.step()
     assert status_of(sim, "m").backoff is None
     assert sim.actions(PlaceReplica, model="m")[-1].at == sim.now
+
+
+# --- rolling when the extra replica does not fit -------------------------------------------------------
+
+
+def test_a_roll_waits_for_capacity_a_moment_short_rather_than_going_in_place() -> None:
+    # The spare GPU is held for a moment (as by a replica whose allocation is still stopping):
+    # the extra replica does not fit once, and the roll waits for capacity instead of
+    # draining an old replica first and serving with one fewer.
+    c = cluster(nodes=3, gpus=1)  # room for the two replicas and one extra
+    sim = Simulation(catalog({"m": gpu_model(min=2)}), c)
+    sim.run(40)
+    spare = next(n for n in c.nodes.values() if not any(a.node_id == n.node_id for a in c.allocs.values()))
+    c.start_foreign_job("stopping-elsewhere", node=spare.name, gpus=1)
+    sim.restart("m")
+    sim.run(5)
+    assert status_of(sim, "m").healthy == 2 and not sim.actions(MarkDraining)
+    c.deregister("stopping-elsewhere")
+    sim.capacity_version += 1  # the allocation ended: capacity changed
+    healthy = []
+    for _ in range(120):
+        sim.run(1)
+        healthy.append(len(c.healthy_jobs("m")))
+    assert min(healthy) >= 2
+    assert all(generation(sim, j) == 1 for j in c.running_jobs("m"))
+
+
+def test_a_roll_with_no_room_for_an_extra_replica_goes_in_place_after_a_second_try() -> None:
+    c = cluster(nodes=2, gpus=1)  # room for the two replicas, none for an extra one
+    sim = Simulation(catalog({"m": gpu_model(min=2)}), c)
+    sim.run(40)
+    old = set(c.running_jobs("m"))
+    sim.restart("m")
+    sim.run(5)
+    assert not sim.actions(MarkDraining)  # one "does not fit" is not enough
+    sim.run(sim.settings.unplaceable_retry + 150)
+    drains = [a.action.reason for a in sim.actions(MarkDraining, model="m")]
+    assert drains and all("rolling in place" in r for r in drains)
+    new = set(c.healthy_jobs("m"))
+    assert len(new) == 2 and not new & old
