@@ -9,7 +9,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 REFRESH = (
     "refresh with: uv pip compile pyproject.toml --generate-hashes --python-version 3.11 --universal "
-    "--no-header -o requirements.lock (and --extra dev -o requirements-dev.lock)"
+    "--no-header -o requirements.lock (and --extra dev --extra s3 -o requirements-dev.lock)"
 )
 
 

@@ -90,8 +90,13 @@ class S3Store:
 
     @classmethod
     def from_url(cls, url: str) -> S3Store:
-        import boto3
-        from botocore.config import Config
+        try:
+            import boto3
+            from botocore.config import Config
+        except ModuleNotFoundError as exc:
+            raise MirrorError(
+                f"{url}: an S3 store needs boto3; install it with: pip install 'llmgw[s3]'"
+            ) from exc
 
         config = Config(
             connect_timeout=CONNECT_TIMEOUT,

@@ -85,8 +85,9 @@ def parse_endpoint(entry: object) -> Endpoint:
         "node": node.get("Node"),
         "model": meta_text(c.META_MODEL),
         "model_slug": meta_text(c.META_MODEL_SLUG),
-        # The replica is its Nomad job; older registrations may name only the job.
-        "replica": meta_text(c.META_REPLICA, required=False) or meta_text(c.META_JOB),
+        # An endpoint's replica is named by its Nomad job id everywhere (drain marks,
+        # the control plane's view); llmgw_replica is only the short id inside it.
+        "replica": meta_text(c.META_JOB),
         "alloc_id": meta_text(c.META_ALLOC, required=False),
         "address": address,
         "port": service.get("Port"),

@@ -51,3 +51,10 @@ def test_status_is_the_worst_check() -> None:
         parse_endpoint(entry([{**SERF, "Status": "critical"}, {**engine, "Status": "passing"}])).status
         == "critical"
     )
+
+
+def test_an_endpoint_names_its_replica_by_the_nomad_job_id() -> None:
+    # Drain marks and the control plane name replicas by job id; the short replica id
+    # in llmgw_replica must not be taken for it.
+    endpoint = parse_endpoint(entry([SERF, {"CheckID": "c1", "ServiceID": "s1", "Status": "passing"}]))
+    assert endpoint.replica == META[c.META_JOB] == "llmgw-m-1-0"
