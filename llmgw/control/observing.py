@@ -44,9 +44,8 @@ from llmgw.core.planning import (
     ObservedJob,
     ObservedNode,
     ReplicaId,
-    replica_job_id,
 )
-from llmgw.core.records import DemandReport, DrainMark, Endpoint, EndpointSnapshot, HealthStatus
+from llmgw.core.records import DemandReport, DrainMark, EndpointSnapshot, HealthStatus
 from llmgw.core.scaling import aggregate_demand
 
 log = logging.getLogger(__name__)
@@ -232,25 +231,11 @@ def _gpus(raw: JSON) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def job_of(endpoint: Endpoint) -> JobId:
-    """The Nomad job an engine endpoint belongs to.
-
-    ``Endpoint.replica`` is meant to be the job id, but the Consul adapter reads it from
-    service meta ``llmgw_replica`` first, which the renderer fills with the replica id
-    (``rmx2...``), and only falls back to ``llmgw_job``. Both are accepted here: a job id
-    starts with ``llmgw-``, a replica id (letters and digits) never does. Without this the
-    control plane saw no replica healthy and rebuilt each one at its load timeout.
-    """
-    if endpoint.replica.startswith(JOB_PREFIX):
-        return JobId(endpoint.replica)
-    return replica_job_id(endpoint.model, ReplicaId(endpoint.replica))
-
-
 def health_by_job(snapshot: EndpointSnapshot | None) -> dict[JobId, HealthStatus]:
     """The best status among each replica's endpoints (a replica serves if one instance passes)."""
     out: dict[JobId, HealthStatus] = {}
     for endpoint in snapshot.endpoints if snapshot else ():
-        job = job_of(endpoint)
+        job = JobId(endpoint.replica)
         known = out.get(job)
         if known is None or endpoint.status.severity < known.severity:
             out[job] = endpoint.status

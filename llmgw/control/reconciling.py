@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from llmgw.cancellation import cancel_and_wait
 from llmgw.control.executing import Executor, LeadershipLost
 from llmgw.control.metrics import ControlMetrics
-from llmgw.control.observing import ClusterView, build_observed, health_by_job, job_of
+from llmgw.control.observing import ClusterView, build_observed, health_by_job
 from llmgw.control.ports import (
     CatalogText,
     CatalogWatch,
@@ -262,7 +262,7 @@ class Reconciler:
             jid = JobId(job_id)
             if health.get(jid) is not HealthStatus.PASSING or endpoints is None:
                 continue
-            endpoint = next((e for e in endpoints.endpoints if job_of(e) == jid and e.passing), None)
+            endpoint = next((e for e in endpoints.endpoints if e.replica == job_id and e.passing), None)
             if endpoint is None:
                 continue
             with contextlib.suppress(Exception):
