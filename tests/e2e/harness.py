@@ -1,0 +1,663 @@
+"""In-process harness for end-to-end tests of the control plane on the dev stand-ins.
+
+Everything a test needs runs in the test's event loop, as ``llmgw dev`` wires it: the
+Nomad and Consul stand-ins (``DevCluster``, whose allocations are REAL sim processes),
+the router (``Services(role=router)``), one or more control planes, and a load of
+requests through the router. Timings come from ``llmgw dev``'s settings, shortened
+only where a test would otherwise wait for nothing (drains, the leader lock).
+
+- ``Stack``: the cluster, the router and a client of each stand-in for the test's own
+  reads; ``await stack.services("cp-1")`` starts a ``Services(role=control-plane)``;
+  ``await stack.instance("cp-1")`` starts a bare ``ControlPlane`` whose Nomad writes and
+  drain marks are recorded in ``stack.acts`` (who acted, when, and whether anyone else
+  believed it led at that instant), optionally behind a ``TcpProxy`` to Consul that
+  the test can freeze (a partition: for Consul, the instance is dead).
+- ``Load``: concurrent chat completions through the router, every failure kept.
+- ``replicas``, ``endpoints``, ``draining``: what Nomad and Consul show now.
+- ``eventually``: wait for a condition with a generous deadline (never sleep-and-assert).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+
+from llmgw.adapters.consul import (
+    CatalogStore,
+    ClientSettings,
+    ConsulClient,
+    DrainingMarks,
+    ElectionSettings,
+    parse_endpoint,
+)
+from llmgw.adapters.nomad import NomadClient
+from llmgw.admin import AdminSettings
+from llmgw.cli.dev_run import dev_control_settings, dev_render_settings
+from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog
+from llmgw.control import ControlPlane, ControlSettings, control_deps
+from llmgw.core import conventions as c
+from llmgw.core.catalog import SecurityPolicy, load_catalog
+from llmgw.core.records import DrainMark, Endpoint
+from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
+from llmgw.devcluster.consul import ConsulSettings
+from llmgw.devcluster.nomad import NodeSpec, StandInConfig
+from llmgw.gateway.settings import RouterSettings
+from llmgw.render import Renderer
+from llmgw.settings import ConsulConnection, NomadConnection
+
+log = logging.getLogger("tests.e2e")
+T = TypeVar("T")
+
+# The leader lock on short clocks, so a failover takes seconds, not the default ~45 s
+# (2 x 15 s TTL before Consul invalidates a dead leader's session, then 15 s lock-delay).
+FAST_ELECTION = ElectionSettings(
+    ttl=2.0,
+    lock_delay=2.0,
+    safety_margin=0.5,
+    acquire_retry_interval=0.5,
+    key_wait=2.0,
+    release_timeout=2.0,
+    backoff_initial=0.2,
+    backoff_max=1.0,
+)
+# Real Consul's clocks, except that a session TTL may be as short as FAST_ELECTION's.
+CONSUL = ConsulSettings(session_ttl_min=1.0)
+FAST_CLIENT = ClientSettings(connect_timeout=1.0, request_timeout=5.0, blocking_slack=1.0)
+
+
+def e2e_control_settings() -> ControlSettings:
+    """``llmgw dev``'s control settings with short drains: without an engine in-flight probe,
+    a replica of a model under load drains until ``drain_timeout`` (routers always report
+    the model in flight), and a test would wait that out once per replica."""
+    base = dev_control_settings()
+    return replace(base, planning=replace(base.planning, drain_min=1.0, drain_timeout=4.0))
+
+
+def nodes(count: int, *, gpus: int = 1) -> tuple[NodeSpec, ...]:
+    return tuple(
+        NodeSpec(name=f"gpu-{i}", gpus=gpus, gpu_model="H100", fabric="fabric-a") for i in range(1, count + 1)
+    )
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]] | Callable[[], T | None],
+    within: float,
+    what: str,
+    *,
+    every: float = 0.2,
+) -> T:
+    """The first truthy result of ``probe()`` (sync or async), or AssertionError after ``within``
+    seconds naming ``what`` and the last result or error. The deadline only bounds a hang."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    last: object = None
+    while True:
+        try:
+            result = probe()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return result  # type: ignore[return-value]
+            last = result
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            last = exc
+        if loop.time() > deadline:
+            raise AssertionError(f"not within {within}s: {what} (last: {last!r})")
+        await asyncio.sleep(every)
+
+
+# --- what the cluster shows -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Replica:
+    job_id: str
+    modify_index: int  # JobModifyIndex: changes when the job is registered again
+    allocs: frozenset[str]  # running allocation ids
+    nodes: frozenset[str]
+    meta: dict[str, str]
+
+
+async def replicas(nomad: NomadClient, model: str | None = None) -> dict[str, Replica]:
+    """Every llmgw job (of ``model``) that Nomad runs, with its running allocations."""
+    out: dict[str, Replica] = {}
+    for stub in (await nomad.jobs(prefix="llmgw-")).items:
+        job = await nomad.job(str(stub["ID"]))
+        if job is None or job.get("Stop") or job.get("Status") == "dead":
+            continue
+        meta = {str(k): str(v) for k, v in (job.get("Meta") or {}).items()}
+        if model is not None and meta.get(c.JOB_META_MODEL) != model:
+            continue
+        allocs = (await nomad.job_allocations(str(job["ID"]))).items
+        running = [
+            a for a in allocs if a.get("ClientStatus") == "running" and a.get("DesiredStatus") == "run"
+        ]
+        out[str(job["ID"])] = Replica(
+            job_id=str(job["ID"]),
+            modify_index=int(job["JobModifyIndex"]),
+            allocs=frozenset(str(a["ID"]) for a in running),
+            nodes=frozenset(str(a["NodeID"]) for a in running),
+            meta=meta,
+        )
+    return out
+
+
+async def endpoints(consul: ConsulClient) -> list[Endpoint]:
+    entries, _ = await consul.health_service(c.ENGINE_SERVICE)
+    return [parse_endpoint(e) for e in entries]
+
+
+async def healthy_jobs(consul: ConsulClient, model: str) -> set[str]:
+    """Job ids whose rank-0 engine passes."""
+    return {e.replica for e in await endpoints(consul) if e.model == model and e.passing}
+
+
+async def draining(consul: ConsulClient) -> dict[str, DrainMark]:
+    return dict(await DrainingMarks(consul).list())
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # loop time
+    running: frozenset[str]  # job ids of the model with a running allocation
+    healthy: frozenset[str]  # job ids whose engine passes its Consul check
+    marked: frozenset[str]  # job ids with a drain mark
+
+
+@dataclass
+class Timeline:
+    """What Nomad and Consul show of one model, sampled every ``every`` seconds: the record a
+    test reads the order of a roll from (first seen healthy, first seen marked...)."""
+
+    nomad: NomadClient
+    consul: ConsulClient
+    model: str
+    every: float = 0.2
+    samples: list[Sample] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                # Consul first: a replica seen marked here was marked before Nomad was read.
+                healthy = await healthy_jobs(self.consul, self.model)
+                marked = set(await draining(self.consul))
+                running = {j for j, r in (await replicas(self.nomad, self.model)).items() if r.allocs}
+                self.samples.append(
+                    Sample(loop.time(), frozenset(running), frozenset(healthy), frozenset(marked & running))
+                )
+            await asyncio.sleep(self.every)
+
+    def first(self, job_id: str, where: str) -> float | None:
+        """When ``job_id`` was first seen in ``where`` (running, healthy or marked)."""
+        return next((s.at for s in self.samples if job_id in getattr(s, where)), None)
+
+
+# --- the load ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    """``concurrency`` clients sending chat completions to ``model`` back to back."""
+
+    router_url: str
+    model: str
+    concurrency: int = 2
+    max_tokens: int = 4
+    answered: int = 0
+    failures: list[str] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        self._tasks = [asyncio.create_task(self._client(i)) for i in range(self.concurrency)]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._session is not None:
+            await self._session.close()
+
+    async def _client(self, n: int) -> None:
+        assert self._session is not None
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": f"client {n}"}],
+            "max_tokens": self.max_tokens,
+        }
+        while True:
+            try:
+                async with self._session.post(f"{self.router_url}/v1/chat/completions", json=body) as resp:
+                    text = await resp.text()
+                    if resp.status != 200:
+                        self.failures.append(f"{resp.status}: {text[:300]}")
+                    elif not json.loads(text).get("choices"):
+                        self.failures.append(f"no choices: {text[:300]}")
+                    else:
+                        self.answered += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(0.05)
+
+    async def wait_answers(self, more: int, within: float = 30.0) -> None:
+        """Until ``more`` further requests were answered (the load really runs)."""
+        target = self.answered + more
+        await eventually(lambda: self.answered >= target, within, f"{more} more answers from {self.model}")
+
+
+# --- who acted, and when ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Act:
+    instance: str
+    at: float  # loop time
+    what: str  # register, deregister, mark, clear
+    subject: str
+    others_leading: tuple[str, ...]  # other instances that believed they led at that instant
+
+
+@dataclass
+class ActLog:
+    planes: dict[str, ControlPlane] = field(default_factory=dict)
+    acts: list[Act] = field(default_factory=list)
+
+    def record(self, instance: str, what: str, subject: str) -> None:
+        others = tuple(
+            sorted(name for name, p in self.planes.items() if name != instance and p.deps.leader.is_leader)
+        )
+        act = Act(instance, asyncio.get_running_loop().time(), what, subject, others)
+        log.info("act %s", act)
+        self.acts.append(act)
+
+    def by(self, instance: str) -> list[Act]:
+        return [a for a in self.acts if a.instance == instance]
+
+    def actors(self) -> list[str]:
+        """The instances that acted, in order, each run of acts by one instance collapsed."""
+        out: list[str] = []
+        for act in self.acts:
+            if not out or out[-1] != act.instance:
+                out.append(act.instance)
+        return out
+
+
+class RecordingNomad:
+    """The Nomad client with its writes recorded in an ``ActLog`` (reads pass through)."""
+
+    def __init__(self, inner: NomadClient, instance: str, acts: ActLog) -> None:
+        self._inner = inner
+        self._instance = instance
+        self._acts = acts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def register(self, job: dict[str, Any]) -> str:
+        self._acts.record(self._instance, "register", str(job.get("ID")))
+        return await self._inner.register(job)
+
+    async def deregister(self, job_id: str, *, purge: bool = True) -> None:
+        self._acts.record(self._instance, "deregister", job_id)
+        await self._inner.deregister(job_id, purge=purge)
+
+
+class RecordingMarks:
+    def __init__(self, inner: DrainingMarks, instance: str, acts: ActLog) -> None:
+        self._inner = inner
+        self._instance = instance
+        self._acts = acts
+
+    async def set(self, mark: DrainMark) -> None:
+        self._acts.record(self._instance, "mark", mark.job_id)
+        await self._inner.set(mark)
+
+    async def clear(self, job_id: str) -> None:
+        self._acts.record(self._instance, "clear", job_id)
+        await self._inner.clear(job_id)
+
+
+@dataclass
+class LeadershipWatch:
+    """Samples every instance's own belief that it leads, every ``every`` seconds: ``overlaps``
+    lists the moments two or more believed it at once (``ActLog`` checks each act exactly;
+    this catches an overlap with no act in it)."""
+
+    acts: ActLog
+    every: float = 0.05
+    overlaps: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+    changes: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+
+    def leaders(self) -> tuple[str, ...]:
+        return tuple(sorted(n for n, p in self.acts.planes.items() if p.deps.leader.is_leader))
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now, leaders = loop.time(), self.leaders()
+            if len(leaders) > 1:
+                self.overlaps.append((now, leaders))
+            if not self.changes or self.changes[-1][1] != leaders:
+                self.changes.append((now, leaders))
+            await asyncio.sleep(self.every)
+
+
+# --- a TCP proxy a test can freeze --------------------------------------------------------------------
+
+
+class TcpProxy:
+    """A loopback proxy in front of Consul for ONE instance. ``freeze()`` swallows every byte
+    both ways (requests hang, as in a partition or a dead machine); ``thaw()`` drops the
+    connections that lost bytes and forwards again."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.split("://", 1)[-1].partition(":")
+        self._target = (host, int(port))
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.frozen = False
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    def freeze(self) -> None:
+        self.frozen = True
+
+    def thaw(self) -> None:
+        self.frozen = False
+        for writer in list(self._writers):
+            writer.close()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.frozen:  # a dead machine: the connection is accepted by nobody, nothing answers
+            self._writers.add(writer)
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.close()
+            return
+        self._writers.update((writer, up_writer))
+        for src, dst in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(self._pipe(src, dst))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                if self.frozen:
+                    continue  # swallowed
+                dst.write(data)
+                await dst.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            dst.close()
+            self._writers.discard(dst)
+
+
+# --- the stack -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Instance:
+    """A bare control plane (no admin API) with its own Nomad and Consul clients."""
+
+    name: str
+    plane: ControlPlane
+    consul: ConsulClient
+    nomad: NomadClient
+    proxy: TcpProxy | None
+
+    @property
+    def leading(self) -> bool:
+        return self.plane.deps.leader.is_leader
+
+    async def stop(self) -> None:
+        """Stop acting, then resign (a frozen proxy makes the release fail: Consul then frees
+        the lock only when the session times out, as after a crash)."""
+        await self.plane.stop()
+        await self.nomad.close()
+        await self.consul.close()
+        if self.proxy is not None:
+            await self.proxy.stop()
+
+
+class Stack:
+    """``async with Stack(tmp_path, policy, nodes(3)) as stack:`` cluster, router, clients."""
+
+    def __init__(self, tmp_path: Path, policy: SecurityPolicy, node_specs: tuple[NodeSpec, ...]) -> None:
+        self.tmp_path = tmp_path
+        self.policy = policy
+        self.control_settings = e2e_control_settings()
+        self.render_settings = dev_render_settings()
+        self.cluster = DevCluster(
+            DevClusterConfig(
+                nomad=StandInConfig(nodes=node_specs, heartbeat_grace_s=1.0),
+                consul=CONSUL,
+                state_dir=tmp_path / "nomad",
+            )
+        )
+        self.acts = ActLog()
+        self._stack = contextlib.AsyncExitStack()
+        self._instances: list[Instance] = []
+        self.consul: ConsulClient
+        self.nomad: NomadClient
+        self.router_url = ""
+
+    async def __aenter__(self) -> Stack:
+        try:
+            await self._stack.enter_async_context(self.cluster)
+            self.consul = await self._stack.enter_async_context(self._consul_client(self.cluster.consul_addr))
+            self.nomad = await self._stack.enter_async_context(
+                NomadClient(NomadConnection(address=self.cluster.nomad_addr))
+            )
+            router = await self._stack.enter_async_context(
+                Services(
+                    self.service_settings(
+                        "router",
+                        Role.ROUTER,
+                        router=RouterSettings(host="127.0.0.1", port=0, no_auth=True, router_id="router-1"),
+                    )
+                )
+            )
+            assert router.router is not None
+            self.router_url = router.router.url
+            self._stack.push_async_callback(self._stop_instances)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    def _consul_client(self, url: str) -> ConsulClient:
+        return ConsulClient(ConsulConnection.from_env({"CONSUL_HTTP_ADDR": url}), FAST_CLIENT)
+
+    def service_settings(self, instance_id: str, role: Role, **overrides: Any) -> ServiceSettings:
+        settings = ServiceSettings(
+            role=role,
+            nomad=NomadConnection(address=self.cluster.nomad_addr),
+            consul=ConsulConnection.from_env({"CONSUL_HTTP_ADDR": self.cluster.consul_addr}),
+            policy=self.policy,
+            render=self.render_settings,
+            control=self.control_settings,
+            admin=None,
+            instance_id=instance_id,
+            election=FAST_ELECTION,
+        )
+        return replace(settings, **overrides)
+
+    @contextlib.asynccontextmanager
+    async def services(self, instance_id: str, *, admin: bool = False) -> AsyncIterator[Services]:
+        """A ``Services(role=control-plane)`` as ``llmgw serve`` runs it (with the admin API on
+        a free loopback port when ``admin``)."""
+        settings = self.service_settings(
+            instance_id,
+            Role.CONTROL_PLANE,
+            admin=AdminSettings(host="127.0.0.1", port=0) if admin else None,
+        )
+        async with Services(settings) as running:
+            yield running
+
+    async def instance(self, name: str, *, partitionable: bool = False) -> Instance:
+        """A started ``ControlPlane`` whose writes go to ``self.acts``."""
+        proxy = None
+        consul_url = self.cluster.consul_addr
+        if partitionable:
+            proxy = TcpProxy(consul_url)
+            await proxy.start()
+            consul_url = proxy.url
+        consul = self._consul_client(consul_url)
+        await consul.start()
+        nomad = NomadClient(NomadConnection(address=self.cluster.nomad_addr))
+        deps = control_deps(
+            nomad=nomad,
+            renderer=Renderer(self.render_settings, self.policy),
+            consul=consul,
+            instance_id=name,
+            policy=self.policy,
+            election=FAST_ELECTION,
+        )
+        deps = replace(
+            deps,
+            nomad=RecordingNomad(nomad, name, self.acts),
+            drain_writer=RecordingMarks(DrainingMarks(consul), name, self.acts),
+        )
+        plane = ControlPlane(self.control_settings, deps)
+        self.acts.planes[name] = plane
+        await plane.start()
+        instance = Instance(name, plane, consul, nomad, proxy)
+        self._instances.append(instance)
+        return instance
+
+    async def stop_instance(self, instance: Instance) -> None:
+        if instance in self._instances:
+            self._instances.remove(instance)
+            await instance.stop()
+
+    async def _stop_instances(self) -> None:
+        for instance in list(self._instances):
+            await self.stop_instance(instance)
+
+    async def apply(self, text: str, applied_by: str = "e2e test") -> None:
+        """Apply ``text`` as the next catalog version (it must load: a test's typo fails here)."""
+        loaded = load_catalog(text, filename="e2e catalog", policy=self.policy)
+        assert loaded.catalog is not None, [str(d) for d in loaded.errors]
+        await publish_catalog(self.consul, text, applied_by=applied_by)
+
+    async def catalog_version(self) -> int:
+        current = await CatalogStore(self.consul).current()
+        return current.version if current else 0
+
+    async def leader(self) -> str | None:
+        entry, _ = await self.consul.kv_get(c.KV_LEADER)
+        return entry.value.decode() if entry is not None and entry.session else None
+
+    async def status(self) -> dict[str, Any] | None:
+        entry, _ = await self.consul.kv_get(c.KV_STATUS)
+        return None if entry is None else dict(json.loads(entry.value))
+
+
+def model_status(status: dict[str, Any] | None, model: str) -> dict[str, Any] | None:
+    if status is None:
+        return None
+    return next((m for m in status.get("models", ()) if m.get("model") == model), None)
+
+
+class NotYet(str):
+    """A falsy reason: what ``eventually`` shows as the last result when it gives up."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def unsettled(status: dict[str, Any] | None, *models: str) -> str:
+    """Why the leader's status does not show each model with every wanted replica healthy
+    and nothing else going on ("" when it does)."""
+    if status is None:
+        return "no status published"
+    for model in models:
+        st = model_status(status, model)
+        if st is None:
+            return f"{model}: not in the status ({status.get('note')})"
+        busy = [
+            f"{r['job_id']}: {r['phase']}{' draining' if r['draining'] else ''}"
+            f"{' stopping' if r['stopping'] else ''}{' outdated' if r['outdated'] else ''} ({r['reason']})"
+            for r in st["replicas"]
+            if r["draining"] or r["stopping"] or r["outdated"] or r["phase"] != "healthy"
+        ]
+        if (
+            st["healthy"] != st["desired"]
+            or st["desired"] != len(st["replicas"])
+            or st.get("waiting")
+            or busy
+        ):
+            return f"{model}: {st['healthy']}/{st['desired']} healthy, waiting={st.get('waiting')!r}, {busy}"
+    return ""
+
+
+def settled(status: dict[str, Any] | None, *models: str) -> bool:
+    return not unsettled(status, *models)
+
+
+def wall() -> float:
+    return time.monotonic()
