@@ -28,7 +28,6 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-import aiohttp
 from aiohttp import web
 
 from llmgw.core import routing
@@ -41,6 +40,7 @@ from llmgw.gateway.demand import DemandTracker
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.metrics import RouterMetrics
 from llmgw.gateway.settings import RouterSettings
+from llmgw.gateway.transport import EngineResponse
 from llmgw.gateway.upstream import (
     AttemptFailed,
     PumpEnd,
@@ -77,7 +77,7 @@ class Served:
 class _Opened:
     model: str
     endpoint: Endpoint
-    response: aiohttp.ClientResponse
+    response: EngineResponse
     head: bytes  # a stream's first chunk, or a whole non-streamed body
     lease: ExitStack
 
@@ -219,7 +219,7 @@ class Dispatcher:
             return await _end_stream_with(
                 keepalive.response, _refusal_of_engine_error(upstream.status, opened.head, opened.model)
             )
-        content_type = upstream.headers.get("Content-Type", "application/json")
+        content_type = upstream.headers.get("content-type", "application/json")
         return web.Response(
             status=upstream.status, body=opened.head, headers={**headers, "Content-Type": content_type}
         )

@@ -1,11 +1,11 @@
-"""HTTP to the engines: one pooled client session, one attempt at a time, and the
-pump that moves a streamed answer to the client chunk by chunk.
+"""HTTP to the engines: one connection pool, one attempt at a time, and the pump
+that moves a streamed answer to the client chunk by chunk.
 
-Owns: the client session and its connector (no connection cap by default: the
-per-model gates limit concurrency; aiohttp's default of 100 would cap streams),
-the classification of a failed attempt into a ``routing.Failure``, the reading
-of an answer's first chunk or whole body under the first-byte timeout, and the
-``pump`` loop with its two idle timeouts (upstream silent, client not reading).
+Owns: the engine pool (``transport.EnginePool``: no connection cap by default,
+the per-model gates limit concurrency), the classification of a failed attempt
+into a ``routing.Failure``, the reading of an answer's first chunk or whole body
+under the first-byte timeout, and the ``pump`` loop with its two idle timeouts
+(upstream silent, client not reading).
 
 The pump does not parse events: it passes chunks through as they come (``write``
 waits when the client's socket buffer is full, which is the backpressure), and
@@ -25,19 +25,24 @@ from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
-import aiohttp
 from aiohttp import web
-from yarl import URL
 
 from llmgw.core.records import Endpoint
 from llmgw.core.routing import Failure
 from llmgw.gateway.settings import RouterSettings
+from llmgw.gateway.transport import (
+    BodyBroken,
+    ConnectFailed,
+    ConnectionLost,
+    EnginePool,
+    EngineResponse,
+    MalformedAnswer,
+)
 
 # Bytes of the end of a stream kept to find its usage event (about 300 bytes).
 TAIL_BYTES = 4096
-# Parsed upstream URLs kept (endpoints x paths); cleared whole when it outgrows this.
-_URL_CACHE_SIZE = 4096
 _USAGE_OBJECT = (b'"usage":{', b'"usage": {')
+_JSON = "application/json"
 
 
 class AttemptFailed(Exception):
@@ -54,28 +59,14 @@ class UpstreamBroken(Exception):
 class Upstream:
     def __init__(self, settings: RouterSettings) -> None:
         self._settings = settings
-        self._session: aiohttp.ClientSession | None = None
-        self._urls: dict[tuple[str, str], URL] = {}  # parsed once per endpoint and path
+        self._session: EnginePool | None = None
 
     async def start(self) -> None:
         s = self._settings
-        connector = aiohttp.TCPConnector(
+        self._session = EnginePool(
+            connect_timeout=s.upstream_connect_timeout,
+            idle_timeout=s.upstream_pool_idle,
             limit=s.upstream_connection_limit,
-            limit_per_host=0,
-            keepalive_timeout=s.upstream_pool_idle,
-            # Engines are found by address from Consul: no DNS to cache.
-            use_dns_cache=False,
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            # No total timeout: a long generation that makes progress must not be cut.
-            # Connect is bounded here; first byte and idle by the dispatcher and the pump.
-            timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=s.upstream_connect_timeout),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding"),
-            # Engines set no cookies worth keeping; the jar would be consulted per request.
-            cookie_jar=aiohttp.DummyCookieJar(),
-            raise_for_status=False,
         )
 
     async def close(self) -> None:
@@ -83,30 +74,27 @@ class Upstream:
             await self._session.close()
             self._session = None
 
-    async def send(
-        self, endpoint: Endpoint, path: str, body: bytes, request_id: str
-    ) -> aiohttp.ClientResponse:
+    async def send(self, endpoint: Endpoint, path: str, body: bytes, request_id: str) -> EngineResponse:
         """POST ``body`` and return once the response head arrived (any status)."""
         assert self._session is not None, "Upstream.start() was not awaited"
-        headers = {"Content-Type": "application/json", "x-request-id": request_id}
-        url = self._urls.get((endpoint.url, path))
-        if url is None:
-            if len(self._urls) > _URL_CACHE_SIZE:
-                self._urls.clear()
-            url = self._urls[(endpoint.url, path)] = URL(endpoint.url + path)
+        headers = (("Content-Type", _JSON), ("x-request-id", request_id))
         try:
-            return await self._session.post(url, data=body, headers=headers)
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            raise AttemptFailed(Failure.CONNECT, str(exc) or type(exc).__name__) from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            return await self._session.post(endpoint.address, endpoint.port, path, headers, body)
+        except ConnectFailed as exc:
+            raise AttemptFailed(Failure.CONNECT, str(exc)) from None
+        except ConnectionLost as exc:
             # The connection broke before any answer: a pooled keep-alive connection
-            # the engine had closed, or an engine that died on accept.
-            raise AttemptFailed(Failure.STALE_CONNECTION, str(exc) or type(exc).__name__) from None
-        except aiohttp.ClientResponseError as exc:  # an answer that is not HTTP
-            raise AttemptFailed(Failure.UNAVAILABLE, f"malformed answer: {exc.message}") from None
+            # the engine had closed, or an engine that died on accept. Its other idle
+            # connections are as old: the retry connects anew.
+            if exc.reused:
+                self._session.stale(endpoint.address, endpoint.port)
+            raise AttemptFailed(Failure.STALE_CONNECTION, str(exc)) from None
+        except MalformedAnswer as exc:  # an answer that is not HTTP
+            raise AttemptFailed(Failure.UNAVAILABLE, f"malformed answer: {exc}") from None
 
-    async def read_body(self, response: aiohttp.ClientResponse) -> bytes:
-        """The whole body of a non-streamed answer, bounded in size and idle time."""
+    async def read_body(self, response: EngineResponse) -> bytes:
+        """The whole body of a non-streamed answer, bounded in size and idle time; the
+        connection then goes back to the pool (a later ``close`` does nothing)."""
         limit = self._settings.max_response_bytes
         if response.content_length is not None and response.content_length > limit:
             raise UpstreamBroken(f"answer of {response.content_length} bytes is over the {limit} allowed")
@@ -114,8 +102,11 @@ class Upstream:
         size = 0
         try:
             while True:
-                async with asyncio.timeout(self._settings.upstream_idle_timeout):
-                    chunk = await response.content.readany()
+                if response.ready():  # most answers arrive with their head: no timer needed
+                    chunk = await response.read()
+                else:
+                    async with asyncio.timeout(self._settings.upstream_idle_timeout):
+                        chunk = await response.read()
                 if not chunk:
                     break
                 size += len(chunk)
@@ -124,15 +115,16 @@ class Upstream:
                 parts.append(chunk)
         except TimeoutError:
             raise UpstreamBroken("the engine went silent in the middle of its answer") from None
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+        except BodyBroken as exc:
             raise UpstreamBroken(f"the answer broke off: {exc}") from None
-        return b"".join(parts)
+        response.release()  # read whole: the connection serves the next request
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def first_chunk(self, response: aiohttp.ClientResponse) -> bytes:
+    async def first_chunk(self, response: EngineResponse) -> bytes:
         """The first chunk of a streamed answer; failures here are still retryable."""
         try:
-            chunk = await response.content.readany()
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            chunk = await response.read()
+        except BodyBroken as exc:
             raise AttemptFailed(Failure.UNAVAILABLE, f"stream broke before its first chunk: {exc}") from None
         if not chunk:
             raise AttemptFailed(Failure.UNAVAILABLE, "stream ended before its first chunk")
@@ -214,7 +206,7 @@ class _Watchdog:
 
 
 async def pump(
-    response: aiohttp.ClientResponse,
+    response: EngineResponse,
     client: web.StreamResponse,
     first: bytes,
     settings: RouterSettings,
@@ -232,7 +224,6 @@ async def pump(
     stripper = _UsageStripper() if strip_usage else None
     tail: deque[bytes] = deque()
     tail_size = 0
-    content = response.content
     chunk = first
     watchdog = _Watchdog(loop, task, loop.time() + write_idle, min(read_idle, write_idle))
     try:
@@ -244,7 +235,7 @@ async def pump(
                 tail_size += len(chunk)
                 while tail_size - len(tail[0]) >= TAIL_BYTES:
                     tail_size -= len(tail.popleft())
-            last = content.at_eof()
+            last = response.at_eof()
             watchdog.reading = False
             watchdog.deadline = loop.time() + write_idle
             try:
@@ -259,8 +250,8 @@ async def pump(
             watchdog.reading = True
             watchdog.deadline = loop.time() + read_idle
             try:
-                chunk = await content.readany()
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                chunk = await response.read()
+            except BodyBroken as exc:
                 return StreamResult(PumpEnd.UPSTREAM_BROKEN, None, str(exc) or type(exc).__name__)
             if not chunk:
                 try:

@@ -1,0 +1,690 @@
+"""The engine side's HTTP/1.1: a small keep-alive client on an asyncio ``Protocol``.
+
+Owns: the pool of connections to engines (per address, the most recently used one
+first, idle ones closed after ``idle_timeout``, an optional cap on connections in
+use), writing a request in one send, parsing an answer's head, decoding its body
+(``Content-Length``, ``chunked``, or until the engine closes), read backpressure
+(the socket is not read while more than ``HIGH_WATER`` decoded bytes wait for the
+reader), and telling apart the ways an attempt fails: no connection could be made
+(``ConnectFailed``), the connection ended before an answer head (``ConnectionLost``:
+typically a pooled keep-alive connection the engine had just closed), an answer
+that is not HTTP (``MalformedAnswer``), a body that broke off (``BodyBroken``).
+
+Why not aiohttp's client: on this project's 2-core machines one aiohttp client
+request cost about 425 µs of CPU, most of it generic machinery a router talking to
+its own engines does not use (cookies, redirects, auth, proxies, URL objects,
+payload registries, per-request timeout objects, a task per connection). The
+router sends one kind of request (a POST of bytes it already has) to engines it
+found by address; this is that and nothing else.
+
+Must not: know about routing, retries or first-byte and idle timeouts (the caller
+bounds those with its own timers; the pool bounds only connecting), look into
+bodies, or follow redirects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# Decoded body bytes waiting for the reader above which the socket is not read
+# (the engine's writes then block: backpressure reaches the engine).
+HIGH_WATER = 256 * 1024
+# An answer head larger than this is not an engine's (they send a few hundred bytes).
+MAX_HEAD_BYTES = 64 * 1024
+# A chunk-size line or trailer line longer than this is not HTTP.
+MAX_LINE_BYTES = 4096
+
+_HEAD_END = b"\r\n\r\n"
+_CRLF = b"\r\n"
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_DIGITS = re.compile(r"[0-9]{1,18}")
+_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_VALUE_BAD = re.compile(r"[\r\n\x00]")
+
+
+class TransportError(Exception):
+    """An attempt failed; the subclass says how far it got."""
+
+
+class ConnectFailed(TransportError):
+    """No connection could be made (refused, unreachable, timed out)."""
+
+
+class ConnectionLost(TransportError):
+    """The connection ended after the request was written and before an answer head."""
+
+    def __init__(self, detail: str, *, reused: bool) -> None:
+        super().__init__(detail)
+        self.reused = reused  # it came from the pool (a keep-alive the engine may have closed)
+
+
+class MalformedAnswer(TransportError):
+    """What came back is not an HTTP/1.x answer head."""
+
+
+class BodyBroken(TransportError):
+    """The answer's head arrived, then its body broke off or was malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """The pool's own timers. Only connecting is bounded here; the first byte and the
+    gaps between chunks are the caller's (``RouterSettings``)."""
+
+    connect: float
+    # None, on purpose: a long generation that keeps making progress must never be
+    # cut by a total (aiohttp's client default was 300 s).
+    total: None = None
+
+
+class EnginePool:
+    """Keep-alive connections to engines, by (host, port)."""
+
+    def __init__(
+        self, *, connect_timeout: float, idle_timeout: float, limit: int = 0, high_water: int = HIGH_WATER
+    ) -> None:
+        self.timeout = Timeouts(connect=connect_timeout)
+        self._idle_timeout = idle_timeout
+        self._limit = limit  # connections in use at once, 0: no cap
+        self._high_water = high_water
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._all: set[_Connection] = set()
+        self._in_use = 0
+        self._slot_waiters: deque[asyncio.Future[None]] = deque()
+        self._authorities: dict[tuple[str, int], str] = {}
+        self._closed = False
+
+    # --- the one request --------------------------------------------------------------------------
+
+    async def post(
+        self, host: str, port: int, target: str, headers: Sequence[tuple[str, str]], body: bytes
+    ) -> EngineResponse:
+        """POST ``body`` to ``target`` and return once the answer's head arrived (any
+        status). Raises ``ConnectFailed``, ``ConnectionLost`` or ``MalformedAnswer``. A
+        cancellation while waiting closes the connection (the engine sees the client go)."""
+        if self._closed:
+            raise ConnectFailed("the engine pool is closed")
+        key = (host, port)
+        head = self._request_head(key, target, headers, len(body))
+        await self._take_slot()
+        try:
+            connection = self._pooled(key)
+            reused = connection is not None
+            if connection is None:
+                connection = await self._connect(key)
+            response = await connection.exchange(head, body, reused=reused)
+        except BaseException:
+            self._give_slot()
+            raise
+        return response
+
+    def _request_head(
+        self, key: tuple[str, int], target: str, headers: Sequence[tuple[str, str]], size: int
+    ) -> bytes:
+        authority = self._authorities.get(key)
+        if authority is None:
+            host, port = key
+            authority = self._authorities[key] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if _FIELD_VALUE_BAD.search(target) or " " in target:
+            raise ValueError(f"request target {target!r} is not sendable")
+        lines = [f"POST {target} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {size}\r\n"]
+        for name, value in headers:
+            if not _TOKEN.fullmatch(name) or _FIELD_VALUE_BAD.search(value):
+                raise ValueError(f"header {name!r} is not sendable")
+            lines.append(f"{name}: {value}\r\n")
+        lines.append("\r\n")
+        return "".join(lines).encode("latin-1")
+
+    # --- connections ------------------------------------------------------------------------------
+
+    def _pooled(self, key: tuple[str, int]) -> _Connection | None:
+        idle = self._idle.get(key)
+        while idle:
+            connection = idle.pop()  # the most recently used: the least likely to be closed
+            connection.leave_pool()
+            if connection.usable():
+                return connection
+            connection.close()
+        return None
+
+    async def _connect(self, key: tuple[str, int]) -> _Connection:
+        loop = asyncio.get_running_loop()
+        host, port = key
+        try:
+            async with asyncio.timeout(self.timeout.connect):
+                _, connection = await loop.create_connection(lambda: _Connection(self, key), host, port)
+        except TimeoutError:
+            raise ConnectFailed(f"no connection to {host}:{port} within {self.timeout.connect:g} s") from None
+        except OSError as exc:
+            raise ConnectFailed(str(exc) or type(exc).__name__) from None
+        if self._closed:
+            connection.close()
+            raise ConnectFailed("the engine pool is closed")
+        return connection
+
+    def _register(self, connection: _Connection) -> None:
+        self._all.add(connection)
+
+    def _forget(self, connection: _Connection) -> None:
+        self._all.discard(connection)
+        idle = self._idle.get(connection.key)
+        if idle is not None and connection in idle:
+            idle.remove(connection)
+
+    def _put_back(self, connection: _Connection) -> None:
+        """A connection whose answer was read whole, ready for the next request."""
+        self._give_slot()
+        if self._closed or not connection.usable():
+            connection.close()
+            return
+        self._idle.setdefault(connection.key, []).append(connection)
+        connection.enter_pool(self._idle_timeout)
+
+    def _dropped(self) -> None:
+        """A connection in use was closed by its user."""
+        self._give_slot()
+
+    def stale(self, host: str, port: int) -> None:
+        """An engine closed a pooled connection under a request: its other idle ones
+        (same engine, same age) are likely closed too; a retry should connect anew."""
+        for connection in self._idle.pop((host, port), []):
+            connection.leave_pool()
+            connection.close()
+
+    # --- the optional cap -------------------------------------------------------------------------
+
+    async def _take_slot(self) -> None:
+        if self._limit and self._in_use >= self._limit:
+            waiter = asyncio.get_running_loop().create_future()
+            self._slot_waiters.append(waiter)
+            try:
+                await waiter  # the releaser counted this slot for us
+                return
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._give_slot()  # handed over just as we were cancelled: pass it on
+                else:
+                    self._slot_waiters.remove(waiter)
+                raise
+        self._in_use += 1
+
+    def _give_slot(self) -> None:
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes to the waiter, in_use unchanged
+                return
+        self._in_use -= 1
+
+    @property
+    def in_use(self) -> int:
+        return self._in_use
+
+    def idle_count(self, host: str, port: int) -> int:
+        return len(self._idle.get((host, port), ()))
+
+    async def close(self) -> None:
+        """Close every connection, idle or in use; later requests fail with ``ConnectFailed``."""
+        self._closed = True
+        for connection in list(self._all):
+            connection.close()
+        self._idle.clear()
+        # Let the transports run their connection_lost callbacks.
+        await asyncio.sleep(0)
+
+
+# Where a connection is in its exchange.
+_READY = 0  # connected, no request (in the pool or being taken)
+_HEAD = 1  # request written, answer head awaited
+_BODY = 2  # head parsed, body being received
+_DONE = 3  # body complete, not yet handed back
+_BROKEN = 4  # must not be reused
+
+# How a body is framed.
+_LENGTH = 0
+_CHUNKED = 1
+_UNTIL_CLOSE = 2
+_NONE = 3
+
+# Chunked decoding states.
+_SIZE = 0
+_DATA = 1
+_DATA_END = 2
+_TRAILER = 3
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP connection to an engine and the exchange on it."""
+
+    def __init__(self, pool: EnginePool, key: tuple[str, int]) -> None:
+        self._pool = pool
+        self.key = key
+        self._transport: asyncio.Transport | None = None
+        self._state = _READY
+        self._lost = False
+        self._reused = False
+        self._head = bytearray()
+        self._head_waiter: asyncio.Future[EngineResponse] | None = None
+        self._response: EngineResponse | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._reading_paused = False
+        self.high_water = pool._high_water
+
+    # --- asyncio.Protocol ------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._pool._register(self)
+
+    def data_received(self, data: bytes) -> None:
+        state = self._state
+        if state == _BODY:
+            response = self._response
+            assert response is not None
+            response._feed(data)
+            return
+        if state == _HEAD:
+            self._head_data(data)
+            return
+        # Bytes nobody asked for (on an idle connection, or after a complete body):
+        # the connection's framing can no longer be trusted.
+        self._state = _BROKEN
+        self.close()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._pool._forget(self)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        waiter = self._head_waiter
+        if waiter is not None and not waiter.done():
+            detail = f"the engine closed the connection before answering ({exc or 'EOF'})"
+            waiter.set_exception(ConnectionLost(detail, reused=self._reused))
+        response = self._response
+        if response is not None and self._state == _BODY:
+            response._lost(exc)
+
+    # --- one exchange -----------------------------------------------------------------------------
+
+    async def exchange(self, head: bytes, body: bytes, *, reused: bool) -> EngineResponse:
+        transport = self._transport
+        assert transport is not None and self._state == _READY
+        self._reused = reused
+        self._state = _HEAD
+        self._head.clear()
+        waiter: asyncio.Future[EngineResponse] = asyncio.get_running_loop().create_future()
+        self._head_waiter = waiter
+        # One send for head and body (small bodies): no extra packet, no extra syscall.
+        transport.write(head + body if len(body) < 65536 else head)
+        if len(body) >= 65536:
+            transport.write(body)
+        try:
+            return await waiter
+        except BaseException:
+            self._head_waiter = None
+            self._state = _BROKEN
+            self.close()
+            raise
+        finally:
+            self._head_waiter = None
+
+    def _head_data(self, data: bytes) -> None:
+        buffer = self._head
+        if buffer:
+            buffer += data
+            data = bytes(buffer)
+        end = data.find(_HEAD_END)
+        if end < 0:
+            if len(data) > MAX_HEAD_BYTES:
+                self._fail_head(MalformedAnswer(f"an answer head over {MAX_HEAD_BYTES} bytes"))
+            elif not buffer:
+                buffer += data
+            return
+        buffer.clear()
+        try:
+            response = _parse_head(self, data[:end])
+        except MalformedAnswer as exc:
+            self._fail_head(exc)
+            return
+        rest = data[end + 4 :]
+        if response is None:  # an interim 1xx answer: the real head follows
+            if rest:
+                self._head_data(rest)
+            return
+        self._response = response
+        self._state = _DONE if response._complete else _BODY
+        waiter = self._head_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(response)
+        if rest:
+            if self._state == _BODY:
+                response._feed(rest)
+            else:
+                self._state = _BROKEN  # bytes after a body-less answer
+
+    def _fail_head(self, exc: TransportError) -> None:
+        self._state = _BROKEN
+        waiter = self._head_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+        self.close()
+
+    # --- called by the response -------------------------------------------------------------------
+
+    def body_complete(self) -> None:
+        if self._state == _BODY:
+            self._state = _DONE
+
+    def body_broken(self) -> None:
+        self._state = _BROKEN
+
+    def pause_reading(self) -> None:
+        if not self._reading_paused and self._transport is not None and not self._lost:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused and self._transport is not None and not self._lost:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def finish(self, response: EngineResponse, *, keep: bool) -> None:
+        """The response's user is done with it: pool the connection or close it."""
+        if self._response is not response:
+            return
+        self._response = None
+        reusable = (
+            keep
+            and self._state == _DONE
+            and response._keep_alive
+            and not self._lost
+            and not self._reading_paused
+            and self._transport is not None
+            and self._transport.get_write_buffer_size() == 0  # the whole request went out
+        )
+        if reusable:
+            self._state = _READY
+            self._pool._put_back(self)
+        else:
+            self._state = _BROKEN
+            self.close()
+            self._pool._dropped()
+
+    # --- pooling ----------------------------------------------------------------------------------
+
+    def usable(self) -> bool:
+        return (
+            self._state == _READY
+            and not self._lost
+            and self._transport is not None
+            and not self._transport.is_closing()
+        )
+
+    def enter_pool(self, idle_timeout: float) -> None:
+        self._idle_timer = asyncio.get_running_loop().call_later(idle_timeout, self.close)
+
+    def leave_pool(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+
+def _parse_head(connection: _Connection, head: bytes) -> EngineResponse | None:
+    """The answer for a head (without its blank line), or None for an interim 1xx."""
+    line_end = head.find(_CRLF)
+    status_line = head if line_end < 0 else head[:line_end]
+    match = _STATUS_LINE.fullmatch(status_line)
+    if match is None:
+        raise MalformedAnswer(f"not an HTTP/1.x status line: {status_line[:80]!r}")
+    minor, status_text, reason = match.groups()
+    status = int(status_text)
+    if status < 100:
+        raise MalformedAnswer(f"status {status} is not HTTP")
+    headers: dict[str, str] = {}
+    if line_end >= 0:
+        for raw in head[line_end + 2 :].split(_CRLF):
+            colon = raw.find(b":")
+            if colon <= 0 or raw[:1] in (b" ", b"\t"):
+                raise MalformedAnswer(f"a malformed header line: {raw[:80]!r}")
+            name = raw[:colon].decode("latin-1").lower()
+            if not _TOKEN.fullmatch(name):
+                raise MalformedAnswer(f"a malformed header name: {raw[:80]!r}")
+            value = raw[colon + 1 :].strip(b" \t").decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    if 100 <= status < 200:
+        if status == 101:
+            raise MalformedAnswer("the engine switched protocols, which was not asked for")
+        return None
+    keep_alive = minor == b"1" and "close" not in headers.get("connection", "").lower()
+    framing = _NONE
+    length = 0
+    encoding = headers.get("transfer-encoding")
+    if status in (204, 304):
+        framing = _NONE
+    elif encoding is not None:
+        codings = [c.strip().lower() for c in encoding.split(",")]
+        if codings[-1] == "chunked":
+            framing = _CHUNKED
+        else:
+            framing = _UNTIL_CLOSE
+            keep_alive = False
+        if "content-length" in headers:  # both: a smuggling shape; trust neither for reuse
+            keep_alive = False
+    elif "content-length" in headers:
+        values = {v.strip() for v in headers["content-length"].split(",")}
+        if len(values) != 1 or not _DIGITS.fullmatch(next(iter(values))):
+            raise MalformedAnswer(f"a malformed Content-Length: {headers['content-length']!r}")
+        length = int(next(iter(values)))
+        framing = _LENGTH if length else _NONE
+    else:
+        framing = _UNTIL_CLOSE
+        keep_alive = False
+    return EngineResponse(
+        connection, status, (reason or b"").decode("latin-1"), headers, framing, length, keep_alive
+    )
+
+
+class EngineResponse:
+    """An answer whose head arrived; its body is read with ``read``. The user ends it
+    with ``release`` (body read whole: the connection goes back to the pool) or
+    ``close`` (the connection is closed: the engine sees the client go)."""
+
+    def __init__(
+        self,
+        connection: _Connection,
+        status: int,
+        reason: str,
+        headers: dict[str, str],
+        framing: int,
+        length: int,
+        keep_alive: bool,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers  # names lower-cased; repeated fields joined with ", "
+        self.content_length = length if framing in (_LENGTH, _NONE) else None
+        self._connection: _Connection | None = connection
+        self._framing = framing
+        self._remaining = length  # Content-Length left, or the current chunk's bytes left
+        self._keep_alive = keep_alive
+        self._parts: list[bytes] = []
+        self._buffered = 0
+        self._complete = framing == _NONE
+        self._error: BodyBroken | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._chunk_state = _SIZE
+        self._pending = b""  # a partial chunk-size or trailer line
+        self._high_water = connection.high_water
+
+    # --- the reader's side ------------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """``read`` would return at once."""
+        return bool(self._parts) or self._complete or self._error is not None
+
+    def at_eof(self) -> bool:
+        """The whole body was received and read."""
+        return self._complete and not self._parts
+
+    async def read(self) -> bytes:
+        """The body bytes received since the last read (at least one), or b"" at the end.
+        Raises ``BodyBroken`` when the body broke off."""
+        while not self._parts and not self._complete and self._error is None:
+            # Woken by any bytes, framing included: wait again until there is body data.
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        parts = self._parts
+        if parts:
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            parts.clear()
+            if self._buffered >= self._high_water and self._connection is not None:
+                self._connection.resume_reading()
+            self._buffered = 0
+            return data
+        if self._error is not None:
+            raise self._error
+        return b""
+
+    def release(self) -> None:
+        """Done, body read whole: keep the connection for the next request (or close it
+        when it cannot be reused). Idempotent, and a no-op after ``close``."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.finish(self, keep=self._complete and not self._parts)
+
+    def close(self) -> None:
+        """Done, whatever is left: close the connection. Idempotent."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.finish(self, keep=False)
+            if not self._complete and self._error is None:
+                self._error = BodyBroken("the answer was closed before its end")
+                self._wake()
+
+    # --- the connection's side --------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _push(self, data: bytes) -> None:
+        self._parts.append(data)
+        self._buffered += len(data)
+        if self._buffered >= self._high_water and self._connection is not None:
+            self._connection.pause_reading()
+
+    def _finish_body(self) -> None:
+        self._complete = True
+        if self._connection is not None:
+            self._connection.body_complete()
+
+    def _break(self, detail: str) -> None:
+        if self._error is None and not self._complete:
+            self._error = BodyBroken(detail)
+        if self._connection is not None:
+            self._connection.body_broken()
+            self._connection.close()
+        self._wake()
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self._complete:
+            return
+        if self._framing == _UNTIL_CLOSE and exc is None:
+            self._finish_body()
+            self._wake()
+            return
+        self._break(f"the engine closed the connection mid-answer ({exc or 'EOF'})")
+
+    def _feed(self, data: bytes) -> None:
+        if self._complete or self._error is not None:
+            self._break("bytes after the end of the answer")
+            return
+        framing = self._framing
+        if framing == _CHUNKED:
+            self._feed_chunked(data)
+        elif framing == _LENGTH:
+            size = len(data)
+            if size <= self._remaining:
+                self._push(data)
+                self._remaining -= size
+            else:
+                self._push(data[: self._remaining])
+                self._remaining = 0
+                self._keep_alive = False  # bytes past the announced length: framing is off
+            if self._remaining == 0:
+                self._finish_body()
+        else:  # until close
+            self._push(data)
+        self._wake()
+
+    def _feed_chunked(self, data: bytes) -> None:
+        if self._pending:
+            data = self._pending + data
+            self._pending = b""
+        pos = 0
+        size = len(data)
+        while pos < size:
+            state = self._chunk_state
+            if state == _DATA:
+                take = min(self._remaining, size - pos)
+                self._push(
+                    data if take == size else data[pos : pos + take]
+                )  # take == size: pos is 0, no copy
+                pos += take
+                self._remaining -= take
+                if self._remaining == 0:
+                    self._chunk_state = _DATA_END
+            elif state == _DATA_END:
+                if size - pos < 2:
+                    self._pending = data[pos:]
+                    return
+                if data[pos : pos + 2] != _CRLF:
+                    self._break("a chunk did not end with CRLF")
+                    return
+                pos += 2
+                self._chunk_state = _SIZE
+            else:  # a size line or a trailer line
+                end = data.find(_CRLF, pos)
+                if end < 0:
+                    if size - pos > MAX_LINE_BYTES:
+                        self._break("a chunk-size or trailer line is too long")
+                        return
+                    self._pending = data[pos:]
+                    return
+                line = data[pos:end]
+                pos = end + 2
+                if state == _SIZE:
+                    digits = line.split(b";", 1)[0].strip(b" \t")
+                    if not _HEX.fullmatch(digits):
+                        self._break(f"a malformed chunk size: {line[:40]!r}")
+                        return
+                    chunk = int(digits, 16)
+                    if chunk:
+                        self._remaining = chunk
+                        self._chunk_state = _DATA
+                    else:
+                        self._chunk_state = _TRAILER
+                elif not line:  # the blank line after the last chunk (and any trailers)
+                    self._finish_body()
+                    if pos < size:
+                        self._keep_alive = False
+                    return
