@@ -46,6 +46,10 @@ class ApiCall:
     stream: bool
     include_usage: bool  # the client asked for the usage chunk of a stream
     body: dict[str, object]  # the client's JSON object, minus STRIPPED_FIELDS
+    # The client's bytes, when the engine may get them as they are (a UTF-8 JSON
+    # object with no stripped field): serializing the body again for every request
+    # costs as much as parsing it, and most requests name the model that serves them.
+    raw: bytes | None = None
 
     @property
     def path(self) -> str:
@@ -55,6 +59,12 @@ class ApiCall:
         """The JSON the engine gets. ``force_usage`` asks a stream for its usage chunk
         even when the client did not (the router counts tokens; the chunk is then
         taken out of what the client sees)."""
+        if (
+            self.raw is not None
+            and model == self.model
+            and not (self.stream and force_usage and not self.include_usage)
+        ):
+            return self.raw
         body = dict(self.body)
         body["model"] = model
         if self.stream and force_usage and not self.include_usage:
@@ -77,8 +87,11 @@ def parse_call(api: Api, raw: bytes) -> ApiCall:
         raise errors.bad_request("The JSON body of your request is nested too deeply.") from None
     if not isinstance(body, dict):
         raise errors.bad_request("The request body must be a JSON object.")
-    for name in STRIPPED_FIELDS.intersection(body):
+    stripped = STRIPPED_FIELDS.intersection(body)
+    for name in stripped:
         del body[name]
+    # json.loads also reads UTF-16/32 (a NUL in the first bytes) and a BOM: those are re-encoded.
+    passable = not stripped and raw[:1] == b"{" and raw[1:2] != b"\x00"
 
     model = body.get("model")
     if model is None:
@@ -130,7 +143,14 @@ def parse_call(api: Api, raw: bytes) -> ApiCall:
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise errors.bad_request(f"{_shown(value)} is not of type 'integer' - '{name}'", param=name)
-    return ApiCall(api=api, model=model, stream=stream, include_usage=include_usage, body=body)
+    return ApiCall(
+        api=api,
+        model=model,
+        stream=stream,
+        include_usage=include_usage,
+        body=body,
+        raw=raw if passable else None,
+    )
 
 
 def _check_messages(messages: object) -> None:

@@ -76,6 +76,8 @@ def _charge(request: web.Request, key: ApiKeyRecord | None, usage: dict[str, obj
 
 
 async def _read_body(request: web.Request) -> bytes:
+    if request.content.is_eof():  # the whole body came with the head: nothing to time
+        return await request.read()
     settings = request.app[CONTEXT].settings
     try:
         async with asyncio.timeout(settings.body_read_timeout):
