@@ -423,6 +423,10 @@ class _Pass:
             elif r.phase is Phase.FAILED:
                 if r.draining:
                     self._stop(r, f"was draining; {r.assessment.reason}")
+                elif r.assessment.lost_node:
+                    # Lost with a node: rebuilt elsewhere at once; the model did nothing wrong,
+                    # so its backoff does not grow.
+                    self._stop(r, f"lost: {r.assessment.reason}; rebuilding it elsewhere")
                 else:
                     failed_now = failed_now or r.assessment.reason
                     self._stop(r, f"failed: {r.assessment.reason}; rebuilding it whole")

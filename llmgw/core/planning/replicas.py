@@ -68,11 +68,24 @@ def assess(
         return judged(Phase.STOPPED, "the job is stopped in Nomad")
 
     multi = len(job.groups) > 1
+    # A rank of a multi-node replica that fails, exits or restarts while another rank's node
+    # is down or disconnected lost its peer: the replica is lost with the node (rebuilt at
+    # once, and not held against the model's backoff).
+    peer_lost = _peer_trouble(job, nodes, node_down_since, now, settings) if multi else None
     unreachable_until: float | None = None
     unreachable_why = ""
     for alloc in job.allocs:
         node = nodes.get(alloc.node_id)
         where = node.name if node else str(alloc.node_id)
+        stopped_serving = (
+            alloc.client_status in (AllocStatus.FAILED, AllocStatus.COMPLETE) or alloc.restarts > 0
+        )
+        if peer_lost is not None and peer_lost[0] != alloc.alloc_id and alloc.desired_run and stopped_serving:
+            return judged(
+                Phase.FAILED,
+                f"{peer_lost[1]}: group {alloc.group} on {where} stopped serving without it",
+                lost=True,
+            )
         if alloc.client_status is AllocStatus.FAILED:
             return judged(Phase.FAILED, f"group {alloc.group} failed on {where}{_failure_words(alloc)}")
         if alloc.client_status is AllocStatus.COMPLETE and alloc.desired_run:
@@ -93,7 +106,8 @@ def assess(
                     unreachable_until, unreachable_why = lost_at, f"node {where} {what}"
                 continue
             if alloc.client_status is AllocStatus.LOST:
-                return judged(Phase.FAILED, f"group {alloc.group} was lost on {where}")
+                # Nomad marks allocations lost only with their node.
+                return judged(Phase.FAILED, f"group {alloc.group} was lost on {where}", lost=True)
         if multi and alloc.restarts > 0 and alloc.desired_run:
             return judged(
                 Phase.FAILED,
@@ -165,6 +179,26 @@ def _current_allocs(job: ObservedJob) -> dict[str, ObservedAlloc]:
         if best is None or alloc.created_at > best.created_at:
             out[alloc.group] = alloc
     return out
+
+
+def _peer_trouble(
+    job: ObservedJob,
+    nodes: Mapping[NodeId, ObservedNode],
+    node_down_since: Mapping[NodeId, float],
+    now: float,
+    settings: PlanningSettings,
+) -> tuple[str, str] | None:
+    """(allocation id, what) of the first live allocation of ``job`` whose node is in trouble."""
+    for alloc in job.allocs:
+        if not alloc.desired_run or (
+            alloc.client_status.terminal and alloc.client_status is not AllocStatus.LOST
+        ):
+            continue
+        node = nodes.get(alloc.node_id)
+        trouble = _node_trouble(node, alloc, node_down_since, now, settings)
+        if trouble is not None:
+            return alloc.alloc_id, f"node {node.name if node else alloc.node_id} {trouble[1]}"
+    return None
 
 
 def _node_trouble(
