@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from llmgw.flags import parse_bool
+
 DEFAULT_NOMAD_ADDR = "http://127.0.0.1:4646"
 
 
@@ -23,12 +25,10 @@ class SettingsError(ValueError):
 
 
 def _truthy(name: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "t", "yes", "y", "on"):
-        return True
-    if lowered in ("0", "false", "f", "no", "n", "off", ""):
-        return False
-    raise SettingsError(f"{name}={value!r} is not a boolean (use true or false)")
+    try:
+        return parse_bool(value)
+    except ValueError:
+        raise SettingsError(f"{name}={value!r} is not a boolean (use true or false)") from None
 
 
 @dataclass(frozen=True, slots=True)

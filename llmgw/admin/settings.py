@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from llmgw.flags import Flag, add_flags, parse_bool, read_flags
 
 ENV_PREFIX = "LLMGW_ADMIN_"
 TOKEN_ENV = "LLMGW_ADMIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
@@ -94,17 +96,7 @@ class AdminSettings:
         """A flag wins over its ``LLMGW_ADMIN_*`` variable, which wins over the default.
         Raises AdminSettingsError naming every unusable value (not the policy checks:
         ``check_settings`` says whether the result may run)."""
-        given = vars(namespace) if namespace is not None else {}
-        values: dict[str, Any] = {}
-        problems: list[str] = []
-        for spec in _FLAGS:
-            if given.get(spec.namespace_dest) is not None:
-                values[spec.dest] = given[spec.namespace_dest]
-            elif environ.get(spec.env_name, "") != "":
-                try:
-                    values[spec.dest] = spec.parse(environ[spec.env_name])
-                except ValueError as exc:
-                    problems.append(f"{spec.env_name}={environ[spec.env_name]!r}: {exc}")
+        values, problems = read_flags(_FLAGS, environ, namespace)
         token = environ.get(TOKEN_ENV, "")
         if token.strip() != token:
             problems.append(f"{TOKEN_ENV} has leading or trailing spaces; remove them")
@@ -178,74 +170,49 @@ def check_settings(settings: AdminSettings) -> SettingsCheck:
 # --- flags ----------------------------------------------------------------------------------------
 
 
-def _parse_bool(raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, got {raw!r}")
-
-
 def _parse_hosts(raw: str) -> tuple[str, ...]:
     return tuple(part.strip().lower() for part in raw.split(",") if part.strip())
 
 
-@dataclass(frozen=True, slots=True)
-class _Flag:
-    dest: str
-    parse: Any
-    help: str
-    is_switch: bool = False
-
-    @property
-    def flag(self) -> str:
-        return "--admin-" + self.dest.replace("_", "-")
-
-    @property
-    def namespace_dest(self) -> str:
-        # Prefixed: the admin flags share a parser with the control plane's own --host/--port.
-        return "admin_" + self.dest
-
-    @property
-    def env_name(self) -> str:
-        return ENV_PREFIX + self.dest.upper()
+def _flag(field: str, parse: Callable[[str], Any], help: str, *, is_switch: bool = False) -> Flag:
+    # Prefixed flags and destinations: the admin flags share a parser with the
+    # control plane's and the router's own --host and --port.
+    return Flag(
+        field=field,
+        flag="--admin-" + field.replace("_", "-"),
+        env=ENV_PREFIX + field.upper(),
+        parse=parse,
+        help=help,
+        is_switch=is_switch,
+        dest="admin_" + field,
+    )
 
 
-_FLAGS: tuple[_Flag, ...] = (
-    _Flag("host", str, "address the admin API listens on (beyond loopback needs a token and TLS)"),
-    _Flag("port", int, "port of the admin API (0: any free port)"),
-    _Flag("credential_name", str, "who the token stands for in the catalog's audit trail"),
-    _Flag("tls_cert", str, "PEM certificate (chain) file: serve the admin API over TLS"),
-    _Flag("tls_key", str, "PEM private key file of --admin-tls-cert"),
-    _Flag(
+_FLAGS: tuple[Flag, ...] = (
+    _flag("host", str, "address the admin API listens on (beyond loopback needs a token and TLS)"),
+    _flag("port", int, "port of the admin API (0: any free port)"),
+    _flag("credential_name", str, "who the token stands for in the catalog's audit trail"),
+    _flag("tls_cert", str, "PEM certificate (chain) file: serve the admin API over TLS"),
+    _flag("tls_key", str, "PEM private key file of --admin-tls-cert"),
+    _flag(
         "insecure_plaintext_beyond_loopback",
-        _parse_bool,
+        parse_bool,
         "serve without TLS on a non-loopback address; the token crosses the network in clear text",
         is_switch=True,
     ),
-    _Flag("allowed_hosts", _parse_hosts, "comma-separated host names accepted in Host (e.g. the cert's)"),
-    _Flag("max_body_bytes", int, "largest request body, bytes"),
-    _Flag("history_limit", int, "catalog versions the history shows by default"),
-    _Flag("apply_attempts", int, "tries of an apply without If-Match that lost a race"),
-    _Flag("preview_concurrency", int, "catalog previews computed at once"),
-    _Flag("keepalive_timeout", float, "seconds an idle connection is kept"),
-    _Flag("shutdown_timeout", float, "seconds requests in flight get on stop"),
+    _flag("allowed_hosts", _parse_hosts, "comma-separated host names accepted in Host (e.g. the cert's)"),
+    _flag("max_body_bytes", int, "largest request body, bytes"),
+    _flag("history_limit", int, "catalog versions the history shows by default"),
+    _flag("apply_attempts", int, "tries of an apply without If-Match that lost a race"),
+    _flag("preview_concurrency", int, "catalog previews computed at once"),
+    _flag("keepalive_timeout", float, "seconds an idle connection is kept"),
+    _flag("shutdown_timeout", float, "seconds requests in flight get on stop"),
 )
 
 
 def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
     """The admin listener's flags (the token is read from LLMGW_ADMIN_TOKEN only)."""
-    defaults = AdminSettings()
-    for spec in _FLAGS:
-        default = getattr(defaults, spec.dest)
-        help_text = f"{spec.help} (default {default!s}; env {spec.env_name})"
-        if spec.is_switch:
-            parser.add_argument(
-                spec.flag, dest=spec.namespace_dest, action="store_const", const=True, help=help_text
-            )
-        else:
-            parser.add_argument(spec.flag, dest=spec.namespace_dest, type=spec.parse, help=help_text)
+    add_flags(parser, _FLAGS, {f.name: getattr(AdminSettings(), f.name) for f in fields(AdminSettings)})
 
 
 def with_changes(settings: AdminSettings, **changes: Any) -> AdminSettings:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from llmgw.flags import Flag, add_flags, parse_bool, read_flags
+
 ENV_PREFIX = "LLMGW_ROUTER_"
 
 
@@ -145,17 +147,7 @@ class RouterSettings:
         cls, environ: Mapping[str, str], namespace: argparse.Namespace | None = None
     ) -> RouterSettings:
         """A flag wins over its ``LLMGW_ROUTER_*`` variable, which wins over the default."""
-        values: dict[str, Any] = {}
-        problems: list[str] = []
-        given = vars(namespace) if namespace is not None else {}
-        for spec in _FLAGS:
-            if spec.dest in given:
-                values[spec.dest] = given[spec.dest]
-            elif spec.env_name in environ:
-                try:
-                    values[spec.dest] = spec.parse(environ[spec.env_name])
-                except ValueError as exc:
-                    problems.append(f"{spec.env_name}={environ[spec.env_name]!r}: {exc}")
+        values, problems = read_flags(_FLAGS, environ, namespace)
         if problems:
             raise RouterSettingsError("; ".join(problems))
         settings = cls(**values)
@@ -174,41 +166,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _parse_bool(raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected a boolean (true/false/1/0), got {raw!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Flag:
-    flag: str
-    dest: str
-    parse: Callable[[str], Any]
-    help: str
-    default: Any
-    is_switch: bool
-
-    @property
-    def env_name(self) -> str:
-        return ENV_PREFIX + self.dest.upper()
-
-
-def _flag_table() -> tuple[_Flag, ...]:
+def _flag_table() -> tuple[Flag, ...]:
+    """One flag per settings field, its help from the field's metadata."""
+    parsers: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "bool": parse_bool}
     table = []
-    parsers: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "bool": _parse_bool}
     for spec in fields(RouterSettings):
         kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
         table.append(
-            _Flag(
+            Flag(
+                field=spec.name,
                 flag="--" + spec.name.replace("_", "-"),
-                dest=spec.name,
+                env=ENV_PREFIX + spec.name.upper(),
                 parse=parsers[kind],
                 help=spec.metadata["help"],
-                default=spec.default,
                 is_switch=kind == "bool",
             )
         )
@@ -220,21 +190,7 @@ _FLAGS = _flag_table()
 
 def add_router_arguments(parser: argparse.ArgumentParser) -> None:
     """Every setting as a flag; absent flags stay absent so env and defaults apply."""
-    for spec in _FLAGS:
-        help_text = f"{spec.help} (default {spec.default!s}; env {spec.env_name})"
-        if spec.is_switch:
-            parser.add_argument(
-                spec.flag,
-                dest=spec.dest,
-                action="store_const",
-                const=True,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        else:
-            parser.add_argument(
-                spec.flag, dest=spec.dest, type=spec.parse, default=argparse.SUPPRESS, help=help_text
-            )
+    add_flags(parser, _FLAGS, {spec.name: spec.default for spec in fields(RouterSettings)})
 
 
 def validate(settings: RouterSettings) -> list[str]:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from llmgw.flags import Flag, add_flags, parse_bool, read_flags
+
 ENV_PREFIX = "LLMGW_SIM_"
 
 
@@ -105,107 +107,80 @@ class SimSettings:
         return self.rank == 0
 
 
-def _parse_bool(raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected a boolean (true/false/1/0), got {raw!r}")
-
-
 def _optional_int(raw: str) -> int | None:
     return None if raw.strip().lower() in ("", "none") else int(raw)
 
 
-@dataclass(frozen=True)
-class _Flag:
-    """One command-line flag, its env twin and the settings field it fills."""
+def _flag(
+    flag: str,
+    field: str,
+    parse: Callable[[str], Any],
+    help: str,
+    *,
+    is_switch: bool = False,
+    is_fault: bool = False,
+) -> Flag:
+    spec = Flag(field, flag, ENV_PREFIX + field.upper(), parse, help, is_switch)
+    if is_fault:
+        _FAULT_FIELDS.add(field)
+    return spec
 
-    flag: str
-    dest: str
-    parse: Callable[[str], Any]
-    help: str
-    is_switch: bool = False
-    is_fault: bool = False
 
-    @property
-    def env_name(self) -> str:
-        return ENV_PREFIX + self.dest.upper()
+_FAULT_FIELDS: set[str] = set()
 
-
-_FLAGS: tuple[_Flag, ...] = (
-    _Flag("--host", "host", str, "address to listen on"),
-    _Flag("--port", "port", int, "port to listen on (0: any free port, printed on stdout)"),
-    _Flag("--model", "model", str, "weights path or HF id to pretend to load (only logged)"),
-    _Flag("--served-model-name", "served_model_name", str, "model name clients must send"),
-    _Flag("--token-rate", "token_rate", float, "tokens per second per sequence"),
-    _Flag("--default-max-tokens", "default_max_tokens", int, "max_tokens when a request gives none"),
-    _Flag("--max-model-len", "max_model_len", int, "prompt + completion token limit"),
-    _Flag("--max-num-seqs", "max_num_seqs", int, "sequences decoded at once; more wait"),
-    _Flag("--embedding-dim", "embedding_dim", int, "dimension of embedding vectors"),
-    _Flag("--load-time", "load_time", float, "seconds of simulated weight loading"),
-    _Flag("--shutdown-timeout", "shutdown_timeout", float, "seconds in-flight requests get on shutdown"),
-    _Flag("--access-log", "access_log", _parse_bool, "log every request", is_switch=True),
-    _Flag("--log-level", "log_level", str, "DEBUG, INFO, WARNING or ERROR"),
-    _Flag("--rank", "rank", int, "rank of this process in its replica (0 is the head)"),
-    _Flag("--world-size", "world_size", int, "number of ranks in the replica"),
-    _Flag("--head", "head", str, "HOST:PORT of the head (rank 0), for workers"),
-    _Flag("--head-file", "head_file", Path, "file holding the head's HOST:PORT (polled; may start empty)"),
-    _Flag("--join-timeout", "join_timeout", float, "seconds for the replica to assemble"),
-    _Flag("--heartbeat-interval", "heartbeat_interval", float, "seconds between head heartbeats"),
-    _Flag("--heartbeat-timeout", "heartbeat_timeout", float, "seconds of head silence a worker tolerates"),
-    _Flag(
+_FLAGS: tuple[Flag, ...] = (
+    _flag("--host", "host", str, "address to listen on"),
+    _flag("--port", "port", int, "port to listen on (0: any free port, printed on stdout)"),
+    _flag("--model", "model", str, "weights path or HF id to pretend to load (only logged)"),
+    _flag("--served-model-name", "served_model_name", str, "model name clients must send"),
+    _flag("--token-rate", "token_rate", float, "tokens per second per sequence"),
+    _flag("--default-max-tokens", "default_max_tokens", int, "max_tokens when a request gives none"),
+    _flag("--max-model-len", "max_model_len", int, "prompt + completion token limit"),
+    _flag("--max-num-seqs", "max_num_seqs", int, "sequences decoded at once; more wait"),
+    _flag("--embedding-dim", "embedding_dim", int, "dimension of embedding vectors"),
+    _flag("--load-time", "load_time", float, "seconds of simulated weight loading"),
+    _flag("--shutdown-timeout", "shutdown_timeout", float, "seconds in-flight requests get on shutdown"),
+    _flag("--access-log", "access_log", parse_bool, "log every request", is_switch=True),
+    _flag("--log-level", "log_level", str, "DEBUG, INFO, WARNING or ERROR"),
+    _flag("--rank", "rank", int, "rank of this process in its replica (0 is the head)"),
+    _flag("--world-size", "world_size", int, "number of ranks in the replica"),
+    _flag("--head", "head", str, "HOST:PORT of the head (rank 0), for workers"),
+    _flag("--head-file", "head_file", Path, "file holding the head's HOST:PORT (polled; may start empty)"),
+    _flag("--join-timeout", "join_timeout", float, "seconds for the replica to assemble"),
+    _flag("--heartbeat-interval", "heartbeat_interval", float, "seconds between head heartbeats"),
+    _flag("--heartbeat-timeout", "heartbeat_timeout", float, "seconds of head silence a worker tolerates"),
+    _flag(
         "--crash-after-requests",
         "crash_after_requests",
         _optional_int,
         "fault: exit non-zero when request N+1 arrives",
         is_fault=True,
     ),
-    _Flag(
-        "--hang", "hang", _parse_bool, "fault: never answer the API or /health", is_switch=True, is_fault=True
+    _flag(
+        "--hang", "hang", parse_bool, "fault: never answer the API or /health", is_switch=True, is_fault=True
     ),
-    _Flag("--fail-rate", "fail_rate", float, "fault: fraction of requests that fail", is_fault=True),
-    _Flag(
+    _flag("--fail-rate", "fail_rate", float, "fault: fraction of requests that fail", is_fault=True),
+    _flag(
         "--fail-status",
         "fail_status",
         lambda raw: FailStatus(int(raw)),
         "fault: status of failed requests (500 or 503)",
         is_fault=True,
     ),
-    _Flag(
+    _flag(
         "--first-token-delay",
         "first_token_delay",
         float,
         "fault: extra seconds before the first token",
         is_fault=True,
     ),
-    _Flag("--fault-seed", "fault_seed", int, "seed of the fail-rate draw", is_fault=True),
+    _flag("--fault-seed", "fault_seed", int, "seed of the fail-rate draw", is_fault=True),
 )
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every sim flag to `parser`; absent flags stay absent so env and defaults can apply."""
-    defaults = {**vars(SimSettings()), **vars(FaultSettings())}
-    for spec in _FLAGS:
-        default = defaults[spec.dest]
-        if isinstance(default, enum.IntEnum):
-            default = int(default)
-        shown = "none" if default is None else str(default)
-        help_text = f"{spec.help} (default {shown}; env {spec.env_name})"
-        if spec.is_switch:
-            parser.add_argument(
-                spec.flag,
-                dest=spec.dest,
-                action="store_const",
-                const=True,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        else:
-            parser.add_argument(
-                spec.flag, dest=spec.dest, type=spec.parse, default=argparse.SUPPRESS, help=help_text
-            )
+    add_flags(parser, _FLAGS, {**vars(SimSettings()), **vars(FaultSettings())})
 
 
 class SettingsError(ValueError):
@@ -214,23 +189,11 @@ class SettingsError(ValueError):
 
 def settings_from_namespace(namespace: argparse.Namespace, environ: Mapping[str, str]) -> SimSettings:
     """Build settings: a flag wins over its ``LLMGW_SIM_*`` variable, which wins over the default."""
-    values: dict[str, Any] = {}
-    fault_values: dict[str, Any] = {}
-    problems: list[str] = []
-    for spec in _FLAGS:
-        if hasattr(namespace, spec.dest):
-            value = getattr(namespace, spec.dest)
-        elif spec.env_name in environ:
-            try:
-                value = spec.parse(environ[spec.env_name])
-            except ValueError as exc:
-                problems.append(f"{spec.env_name}={environ[spec.env_name]!r}: {exc}")
-                continue
-        else:
-            continue
-        (fault_values if spec.is_fault else values)[spec.dest] = value
+    given, problems = read_flags(_FLAGS, environ, namespace)
     if problems:
         raise SettingsError("; ".join(problems))
+    values = {k: v for k, v in given.items() if k not in _FAULT_FIELDS}
+    fault_values = {k: v for k, v in given.items() if k in _FAULT_FIELDS}
     settings = SimSettings(**values, faults=FaultSettings(**fault_values))
     problems = validate(settings)
     if problems:
@@ -303,4 +266,4 @@ def flag_names() -> tuple[str, ...]:
 
 def flag_destinations() -> tuple[tuple[str, str, bool], ...]:
     """(flag, settings field, is a fault field) per flag, so a test can hold the table to the fields."""
-    return tuple((spec.flag, spec.dest, spec.is_fault) for spec in _FLAGS)
+    return tuple((spec.flag, spec.field, spec.field in _FAULT_FIELDS) for spec in _FLAGS)
