@@ -18,8 +18,7 @@ balancing rule (``llmgw.core.routing.choose_endpoint`` does).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Collection, Mapping
 
 from llmgw.core import routing
 from llmgw.core.catalog import Model
@@ -98,16 +97,36 @@ class EndpointBook:
             return None
         return next(e for e in endpoints if e.service_id == key)
 
-    @contextmanager
-    def lease(self, endpoint: Endpoint) -> Iterator[None]:
-        """Count one outstanding request on ``endpoint`` for the duration of the block."""
+    def lease(self, endpoint: Endpoint) -> Lease:
+        """Count one outstanding request on ``endpoint`` until the lease is closed
+        (``close()`` or the end of a ``with`` block; closing twice counts once)."""
         key = endpoint.service_id
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
-        try:
-            yield
-        finally:
-            remaining = self._in_flight[key] - 1
-            if remaining:
-                self._in_flight[key] = remaining
-            else:
-                del self._in_flight[key]
+        return Lease(self._in_flight, key)
+
+
+class Lease:
+    """One in-flight slot. A class rather than a generator context manager: it is
+    taken and released on every request."""
+
+    __slots__ = ("_in_flight", "_key")
+
+    def __init__(self, in_flight: dict[str, int], key: str) -> None:
+        self._in_flight: dict[str, int] | None = in_flight
+        self._key = key
+
+    def close(self) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return
+        remaining = in_flight[self._key] - 1
+        if remaining:
+            in_flight[self._key] = remaining
+        else:
+            del in_flight[self._key]
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

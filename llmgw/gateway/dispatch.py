@@ -25,7 +25,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -34,7 +33,7 @@ from llmgw.core import routing
 from llmgw.core.catalog import Catalog
 from llmgw.core.records import Endpoint
 from llmgw.gateway import errors
-from llmgw.gateway.book import EndpointBook
+from llmgw.gateway.book import EndpointBook, Lease
 from llmgw.gateway.calls import API_PATHS, ApiCall
 from llmgw.gateway.demand import DemandTracker
 from llmgw.gateway.errors import ApiError
@@ -79,7 +78,7 @@ class _Opened:
     endpoint: Endpoint
     response: EngineResponse
     head: bytes  # a stream's first chunk, or a whole non-streamed body
-    lease: ExitStack
+    lease: Lease
 
 
 @dataclass
@@ -185,7 +184,7 @@ class Dispatcher:
                 else:
                     response = _SseResponse(status=200, headers={**SSE_HEADERS, **headers})
                     await response.prepare(request)
-                self._metrics.ttft.labels(opened.model).observe(loop.time() - started)
+                self._metrics.histogram(self._metrics.ttft, opened.model).observe(loop.time() - started)
                 result = await pump(
                     upstream,
                     response,
@@ -234,9 +233,9 @@ class Dispatcher:
         served.usage = usage
         prompt, completion = token_counts(usage)
         if prompt:
-            self._metrics.tokens.labels(model, "prompt").inc(prompt)
+            self._metrics.counter(self._metrics.tokens, model, "prompt").inc(prompt)
         if completion:
-            self._metrics.tokens.labels(model, "completion").inc(completion)
+            self._metrics.counter(self._metrics.tokens, model, "completion").inc(completion)
         on_usage(usage)
 
     async def _stream_failed(
@@ -343,8 +342,7 @@ class Dispatcher:
             same = None
             if endpoint is None:
                 return None
-            lease = ExitStack()
-            lease.enter_context(self._book.lease(endpoint))  # in the same step as the choice
+            lease = self._book.lease(endpoint)  # in the same step as the choice
             route.attempts_total += 1
             attempts_on_model += 1
             try:
@@ -385,7 +383,7 @@ class Dispatcher:
                 lease.close()
                 raise
 
-    async def _attempt(self, route: _Route, model: str, endpoint: Endpoint, lease: ExitStack) -> _Opened:
+    async def _attempt(self, route: _Route, model: str, endpoint: Endpoint, lease: Lease) -> _Opened:
         try:
             async with asyncio.timeout(self._settings.upstream_first_byte_timeout):
                 response = await self._upstream.send(

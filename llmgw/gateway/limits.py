@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from llmgw.gateway import errors
@@ -22,6 +20,26 @@ from llmgw.gateway import errors
 class _Gate:
     running: int = 0
     waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+
+
+class _Admission:
+    """The ``async with`` of ``ModelGates.admit``: a class, not a generator context
+    manager, since every request enters one."""
+
+    __slots__ = ("_gate", "_gates", "_model")
+
+    def __init__(self, gates: ModelGates, model: str) -> None:
+        self._gates = gates
+        self._model = model
+        self._gate: _Gate | None = None
+
+    async def __aenter__(self) -> None:
+        self._gate = await self._gates._enter(self._model)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._gate is not None:
+            gate, self._gate = self._gate, None
+            self._gates._release(self._model, gate)
 
 
 class ModelGates:
@@ -40,8 +58,12 @@ class ModelGates:
         gate = self._gates.get(model)
         return len(gate.waiters) if gate else 0
 
-    @asynccontextmanager
-    async def admit(self, model: str) -> AsyncIterator[None]:
+    def admit(self, model: str) -> _Admission:
+        """``async with gates.admit(model):`` holds one of the model's slots, waiting in
+        the FIFO queue (bounded in length and time) when all are taken."""
+        return _Admission(self, model)
+
+    async def _enter(self, model: str) -> _Gate:
         gate = self._gates.get(model)
         if gate is None:
             gate = self._gates[model] = _Gate()
@@ -49,10 +71,7 @@ class ModelGates:
             gate.running += 1
         else:
             await self._wait(model, gate)
-        try:
-            yield
-        finally:
-            self._release(model, gate)
+        return gate
 
     async def _wait(self, model: str, gate: _Gate) -> None:
         if len(gate.waiters) >= self._queue:

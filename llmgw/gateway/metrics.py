@@ -99,6 +99,8 @@ class _ScrapeTime(Collector):
 class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._counters: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
+        self._histograms: dict[tuple[Histogram, tuple[str, ...]], Histogram] = {}
         r = self.registry
         self.requests = Counter(
             PREFIX + "requests", "Requests answered, by model served, replica and HTTP status",
@@ -154,6 +156,20 @@ class RouterMetrics:
         self.demand_reports = Counter(
             PREFIX + "demand_reports", "Demand reports sent to Consul, by result", ["result"], registry=r
         )
+
+    # prometheus_client's labels() validates, converts and locks on every call; the
+    # per-request metrics look their children up here instead (label sets are few).
+    def counter(self, metric: Counter, *values: str) -> Counter:
+        child = self._counters.get((metric, values))
+        if child is None:
+            child = self._counters[(metric, values)] = metric.labels(*values)
+        return child
+
+    def histogram(self, metric: Histogram, *values: str) -> Histogram:
+        child = self._histograms.get((metric, values))
+        if child is None:
+            child = self._histograms[(metric, values)] = metric.labels(*values)
+        return child
 
     def add_gauges(self, gauges: Gauges) -> None:
         self.registry.register(_ScrapeTime(gauges))

@@ -77,9 +77,9 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     finally:
         if request.path.startswith("/v1/"):
             metrics = context.metrics
-            metrics.requests.labels(served.model, served.replica, str(status)).inc()
+            metrics.counter(metrics.requests, served.model, served.replica, str(status)).inc()
             if served.model:
-                metrics.latency.labels(served.model).observe(loop.time() - started)
+                metrics.histogram(metrics.latency, served.model).observe(loop.time() - started)
             elif status >= 400:
                 metrics.rejections.labels(str(status)).inc()
 

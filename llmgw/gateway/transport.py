@@ -29,12 +29,15 @@ import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 # Decoded body bytes waiting for the reader above which the socket is not read
 # (the engine's writes then block: backpressure reaches the engine).
 HIGH_WATER = 256 * 1024
 # An answer head larger than this is not an engine's (they send a few hundred bytes).
 MAX_HEAD_BYTES = 64 * 1024
+# Request starts (request line and Host) kept; cleared whole past this (engines x paths).
+_CACHED_STARTS = 4096
 # A chunk-size line or trailer line longer than this is not HTTP.
 MAX_LINE_BYTES = 4096
 
@@ -42,7 +45,7 @@ _HEAD_END = b"\r\n\r\n"
 _CRLF = b"\r\n"
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _DIGITS = re.compile(r"[0-9]{1,18}")
-_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?")
+_STATUS_LINE = re.compile(r"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _FIELD_VALUE_BAD = re.compile(r"[\r\n\x00]")
 
@@ -96,7 +99,10 @@ class EnginePool:
         self._all: set[_Connection] = set()
         self._in_use = 0
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
-        self._authorities: dict[tuple[str, int], str] = {}
+        self._starts: dict[
+            tuple[tuple[str, int], str], str
+        ] = {}  # request line and Host, per engine and path
+        self._names: set[str] = set()  # header names already checked
         self._closed = False
 
     # --- the one request --------------------------------------------------------------------------
@@ -126,16 +132,23 @@ class EnginePool:
     def _request_head(
         self, key: tuple[str, int], target: str, headers: Sequence[tuple[str, str]], size: int
     ) -> bytes:
-        authority = self._authorities.get(key)
-        if authority is None:
+        start = self._starts.get((key, target))
+        if start is None:
+            if _FIELD_VALUE_BAD.search(target) or " " in target:
+                raise ValueError(f"request target {target!r} is not sendable")
+            if len(self._starts) >= _CACHED_STARTS:
+                self._starts.clear()
             host, port = key
-            authority = self._authorities[key] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if _FIELD_VALUE_BAD.search(target) or " " in target:
-            raise ValueError(f"request target {target!r} is not sendable")
-        lines = [f"POST {target} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {size}\r\n"]
+            authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            start = self._starts[(key, target)] = f"POST {target} HTTP/1.1\r\nHost: {authority}\r\n"
+        lines = [start, f"Content-Length: {size}\r\n"]
         for name, value in headers:
-            if not _TOKEN.fullmatch(name) or _FIELD_VALUE_BAD.search(value):
-                raise ValueError(f"header {name!r} is not sendable")
+            if name not in self._names:
+                if not _TOKEN.fullmatch(name):
+                    raise ValueError(f"header name {name!r} is not sendable")
+                self._names.add(name)  # names are the caller's constants: checked once
+            if "\r" in value or "\n" in value or "\x00" in value:
+                raise ValueError(f"header {name!r} has a value that is not sendable")
             lines.append(f"{name}: {value}\r\n")
         lines.append("\r\n")
         return "".join(lines).encode("latin-1")
@@ -272,14 +285,16 @@ class _Connection(asyncio.Protocol):
         self._head_waiter: asyncio.Future[EngineResponse] | None = None
         self._response: EngineResponse | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._in_pool = False
+        self._idle_since = 0.0
         self._reading_paused = False
         self.high_water = pool._high_water
 
     # --- asyncio.Protocol ------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport, whatever the loop: uvloop's are not asyncio.Transport subclasses.
+        self._transport = cast(asyncio.Transport, transport)
         self._pool._register(self)
 
     def data_received(self, data: bytes) -> None:
@@ -431,12 +446,28 @@ class _Connection(asyncio.Protocol):
         )
 
     def enter_pool(self, idle_timeout: float) -> None:
-        self._idle_timer = asyncio.get_running_loop().call_later(idle_timeout, self.close)
+        # One lazy timer per connection: taking a connection does not cancel it and
+        # putting it back re-arms it only when none is pending (a timer-heap push and
+        # a cancel per request cost more than the rest of the pooling together).
+        loop = asyncio.get_running_loop()
+        self._in_pool = True
+        self._idle_since = loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = loop.call_at(self._idle_since + idle_timeout, self._check_idle, idle_timeout)
 
     def leave_pool(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self._in_pool = False
+
+    def _check_idle(self, idle_timeout: float) -> None:
+        self._idle_timer = None
+        if not self._in_pool:
+            return  # in use: putting it back arms the timer again
+        due = self._idle_since + idle_timeout
+        loop = asyncio.get_running_loop()
+        if loop.time() >= due:
+            self.close()
+        else:
+            self._idle_timer = loop.call_at(due, self._check_idle, idle_timeout)
 
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
@@ -445,57 +476,55 @@ class _Connection(asyncio.Protocol):
 
 def _parse_head(connection: _Connection, head: bytes) -> EngineResponse | None:
     """The answer for a head (without its blank line), or None for an interim 1xx."""
-    line_end = head.find(_CRLF)
-    status_line = head if line_end < 0 else head[:line_end]
-    match = _STATUS_LINE.fullmatch(status_line)
+    lines = head.decode("latin-1").split("\r\n")
+    match = _STATUS_LINE.fullmatch(lines[0])
     if match is None:
-        raise MalformedAnswer(f"not an HTTP/1.x status line: {status_line[:80]!r}")
+        raise MalformedAnswer(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
     minor, status_text, reason = match.groups()
     status = int(status_text)
     if status < 100:
         raise MalformedAnswer(f"status {status} is not HTTP")
     headers: dict[str, str] = {}
-    if line_end >= 0:
-        for raw in head[line_end + 2 :].split(_CRLF):
-            colon = raw.find(b":")
-            if colon <= 0 or raw[:1] in (b" ", b"\t"):
-                raise MalformedAnswer(f"a malformed header line: {raw[:80]!r}")
-            name = raw[:colon].decode("latin-1").lower()
-            if not _TOKEN.fullmatch(name):
-                raise MalformedAnswer(f"a malformed header name: {raw[:80]!r}")
-            value = raw[colon + 1 :].strip(b" \t").decode("latin-1")
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        # No name, or whitespace in or around it (obsolete folding included): not a field.
+        if not colon or not name or " " in name or "\t" in name:
+            raise MalformedAnswer(f"a malformed header line: {line[:80]!r}")
+        name = name.lower()
+        value = value.strip(" \t")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
     if 100 <= status < 200:
         if status == 101:
             raise MalformedAnswer("the engine switched protocols, which was not asked for")
         return None
-    keep_alive = minor == b"1" and "close" not in headers.get("connection", "").lower()
+    connection_field = headers.get("connection")
+    keep_alive = minor == "1" and (connection_field is None or "close" not in connection_field.lower())
     framing = _NONE
     length = 0
     encoding = headers.get("transfer-encoding")
-    if status in (204, 304):
-        framing = _NONE
+    content_length = headers.get("content-length")
+    if status == 204 or status == 304:
+        pass
     elif encoding is not None:
-        codings = [c.strip().lower() for c in encoding.split(",")]
-        if codings[-1] == "chunked":
+        if encoding.rpartition(",")[2].strip().lower() == "chunked":
             framing = _CHUNKED
         else:
             framing = _UNTIL_CLOSE
             keep_alive = False
-        if "content-length" in headers:  # both: a smuggling shape; trust neither for reuse
+        if content_length is not None:  # both: a smuggling shape; trust neither for reuse
             keep_alive = False
-    elif "content-length" in headers:
-        values = {v.strip() for v in headers["content-length"].split(",")}
-        if len(values) != 1 or not _DIGITS.fullmatch(next(iter(values))):
+    elif content_length is not None:
+        if "," in content_length:  # a repeated field: fine only if every copy agrees
+            values = {v.strip() for v in content_length.split(",")}
+            content_length = values.pop() if len(values) == 1 else ""
+        if not _DIGITS.fullmatch(content_length):
             raise MalformedAnswer(f"a malformed Content-Length: {headers['content-length']!r}")
-        length = int(next(iter(values)))
+        length = int(content_length)
         framing = _LENGTH if length else _NONE
     else:
         framing = _UNTIL_CLOSE
         keep_alive = False
-    return EngineResponse(
-        connection, status, (reason or b"").decode("latin-1"), headers, framing, length, keep_alive
-    )
+    return EngineResponse(connection, status, reason or "", headers, framing, length, keep_alive)
 
 
 class EngineResponse:
@@ -640,51 +669,78 @@ class EngineResponse:
         if self._pending:
             data = self._pending + data
             self._pending = b""
+        parts = self._parts
+        received = 0
         pos = 0
         size = len(data)
-        while pos < size:
-            state = self._chunk_state
-            if state == _DATA:
-                take = min(self._remaining, size - pos)
-                self._push(
-                    data if take == size else data[pos : pos + take]
-                )  # take == size: pos is 0, no copy
-                pos += take
-                self._remaining -= take
-                if self._remaining == 0:
-                    self._chunk_state = _DATA_END
-            elif state == _DATA_END:
-                if size - pos < 2:
-                    self._pending = data[pos:]
-                    return
-                if data[pos : pos + 2] != _CRLF:
-                    self._break("a chunk did not end with CRLF")
-                    return
-                pos += 2
-                self._chunk_state = _SIZE
-            else:  # a size line or a trailer line
-                end = data.find(_CRLF, pos)
-                if end < 0:
-                    if size - pos > MAX_LINE_BYTES:
-                        self._break("a chunk-size or trailer line is too long")
-                        return
-                    self._pending = data[pos:]
-                    return
-                line = data[pos:end]
-                pos = end + 2
+        try:
+            while pos < size:
+                state = self._chunk_state
                 if state == _SIZE:
-                    digits = line.split(b";", 1)[0].strip(b" \t")
+                    end = data.find(_CRLF, pos)
+                    if end < 0:
+                        self._keep_partial_line(data, pos)
+                        return
+                    digits = data[pos:end]
+                    if b";" in digits:  # chunk extensions: ignored
+                        digits = digits.partition(b";")[0]
+                    digits = digits.strip(b" \t")
                     if not _HEX.fullmatch(digits):
-                        self._break(f"a malformed chunk size: {line[:40]!r}")
+                        self._break(f"a malformed chunk size: {data[pos:end][:40]!r}")
                         return
                     chunk = int(digits, 16)
-                    if chunk:
-                        self._remaining = chunk
-                        self._chunk_state = _DATA
-                    else:
+                    pos = end + 2
+                    if not chunk:
                         self._chunk_state = _TRAILER
-                elif not line:  # the blank line after the last chunk (and any trailers)
-                    self._finish_body()
-                    if pos < size:
-                        self._keep_alive = False
-                    return
+                        continue
+                    stop = pos + chunk
+                    if stop + 2 <= size:  # the whole chunk and its CRLF are here: the usual case
+                        if data[stop : stop + 2] != _CRLF:
+                            self._break("a chunk did not end with CRLF")
+                            return
+                        parts.append(data[pos:stop])
+                        received += chunk
+                        pos = stop + 2
+                        continue
+                    self._remaining = chunk
+                    self._chunk_state = _DATA
+                elif state == _DATA:
+                    take = min(self._remaining, size - pos)
+                    parts.append(data if take == size else data[pos : pos + take])  # == size: no copy
+                    received += take
+                    pos += take
+                    self._remaining -= take
+                    if self._remaining == 0:
+                        self._chunk_state = _DATA_END
+                elif state == _DATA_END:
+                    if size - pos < 2:
+                        self._pending = data[pos:]
+                        return
+                    if data[pos : pos + 2] != _CRLF:
+                        self._break("a chunk did not end with CRLF")
+                        return
+                    pos += 2
+                    self._chunk_state = _SIZE
+                else:  # a trailer line, or the blank line that ends the body
+                    end = data.find(_CRLF, pos)
+                    if end < 0:
+                        self._keep_partial_line(data, pos)
+                        return
+                    blank = end == pos
+                    pos = end + 2
+                    if blank:
+                        self._finish_body()
+                        if pos < size:
+                            self._keep_alive = False
+                        return
+        finally:
+            if received:
+                self._buffered += received
+                if self._buffered >= self._high_water and self._connection is not None:
+                    self._connection.pause_reading()
+
+    def _keep_partial_line(self, data: bytes, pos: int) -> None:
+        if len(data) - pos > MAX_LINE_BYTES:
+            self._break("a chunk-size or trailer line is too long")
+        else:
+            self._pending = data[pos:]

@@ -554,3 +554,28 @@ async def test_through_the_router_the_engine_gets_the_clients_bytes_unless_they_
         assert json.loads(received[2]) == json.loads(as_sent)  # the credential is gone
         assert b"sk-secret" not in received[2]
         assert engine.connections == 1  # and all three went over one kept-alive connection
+
+
+def test_the_client_runs_on_uvloop_too() -> None:
+    """uvloop's transports are not asyncio.Transport subclasses (bench/router_proxy.py
+    can run the router on uvloop)."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, engine: RawEngine) -> None:
+        while True:
+            await engine.request(reader)
+            writer.write(_sse_answer([CHUNK]) + b"0\r\n\r\n")
+
+    async def exchange() -> None:
+        async with RawEngine(script) as engine:
+            engines = pool()
+            try:
+                for _ in range(2):
+                    response = await engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}")
+                    assert await read_all(response) == CHUNK
+                    response.release()
+                assert engine.connections == 1
+            finally:
+                await engines.close()
+
+    uvloop.run(exchange())
