@@ -188,6 +188,7 @@ class Dispatcher:
                 result = await pump(
                     upstream,
                     response,
+                    request.transport,
                     opened.head,
                     self._settings,
                     strip_usage=force_usage and not call.include_usage,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -558,6 +558,8 @@ class EngineResponse:
         self._chunk_state = _SIZE
         self._pending = b""  # a partial chunk-size or trailer line
         self._high_water = connection.high_water
+        self._sink: Callable[[bytes], None] | None = None
+        self._on_end: Callable[[bytes, BodyBroken | None], None] | None = None
 
     # --- the reader's side ------------------------------------------------------------------------
 
@@ -592,6 +594,29 @@ class EngineResponse:
             raise self._error
         return b""
 
+    def relay(
+        self, sink: Callable[[bytes], None], on_end: Callable[[bytes, BodyBroken | None], None]
+    ) -> None:
+        """From now on hand the body to ``sink`` as it arrives, from the connection's
+        callback (no task wakes up per chunk), instead of keeping it for ``read``;
+        what was kept goes first. ``on_end(last, error)`` is called once at the end,
+        with the bytes that came together with the end (so they can go out with it),
+        and ``error`` when the body broke off. The sink must not close the response;
+        it may ``pause_reading`` it (its consumer is slow) and ``resume_reading`` later."""
+        self._sink = sink
+        self._on_end = on_end
+        if self._parts or self._complete or self._error is not None:
+            self._deliver()
+
+    def pause_reading(self) -> None:
+        """Stop reading the engine's socket (the engine's writes then block)."""
+        if self._connection is not None:
+            self._connection.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._connection is not None:
+            self._connection.resume_reading()
+
     def release(self) -> None:
         """Done, body read whole: keep the connection for the next request (or close it
         when it cannot be reused). Idempotent, and a no-op after ``close``."""
@@ -611,14 +636,31 @@ class EngineResponse:
     # --- the connection's side --------------------------------------------------------------------
 
     def _wake(self) -> None:
+        if self._sink is not None:
+            self._deliver()
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _deliver(self) -> None:
+        parts = self._parts
+        data = b"" if not parts else parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        self._buffered = 0
+        if self._complete or self._error is not None:
+            on_end, self._on_end = self._on_end, None
+            self._sink = None
+            if on_end is not None:
+                on_end(data, None if self._complete else self._error)
+        elif data:
+            assert self._sink is not None
+            self._sink(data)
+
     def _push(self, data: bytes) -> None:
         self._parts.append(data)
         self._buffered += len(data)
-        if self._buffered >= self._high_water and self._connection is not None:
+        if self._buffered >= self._high_water and self._sink is None and self._connection is not None:
             self._connection.pause_reading()
 
     def _finish_body(self) -> None:
@@ -736,7 +778,7 @@ class EngineResponse:
         finally:
             if received:
                 self._buffered += received
-                if self._buffered >= self._high_water and self._connection is not None:
+                if self._buffered >= self._high_water and self._sink is None and self._connection is not None:
                     self._connection.pause_reading()
 
     def _keep_partial_line(self, data: bytes, pos: int) -> None:

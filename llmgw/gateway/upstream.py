@@ -1,17 +1,20 @@
 """HTTP to the engines: one connection pool, one attempt at a time, and the pump
-that moves a streamed answer to the client chunk by chunk.
+that moves a streamed answer to the client.
 
 Owns: the engine pool (``transport.EnginePool``: no connection cap by default,
 the per-model gates limit concurrency), the classification of a failed attempt
 into a ``routing.Failure``, the reading of an answer's first chunk or whole body
-under the first-byte timeout, and the ``pump`` loop with its two idle timeouts
-(upstream silent, client not reading).
+under the first-byte timeout, and ``pump`` with its two idle timeouts (upstream
+silent, client not reading).
 
-The pump does not parse events: it passes chunks through as they come (``write``
-waits when the client's socket buffer is full, which is the backpressure), and
-keeps the last few KiB to find the ``usage`` event at the end. Only when the
-router asked for usage on the client's behalf does it look into chunks, with a
-substring test, to take that one event out again.
+The pump sends the first chunk through aiohttp (the response head goes with it),
+then relays: each chunk the engine sends is written to the client's socket from
+the engine connection's callback (``_Relay``), with no task woken per chunk. It
+does not parse events: it passes chunks through as they come, stops reading the
+engine while the client's socket buffer is full (backpressure), and keeps the
+last few KiB to find the ``usage`` event at the end. Only when the router asked
+for usage on the client's behalf does it look into chunks, with a substring
+test, to take that one event out again.
 
 Must not: choose endpoints, retry (the dispatcher decides, from ``routing``), or
 build client-facing errors beyond the in-stream error event.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -41,6 +45,12 @@ from llmgw.gateway.transport import (
 
 # Bytes of the end of a stream kept to find its usage event (about 300 bytes).
 TAIL_BYTES = 4096
+# Unsent bytes to a client above which the engine's socket is no longer read (as
+# aiohttp's own write drains past 64 KiB), and below which it is read again.
+CLIENT_HIGH_WATER = 64 * 1024
+CLIENT_LOW_WATER = 16 * 1024
+# How often a paused stream looks whether its client has taken its bytes.
+DRAIN_POLL = 0.005
 _USAGE_OBJECT = (b'"usage":{', b'"usage": {')
 _JSON = "application/json"
 
@@ -205,9 +215,98 @@ class _Watchdog:
         self._handle.cancel()
 
 
+class _Relay:
+    """The stream after its first chunk: the engine's bytes go to the client's socket
+    from the engine connection's callback, as they are decoded. Per chunk that is
+    one loop callback instead of two (the callback, then a task step through the
+    handler's chain of awaits): about 20 us less CPU per chunk on a 2-core VM, and
+    the loop free sooner for the next request's first byte.
+
+    It writes to the client's transport itself, with the response's framing
+    (HTTP/1.1 chunked, or raw for HTTP/1.0), after aiohttp sent the head with the
+    first chunk; aiohttp writes the end (``write_eof``). Backpressure: over
+    ``CLIENT_HIGH_WATER`` unsent bytes the engine's socket is not read, until the
+    client's buffer is down to ``CLIENT_LOW_WATER`` (polled, since aiohttp keeps the
+    drain signal to itself); the watchdog bounds that wait."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        transport: asyncio.Transport,
+        chunked: bool,
+        keep: Callable[[bytes], bytes],
+        response: EngineResponse,
+        watchdog: _Watchdog,
+        settings: RouterSettings,
+    ) -> None:
+        self._loop = loop
+        self._transport = transport
+        self._chunked = chunked
+        self._keep = keep
+        self._response = response
+        self._watchdog = watchdog
+        self._read_idle = settings.upstream_idle_timeout
+        self._write_idle = settings.client_write_timeout
+        self._poll: asyncio.TimerHandle | None = None
+        # (how it ended, the last bytes to send with the end, a detail)
+        self.done: asyncio.Future[tuple[PumpEnd, bytes, str]] = loop.create_future()
+
+    def feed(self, data: bytes) -> None:
+        if self.done.done():
+            return
+        data = self._keep(data)
+        if data:  # an empty chunk would read as the end of the stream
+            transport = self._transport
+            if transport.is_closing():
+                self._end(PumpEnd.CLIENT_GONE, b"", "the client closed its connection")
+                return
+            transport.write(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data)
+            if self._poll is not None:
+                return  # already waiting for the client (bytes that were in flight)
+            if transport.get_write_buffer_size() > CLIENT_HIGH_WATER:
+                self._response.pause_reading()
+                self._watchdog.reading = False
+                self._watchdog.deadline = self._loop.time() + self._write_idle
+                self._poll = self._loop.call_later(DRAIN_POLL, self._drained)
+                return
+        if self._poll is None:
+            self._watchdog.deadline = self._loop.time() + self._read_idle
+
+    def end(self, last: bytes, error: BodyBroken | None) -> None:
+        if error is not None:
+            if last:
+                self.feed(last)  # what arrived before the break still reaches the client
+            self._end(PumpEnd.UPSTREAM_BROKEN, b"", str(error))
+        else:
+            self._end(PumpEnd.COMPLETE, self._keep(last) if last else b"", "")
+
+    def _drained(self) -> None:
+        self._poll = None
+        if self.done.done():
+            return
+        if self._transport.is_closing():
+            self._end(PumpEnd.CLIENT_GONE, b"", "the client closed its connection")
+        elif self._transport.get_write_buffer_size() > CLIENT_LOW_WATER:
+            self._poll = self._loop.call_later(DRAIN_POLL, self._drained)
+        else:
+            self._watchdog.reading = True
+            self._watchdog.deadline = self._loop.time() + self._read_idle
+            self._response.resume_reading()
+
+    def _end(self, end: PumpEnd, last: bytes, detail: str) -> None:
+        if not self.done.done():
+            self.done.set_result((end, last, detail))
+
+    def close(self) -> None:
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
+
+
 async def pump(
     response: EngineResponse,
     client: web.StreamResponse,
+    transport: asyncio.Transport | None,
     first: bytes,
     settings: RouterSettings,
     *,
@@ -215,58 +314,72 @@ async def pump(
 ) -> StreamResult:
     """Copy the engine's stream to the client until it ends (the client's stream is
     then ended too), either side fails, or one of the idle timeouts fires. Never
-    raises for those: the caller reports them."""
+    raises for those: the caller reports them. ``client`` is prepared and not
+    compressed; ``transport`` is its request's (None: the client already left)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-    read_idle = settings.upstream_idle_timeout
-    write_idle = settings.client_write_timeout
     stripper = _UsageStripper() if strip_usage else None
     tail: deque[bytes] = deque()
     tail_size = 0
-    chunk = first
-    watchdog = _Watchdog(loop, task, loop.time() + write_idle, min(read_idle, write_idle))
+
+    def keep(chunk: bytes) -> bytes:
+        nonlocal tail_size
+        if stripper is not None:
+            return stripper.filter(chunk)
+        tail.append(chunk)
+        tail_size += len(chunk)
+        while tail_size - len(tail[0]) >= TAIL_BYTES:
+            tail_size -= len(tail.popleft())
+        return chunk
+
+    watchdog = _Watchdog(
+        loop,
+        task,
+        loop.time() + settings.client_write_timeout,
+        min(settings.upstream_idle_timeout, settings.client_write_timeout),
+    )
+    relay: _Relay | None = None
     try:
-        while True:
-            if stripper is not None:
-                chunk = stripper.filter(chunk)
-            else:
-                tail.append(chunk)
-                tail_size += len(chunk)
-                while tail_size - len(tail[0]) >= TAIL_BYTES:
-                    tail_size -= len(tail.popleft())
-            last = response.at_eof()
-            watchdog.reading = False
-            watchdog.deadline = loop.time() + write_idle
-            try:
-                if last:  # the end is known: the data and the end of the stream in one send
-                    await client.write_eof(chunk)
-                    break
-                await client.write(chunk)
-            except (ConnectionError, RuntimeError) as exc:
-                # aiohttp raises ClientConnectionResetError (a ConnectionResetError) on a
-                # closed transport, RuntimeError if the connection is already gone.
-                return StreamResult(PumpEnd.CLIENT_GONE, None, str(exc))
-            watchdog.reading = True
-            watchdog.deadline = loop.time() + read_idle
-            try:
-                chunk = await response.read()
-            except BodyBroken as exc:
-                return StreamResult(PumpEnd.UPSTREAM_BROKEN, None, str(exc) or type(exc).__name__)
-            if not chunk:
-                try:
-                    await client.write_eof()
-                except (ConnectionError, RuntimeError) as exc:
-                    return StreamResult(PumpEnd.CLIENT_GONE, None, str(exc))
-                break
+        chunk = keep(first)
+        try:
+            if response.at_eof():  # the end is known: the data and the end of the stream in one send
+                await client.write_eof(chunk)
+                return StreamResult(PumpEnd.COMPLETE, _usage(stripper, tail))
+            await client.write(chunk)  # through aiohttp: the head goes out with it
+        except (ConnectionError, RuntimeError) as exc:
+            # aiohttp raises ClientConnectionResetError (a ConnectionResetError) on a
+            # closed transport, RuntimeError if the connection is already gone.
+            return StreamResult(PumpEnd.CLIENT_GONE, None, str(exc))
+        if transport is None or transport.is_closing():
+            return StreamResult(PumpEnd.CLIENT_GONE, None, "the client closed its connection")
+        chunked = client.headers.get("Transfer-Encoding", "").lower() == "chunked"
+        relay = _Relay(loop, transport, chunked, keep, response, watchdog, settings)
+        watchdog.reading = True
+        watchdog.deadline = loop.time() + settings.upstream_idle_timeout
+        response.relay(relay.feed, relay.end)
+        end, last, detail = await relay.done
+        if end is not PumpEnd.COMPLETE:
+            return StreamResult(end, None, detail)
+        watchdog.reading = False
+        watchdog.deadline = loop.time() + settings.client_write_timeout
+        try:
+            await client.write_eof(last)
+        except (ConnectionError, RuntimeError) as exc:
+            return StreamResult(PumpEnd.CLIENT_GONE, None, str(exc))
     except asyncio.CancelledError:
         if watchdog.fired is not None and watchdog.timed_out():
             return StreamResult(watchdog.fired, None, "idle timeout")
         raise
     finally:
         watchdog.close()
-    usage = stripper.usage if stripper is not None else usage_of_stream_tail(b"".join(tail))
-    return StreamResult(PumpEnd.COMPLETE, usage)
+        if relay is not None:
+            relay.close()
+    return StreamResult(PumpEnd.COMPLETE, _usage(stripper, tail))
+
+
+def _usage(stripper: _UsageStripper | None, tail: deque[bytes]) -> dict[str, object] | None:
+    return stripper.usage if stripper is not None else usage_of_stream_tail(b"".join(tail))
 
 
 def _usage_of_event(event: bytes) -> dict[str, object] | None:

@@ -579,3 +579,118 @@ def test_the_client_runs_on_uvloop_too() -> None:
                 await engines.close()
 
     uvloop.run(exchange())
+
+
+# --- the relay: after its first chunk a stream goes from the engine's callback to the client ---------
+
+
+def _numbered_events(count: int, pad: int) -> list[bytes]:
+    return [b'data: {"n":%d,"pad":"%s"}\n\n' % (n, b"x" * pad) for n in range(count)]
+
+
+def _streaming_engine(events: list[bytes], *, pause: float = 0.0) -> Script:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, engine: RawEngine) -> None:
+        while True:
+            await engine.request(reader)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            for event in events:
+                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                await writer.drain()
+                engine.sent += 1
+                if pause:
+                    await asyncio.sleep(pause)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    return script
+
+
+async def _raw_post(port: int, body: bytes, *, version: bytes = b"1.1", rcvbuf: int = 0) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(
+        sock,
+        b"POST /v1/chat/completions HTTP/" + version + b"\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body,
+    )
+    return sock
+
+
+async def _read_to_close(sock: socket.socket) -> bytes:
+    loop = asyncio.get_running_loop()
+    received = bytearray()
+    while data := await asyncio.wait_for(loop.sock_recv(sock, 65536), 10.0):
+        received += data
+    return bytes(received)
+
+
+STREAM_BODY = b'{"model":"chat-a","messages":[{"role":"user","content":"hi"}],"stream":true}'
+
+
+async def test_an_http_1_0_client_gets_the_stream_unframed_and_then_the_close(
+    cluster: Cluster, start_router: StartRouter
+) -> None:
+    events = _numbered_events(30, 10)
+    async with RawEngine(_streaming_engine(events, pause=0.005)) as engine:
+        cluster.add_endpoint(endpoint_for("chat-a", engine.port, 0, simulated=False))
+        router = await start_router()
+        sock = await _raw_post(router.port, STREAM_BODY, version=b"1.0")
+        try:
+            received = await _read_to_close(sock)
+        finally:
+            sock.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
+    assert body == b"".join(events)
+
+
+async def test_a_slow_client_holds_the_engine_back_and_then_gets_every_event_in_order(
+    cluster: Cluster, start_router: StartRouter
+) -> None:
+    # About 40 MB: more than the kernel's socket buffers on both sides can absorb.
+    events = _numbered_events(600, 65_000)
+    async with RawEngine(_streaming_engine(events)) as engine:
+        cluster.add_endpoint(endpoint_for("chat-a", engine.port, 0, simulated=False))
+        router = await start_router(client_write_timeout=5.0)
+        sock = await _raw_post(router.port, STREAM_BODY, rcvbuf=16384)
+        try:
+            await asyncio.sleep(0.5)  # not reading: the router stops reading the engine
+            held_at = engine.sent
+            await asyncio.sleep(0.3)
+            assert engine.sent == held_at < len(events)
+            received = await asyncio.wait_for(_read_chunked_response(sock), 20.0)
+        finally:
+            sock.close()
+    assert received == b"".join(events)  # each event once, in order, none cut
+    assert engine.sent == len(events)
+
+
+async def _read_chunked_response(sock: socket.socket) -> bytes:
+    """The body of one chunked response, read slowly from a small socket buffer."""
+    loop = asyncio.get_running_loop()
+    buffer = bytearray()
+    while b"\r\n\r\n" not in buffer:
+        buffer += await loop.sock_recv(sock, 4096)
+    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+    pending = bytearray(rest)
+    body = bytearray()
+    while True:
+        while b"\r\n" not in pending:
+            pending += await loop.sock_recv(sock, 65536)
+        line, _, after = bytes(pending).partition(b"\r\n")
+        size = int(line, 16)
+        pending = bytearray(after)
+        while len(pending) < size + 2:
+            pending += await loop.sock_recv(sock, 65536)
+        if size == 0:
+            return bytes(body)
+        assert pending[size : size + 2] == b"\r\n"
+        body += pending[:size]
+        del pending[: size + 2]
