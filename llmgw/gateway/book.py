@@ -65,7 +65,12 @@ class EndpointBook:
         return endpoint.passing and endpoint.replica not in self._draining
 
     def usable_count(self, model: str) -> int:
-        return sum(1 for e in self._by_model.get(model, ()) if self._usable(e))
+        draining = self._draining
+        count = 0
+        for endpoint in self._by_model.get(model, ()):  # a loop: this runs on every request
+            if endpoint.passing and endpoint.replica not in draining:
+                count += 1
+        return count
 
     def state(self, name: str, model: Model) -> routing.ModelState:
         return routing.model_state(model, self.usable_count(name))

@@ -136,7 +136,7 @@ class Dispatcher:
         self,
         request: web.Request,
         call: ApiCall,
-        model: str,
+        chain: tuple[str, ...],
         catalog: Catalog,
         served: Served,
         request_id: str,
@@ -145,12 +145,14 @@ class Dispatcher:
         force_usage: bool,
         on_usage: Callable[[dict[str, object] | None], None],
     ) -> web.StreamResponse:
-        """Answer ``call`` for ``model`` (already resolved and allowed)."""
+        """Answer ``call`` with the first model of ``chain`` that can (the model it
+        resolved to, already allowed, then its ``routing.fallback_chain``)."""
         loop = asyncio.get_running_loop()
+        model = chain[0]
         common = {"x-request-id": request_id}
         route = _Route(
             requested=call.model,
-            chain=routing.fallback_chain(catalog, model, call.api),
+            chain=chain,
             catalog=catalog,
             stream=call.stream,
             make_body=lambda m: call.upstream_body(m, force_usage=force_usage),
@@ -212,7 +214,11 @@ class Dispatcher:
     ) -> web.StreamResponse:
         upstream = opened.response
         if upstream.status == 200:
-            self._count_usage(opened.model, usage_of_body(opened.head), served, on_usage)
+            # After the answer went out (the next loop step): finding the usage in a body
+            # and counting it is not the client's wait.
+            asyncio.get_running_loop().call_soon(
+                self._count_body_usage, opened.model, opened.head, served, on_usage
+            )
         keepalive = route.keepalive
         if keepalive is not None and keepalive.response is not None:
             # A stream that waited for a load and then got a refusal from the engine.
@@ -223,6 +229,15 @@ class Dispatcher:
         return web.Response(
             status=upstream.status, body=opened.head, headers={**headers, "Content-Type": content_type}
         )
+
+    def _count_body_usage(
+        self,
+        model: str,
+        body: bytes,
+        served: Served,
+        on_usage: Callable[[dict[str, object] | None], None],
+    ) -> None:
+        self._count_usage(model, usage_of_body(body), served, on_usage)
 
     def _count_usage(
         self,

@@ -59,7 +59,7 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
         return await context.dispatcher.serve(
             request,
             call,
-            model,
+            chain,
             catalog,
             request[SERVED],
             request_id,
@@ -76,9 +76,15 @@ def _charge(request: web.Request, key: ApiKeyRecord | None, usage: dict[str, obj
 
 
 async def _read_body(request: web.Request) -> bytes:
-    if request.content.is_eof():  # the whole body came with the head: nothing to time
-        return await request.read()
     settings = request.app[CONTEXT].settings
+    content = request.content
+    if content.is_eof():
+        # The whole body came with the head: take it as it is (request.read() would
+        # copy it chunk by chunk), with the size limit request.read() enforces.
+        body = content.read_nowait()
+        if len(body) > settings.max_body_bytes:
+            raise web.HTTPRequestEntityTooLarge(max_size=settings.max_body_bytes, actual_size=len(body))
+        return body
     try:
         async with asyncio.timeout(settings.body_read_timeout):
             return await request.read()

@@ -28,6 +28,7 @@ from llmgw.gateway import errors, keys
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
 from llmgw.gateway.dispatch import Served
 from llmgw.gateway.errors import ApiError, response_for
+from llmgw.gateway.metrics import RouterMetrics
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -76,12 +77,19 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         return response_for(errors.internal_error(), request_id)
     finally:
         if request.path.startswith("/v1/"):
-            metrics = context.metrics
-            metrics.counter(metrics.requests, served.model, served.replica, str(status)).inc()
-            if served.model:
-                metrics.histogram(metrics.latency, served.model).observe(loop.time() - started)
-            elif status >= 400:
-                metrics.rejections.labels(str(status)).inc()
+            # aiohttp sends the answer when this returns: the counting runs right after
+            # (the next loop step), not while the client waits.
+            loop.call_soon(_count, context.metrics, served, status, started, loop)
+
+
+def _count(
+    metrics: RouterMetrics, served: Served, status: int, started: float, loop: asyncio.AbstractEventLoop
+) -> None:
+    metrics.counter(metrics.requests, served.model, served.replica, str(status)).inc()
+    if served.model:
+        metrics.histogram(metrics.latency, served.model).observe(loop.time() - started)
+    elif status >= 400:
+        metrics.rejections.labels(str(status)).inc()
 
 
 def _refusal_of_http(exc: web.HTTPException, request: web.Request) -> Refusal:
