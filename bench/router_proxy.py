@@ -22,7 +22,7 @@ rounds with their range. It prints:
 Prints figures; asserts nothing. The three processes and the client share this
 machine's cores, so figures on a 2-core box are upper bounds of the overhead.
 
-    .venv/bin/python bench/router_proxy.py                  # 64 streams, 50 tokens/s, 5 rounds of 3 s
+    .venv/bin/python bench/router_proxy.py                  # 64 streams, 50 tokens/s, 7 rounds of 3 s
     .venv/bin/python bench/router_proxy.py --concurrency 16 --rounds 3 --seconds 2
 """
 
@@ -521,7 +521,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--token-rate", type=float, default=50.0)
     parser.add_argument("--max-tokens", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one measured run")
-    parser.add_argument("--rounds", type=int, default=5, help="measured runs per target, interleaved")
+    parser.add_argument("--rounds", type=int, default=7, help="measured runs per target, interleaved")
     parser.add_argument(
         "--warmup", type=float, default=1.0, help="seconds of unmeasured load per target first"
     )
