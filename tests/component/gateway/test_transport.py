@@ -16,6 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from llmgw.core.routing import Api
+from llmgw.gateway.calls import parse_call
 from llmgw.gateway.transport import (
     BodyBroken,
     ConnectFailed,
@@ -694,3 +696,56 @@ async def _read_chunked_response(sock: socket.socket) -> bytes:
         assert pending[size : size + 2] == b"\r\n"
         body += pending[:size]
         del pending[: size + 2]
+
+
+async def test_a_stale_report_drops_the_engines_other_idle_connections() -> None:
+    release = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, engine: RawEngine) -> None:
+        while True:
+            await engine.request(reader)
+            await release.wait()
+            writer.write(answer(b"{}"))
+
+    async with RawEngine(script) as engine:
+        engines = pool()
+        try:
+            posts = [
+                asyncio.create_task(engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}"))
+                for _ in range(2)
+            ]
+            await asyncio.sleep(0.1)
+            release.set()
+            for response in await asyncio.gather(*posts):
+                await read_all(response)
+                response.release()
+            assert engines.idle_count("127.0.0.1", engine.port) == 2
+            engines.stale("127.0.0.1", engine.port)
+            assert engines.idle_count("127.0.0.1", engine.port) == 0
+            assert await eventually(lambda: engine.ended == ["eof", "eof"], within=2.0)
+        finally:
+            await engines.close()
+
+
+@pytest.mark.parametrize(
+    ("raw", "served", "force_usage", "passed_as_is"),
+    [
+        (b'{"model":"m","messages":[{"role":"user","content":"hi"}]}', "m", False, True),
+        (b'{"model":"alias","messages":[{"role":"user","content":"hi"}]}', "m", False, False),
+        (b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}', "m", True, False),
+        (b'{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}', "m", True, True),
+        (b'{"model":"m","api_key":"k","messages":[{"role":"user","content":"hi"}]}', "m", False, False),
+        (b'\xef\xbb\xbf{"model":"m","messages":[{"role":"user","content":"hi"}]}', "m", False, False),
+        ('{"model":"m","messages":[{"role":"user","content":"hi"}]}'.encode("utf-16-le"), "m", False, False),
+    ],
+)
+def test_the_engine_gets_the_clients_bytes_only_when_nothing_must_change(
+    raw: bytes, served: str, force_usage: bool, passed_as_is: bool
+) -> None:
+    call = parse_call(Api.CHAT, raw)
+    sent = call.upstream_body(served, force_usage=force_usage)
+    assert (sent is raw) is passed_as_is
+    body = json.loads(sent)
+    assert body["model"] == served and "api_key" not in body
+    if force_usage and call.stream:
+        assert body["stream_options"] == {"include_usage": True}
