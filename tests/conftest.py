@@ -29,12 +29,24 @@ def shipped_policy() -> SecurityPolicy:
     return read_security_policy()
 
 
+def _ancestry() -> set[int]:
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return pids
+
+
 def _processes_touching(base: Path) -> list[tuple[int, str]]:
     """Live processes (not this one) running in or naming a path under ``base``."""
     found = []
     marker = str(base)
+    ours = _ancestry()  # pytest itself and what started it (their command line may name base)
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) in ours:
             continue
         try:
             status = (entry / "status").read_text()
