@@ -248,11 +248,12 @@ class _Relay:
         self._read_idle = settings.upstream_idle_timeout
         self._write_idle = settings.client_write_timeout
         self._poll: asyncio.TimerHandle | None = None
+        self._closed = False
         # (how it ended, the last bytes to send with the end, a detail)
         self.done: asyncio.Future[tuple[PumpEnd, bytes, str]] = loop.create_future()
 
     def feed(self, data: bytes) -> None:
-        if self.done.done():
+        if self.done.done() or self._closed:
             return
         data = self._keep(data)
         if data:  # an empty chunk would read as the end of the stream
@@ -273,6 +274,8 @@ class _Relay:
             self._watchdog.deadline = self._loop.time() + self._read_idle
 
     def end(self, last: bytes, error: BodyBroken | None) -> None:
+        if self._closed:
+            return
         if error is not None:
             if last:
                 self.feed(last)  # what arrived before the break still reaches the client
@@ -282,7 +285,7 @@ class _Relay:
 
     def _drained(self) -> None:
         self._poll = None
-        if self.done.done():
+        if self.done.done() or self._closed:
             return
         if self._transport.is_closing():
             self._end(PumpEnd.CLIENT_GONE, b"", "the client closed its connection")
@@ -298,6 +301,8 @@ class _Relay:
             self.done.set_result((end, last, detail))
 
     def close(self) -> None:
+        """The pump is over (whatever ended it): nothing more goes to the client from here."""
+        self._closed = True
         if self._poll is not None:
             self._poll.cancel()
             self._poll = None
