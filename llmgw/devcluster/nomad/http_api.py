@@ -561,8 +561,8 @@ async def event_stream(request: web.Request) -> web.StreamResponse:
                 await resp.write(b"{}\n")
                 next_beat = now + heartbeat
             await broker.wait(max(0.0, next_beat - loop.time()))
-    except (ConnectionResetError, asyncio.CancelledError):
-        raise
+    except ConnectionResetError:
+        return resp  # the subscriber left: nothing to report, as Nomad logs nothing for it
     with contextlib.suppress(ConnectionResetError):
         await resp.write_eof()
     return resp
