@@ -351,11 +351,12 @@ class TaskRunner:
                 if delay is None:
                     self.set_state("dead", failed=True)
                     return
+                # Nomad counts a restart when it schedules it, before the delay.
+                self.state.restarts += 1
+                self.state.last_restart = now_ns()
                 self.set_state("pending")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.kill_requested.wait(), delay)
-                self.state.restarts += 1
-                self.state.last_restart = now_ns()
         finally:
             if watcher is not None:
                 await cancel_and_wait(watcher)
