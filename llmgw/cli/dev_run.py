@@ -110,7 +110,10 @@ async def _dev(
             policy=policy,
             render=dev_render_settings(),
             control=dev_control_settings(),
-            router=RouterSettings(host="127.0.0.1", port=args.port, no_auth=True),
+            # LLMGW_ROUTER_* tune the router as for serve; dev listens on loopback without keys.
+            router=replace(
+                RouterSettings.from_env_and_args(os.environ), host="127.0.0.1", port=args.port, no_auth=True
+            ),
             admin=AdminSettings(host="127.0.0.1", port=args.admin_port),
             instance_id="llmgw-dev",
         )
