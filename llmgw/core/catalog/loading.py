@@ -10,7 +10,10 @@ stage runs only on what the earlier one accepted.
 from __future__ import annotations
 
 import difflib
+import gc
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Union, get_args, get_origin
 
@@ -41,9 +44,28 @@ class LoadResult:
         return tuple(d for d in self.diagnostics if d.severity is Severity.ERROR)
 
 
+@contextmanager
+def _cycle_collector_paused() -> Iterator[None]:
+    """Loading allocates hundreds of thousands of short-lived objects and makes no
+    reference cycles; Python's cycle collector would walk them again and again
+    (half the time of a 2,000-model catalog). Reference counting still frees them."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_catalog(
     text: str, *, filename: str, policy: SecurityPolicy, limits: ReadLimits = DEFAULT_LIMITS
 ) -> LoadResult:
+    with _cycle_collector_paused():
+        return _load(text, filename=filename, policy=policy, limits=limits)
+
+
+def _load(text: str, *, filename: str, policy: SecurityPolicy, limits: ReadLimits) -> LoadResult:
     read = read_yaml(text, filename=filename, limits=limits)
     diagnostics = list(read.diagnostics)
     if has_errors(diagnostics) and read.data is None:
