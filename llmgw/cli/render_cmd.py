@@ -117,7 +117,20 @@ def _render(args: argparse.Namespace) -> int:
         print(diagnostic.format(), file=sys.stderr)
     if loaded.catalog is None:
         return EXIT_REJECTED
-    settings = RenderSettings(templates_dir=args.templates, mirror_url=args.mirror_url, images=DEFAULT_IMAGES)
+    from llmgw.cli.serve_run import allowed_images_from_env
+    from llmgw.settings import SettingsError
+
+    try:
+        allowed_images = allowed_images_from_env(os.environ)
+    except SettingsError as exc:
+        print(f"llmgw render: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = RenderSettings(
+        templates_dir=args.templates,
+        mirror_url=args.mirror_url,
+        images=DEFAULT_IMAGES,
+        allowed_images=allowed_images,
+    )
     try:
         files = render_files(loaded.catalog, Renderer(settings, policy), args)
     except RenderError as exc:

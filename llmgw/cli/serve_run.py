@@ -15,6 +15,7 @@ import logging
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from llmgw.admin import AdminSettings, AdminSettingsError
@@ -24,14 +25,30 @@ from llmgw.cli.catalog_cmd import load_catalog_file
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError
 from llmgw.render import RenderSettings
+from llmgw.render.images import ImageError, parse_allowed_images
+from llmgw.render.settings import DEFAULT_ALLOWED_IMAGES
 from llmgw.settings import ConsulConnection, NomadConnection, SettingsError
 
 
-def render_settings_from_env(environ: os._Environ[str] | dict[str, str]) -> RenderSettings:
+def allowed_images_from_env(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """``LLMGW_ALLOWED_IMAGES`` (comma-separated repositories or prefixes ending in /), else
+    the default engine images' repositories. Raises SettingsError naming a bad entry."""
+    raw = environ.get("LLMGW_ALLOWED_IMAGES")
+    if raw is None:
+        return DEFAULT_ALLOWED_IMAGES
+    try:
+        return parse_allowed_images(raw)
+    except ImageError as exc:
+        raise SettingsError(f"LLMGW_ALLOWED_IMAGES: {exc}") from None
+
+
+def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
+    """Raises SettingsError naming a variable whose value cannot be used."""
     datacenters = tuple(d for d in environ.get("LLMGW_DATACENTERS", "*").split(",") if d)
     command = tuple(shlex.split(environ.get("LLMGW_NODE_COMMAND", "llmgw")))
     templates = environ.get("LLMGW_TEMPLATES")
     return RenderSettings(
+        allowed_images=allowed_images_from_env(environ),
         templates_dir=Path(templates) if templates else None,
         datacenters=datacenters,
         region=environ.get("NOMAD_REGION") or None,
@@ -55,6 +72,7 @@ def run_serve(args: argparse.Namespace) -> int:
         consul = ConsulConnection.from_env(os.environ)
         router = RouterSettings.from_env_and_args(os.environ, args)
         admin = AdminSettings.from_env_and_args(os.environ, args)
+        render = render_settings_from_env(os.environ)
     except (SettingsError, RouterSettingsError, AdminSettingsError) as exc:
         print(f"llmgw serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -74,7 +92,7 @@ def run_serve(args: argparse.Namespace) -> int:
         nomad=nomad,
         consul=consul,
         policy=policy,
-        render=render_settings_from_env(os.environ),
+        render=render,
         router=router,
         admin=admin,
     )

@@ -19,6 +19,7 @@ from llmgw.core.durations import format_duration
 from llmgw.core.engines import Launch, LaunchContext, ModelFiles, RankLaunch, Runtime, Word, launch
 from llmgw.core.engines.base import HeadAddress
 from llmgw.core.names import slug
+from llmgw.render.images import image_refusal
 from llmgw.render.settings import DEFAULT_RESOURCES, RenderSettings
 
 _REPLICA_ID = re.compile(r"^[a-z0-9]{1,12}$")
@@ -81,6 +82,10 @@ def build_context(
         )
     profile = model.profiles[request.profile_index]
     job_id = job_id_for(request.model, request.replica_id)
+    if profile.image is not None:
+        refusal = image_refusal(profile.image, settings.allowed_images)
+        if refusal is not None:
+            raise RenderError(f"model {request.model!r} profile {request.profile_index}: {refusal}")
     if profile.node_count > 1 and request.fabric is None:
         raise RenderError(f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric")
     llmgw_command = _runtime_words(settings.llmgw_command)

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from llmgw.core.catalog.model import Engine
+from llmgw.render.images import default_allowed_images
 
 # Engine images pinned to a release; operators point these at their registry.
 DEFAULT_IMAGES: Mapping[Engine, str] = MappingProxyType(
@@ -22,6 +23,10 @@ DEFAULT_IMAGES: Mapping[Engine, str] = MappingProxyType(
         Engine.LLAMACPP: "ghcr.io/ggml-org/llama.cpp:server-cuda-b6700",
     }
 )
+
+# The repositories a catalog's `image` may come from unless the operator says otherwise
+# (LLMGW_ALLOWED_IMAGES): those of the default images, so a catalog may pin another tag.
+DEFAULT_ALLOWED_IMAGES: tuple[str, ...] = default_allowed_images(DEFAULT_IMAGES)
 
 # CPU (MHz) and memory (MB) Nomad reserves for an engine task when the profile
 # says nothing: enough for the API server and tokenizer, not the GPUs' work.
@@ -45,6 +50,10 @@ class RenderSettings:
     node_pool: str | None = None
     priority: int = 50
     images: Mapping[Engine, str] = field(default_factory=lambda: DEFAULT_IMAGES)
+    # Repositories (or prefixes ending in "/") a profile's `image` may name; any other
+    # image is refused at render time (see llmgw.render.images). The images above are
+    # the operator's own and are not checked against it.
+    allowed_images: tuple[str, ...] = DEFAULT_ALLOWED_IMAGES
     # How a node runs llmgw (the simulator, rendezvous waits, mirror fetches).
     # Operator configuration, trusted: ${...} here is Nomad interpolation
     # (`llmgw dev` uses ${attr.driver.raw_exec.python} -m llmgw).

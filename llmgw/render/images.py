@@ -1,0 +1,140 @@
+"""Which container images a catalog may name: the operator's allowlist of repositories.
+
+A profile's ``image`` replaces the program that runs as root on a GPU node, with
+the host's network and IPC namespaces, the node's GPUs and every mirrored model
+mounted: whoever picks the image picks the code, and the engine security policy
+(which flags and env a catalog may pass) means nothing for an image llmgw has
+never seen. So a catalog may name only images from repositories the operator
+allows (``RenderSettings.allowed_images``, ``LLMGW_ALLOWED_IMAGES``); by default
+the repositories of the engines' default images, any tag or digest.
+
+Owns: reading a Docker image reference strictly (the distribution/reference
+grammar, ASCII only, no surrounding space), its normal form (``vllm/x`` is
+``docker.io/vllm/x``, ``ubuntu`` is ``docker.io/library/ubuntu``), reading
+allowlist entries, and the answer for one image. An entry is a repository
+(``vllm/vllm-openai``: that repository, any tag or digest) or a prefix ending in
+``/`` (``registry.example.com:5000/llm/``: every repository under it). Matching is
+by whole path segments, so ``vllm/vllm-openai`` does not allow
+``vllm/vllm-openai-evil`` and ``ghcr.io/ggml-org/`` does not allow
+``ghcr.io/ggml-org-evil/x``.
+
+Must not: read the environment (the CLI does) or look at the catalog.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from llmgw.core.catalog.model import Engine
+
+DOCKER_HUB = "docker.io"
+_DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
+_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_DOMAIN = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?"
+)
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
+# Docker refuses names longer than this (the repository, without tag or digest).
+_MAX_NAME = 255
+
+
+class ImageError(ValueError):
+    """Text that is not an image reference (or allowlist entry) llmgw accepts."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRef:
+    repository: str  # normal form: domain/path, e.g. docker.io/vllm/vllm-openai
+    tag: str | None
+    digest: str | None
+
+
+def parse_image(text: str) -> ImageRef:
+    """A Docker image reference in its normal form; ImageError saying what is wrong otherwise."""
+    if not text or not text.isascii() or not text.isprintable() or text != text.strip():
+        raise ImageError(f"{text[:80]!r} is not an image reference (printable ASCII, no spaces)")
+    rest, digest = text, None
+    if "@" in rest:
+        rest, digest = rest.split("@", 1)
+        if not _DIGEST.fullmatch(digest):
+            raise ImageError(f"{text!r}: a digest is written @sha256:<64 hex digits>")
+    tag = None
+    colon, slash = rest.rfind(":"), rest.rfind("/")
+    if colon > slash:
+        rest, tag = rest[:colon], rest[colon + 1 :]
+        if not _TAG.fullmatch(tag):
+            raise ImageError(f"{text!r}: {tag!r} is not a valid tag")
+    return ImageRef(_repository(rest, text), tag, digest)
+
+
+def _repository(name: str, shown: str) -> str:
+    if len(name) > _MAX_NAME:
+        raise ImageError(f"{shown[:80]!r}: a repository name is at most {_MAX_NAME} characters")
+    domain, path = _split_domain(name)
+    if not _DOMAIN.fullmatch(domain):
+        raise ImageError(f"{shown!r}: {domain!r} is not a registry host[:port]")
+    if not path or not all(_PATH_COMPONENT.fullmatch(part) for part in path.split("/")):
+        raise ImageError(
+            f"{shown!r}: repository path parts are lower-case letters and digits joined by . _ __ or -"
+        )
+    if domain == DOCKER_HUB and "/" not in path:
+        path = f"library/{path}"
+    return f"{domain}/{path}"
+
+
+def _split_domain(name: str) -> tuple[str, str]:
+    first, sep, rest = name.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        domain = first.lower()
+        return (DOCKER_HUB if domain in _DOCKER_HUB_ALIASES else domain), rest
+    return DOCKER_HUB, name
+
+
+def parse_allowed_image(entry: str) -> str:
+    """An allowlist entry in normal form: a repository, or a prefix ending in ``/``."""
+    if entry.endswith("/"):
+        body = entry[:-1]
+        first, sep, _ = body.partition("/")
+        if not sep and ("." in first or ":" in first or first == "localhost"):
+            # A whole registry: every repository it holds.
+            domain = first.lower()
+            if not _DOMAIN.fullmatch(domain):
+                raise ImageError(f"allowed image prefix {entry!r}: {first!r} is not a registry host[:port]")
+            return f"{DOCKER_HUB if domain in _DOCKER_HUB_ALIASES else domain}/"
+        return _repository(body, entry) + "/"
+    if "@" in entry or entry.rfind(":") > entry.rfind("/"):
+        raise ImageError(
+            f"allowed image {entry!r} names a tag or digest; allow its repository "
+            "(any tag) or a prefix ending in /"
+        )
+    return _repository(entry, entry)
+
+
+def parse_allowed_images(text: str) -> tuple[str, ...]:
+    """``LLMGW_ALLOWED_IMAGES``: comma-separated entries (an empty text allows none)."""
+    return tuple(parse_allowed_image(part.strip()) for part in text.split(",") if part.strip())
+
+
+def default_allowed_images(images: Mapping[Engine, str]) -> tuple[str, ...]:
+    """The repositories of the engines' default images: a catalog may pick another tag of them."""
+    return tuple(sorted({parse_image(image).repository for image in images.values()}))
+
+
+def image_refusal(image: str, allowed: Iterable[str]) -> str | None:
+    """Why a catalog may not run ``image`` on this cluster, or None."""
+    try:
+        repository = parse_image(image).repository
+    except ImageError as exc:
+        return str(exc)
+    for entry in allowed:
+        if repository == entry or (entry.endswith("/") and repository.startswith(entry)):
+            return None
+    shown = ", ".join(allowed) or "none"
+    return (
+        f"image {image!r} ({repository}) is not from a repository this cluster allows ({shown}); "
+        "leave image out to run the engine's default image, or ask the operator to add the "
+        "repository to LLMGW_ALLOWED_IMAGES"
+    )
