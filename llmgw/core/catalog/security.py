@@ -179,6 +179,14 @@ def _refusal_of_arg(policy: EngineArgsPolicy, arg: str) -> str | None:
                 if refused.startswith("--") and refused.startswith(flag):
                     why = f"{what} ({reason})" if what else reason
                     return f"the engine's parser reads it as {refused}: {why}"
+    if not flag.startswith("--") and flag not in policy.exact_options:
+        # argparse also reads an unambiguous prefix of a single-dash option as that
+        # option: vLLM's parser reads -c as -cc (--compilation-config), -t as -tp.
+        for table, what in ((policy.owned, _OWNED), (policy.deny, None)):
+            for refused, reason in table.items():
+                if not refused.startswith("--") and refused.startswith(flag):
+                    why = f"{what} ({reason})" if what else reason
+                    return f"the engine's parser reads it as {refused}: {why}"
     if not flag.startswith("--") and len(flag) > 2:
         # argparse reads -n2 as -n 2 (and -O{...} as -O {...}).
         short = _refusal_of_exact_flag(policy, flag[:2])

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
+
 import pytest
 
 from llmgw.core.catalog import Engine, SecurityPolicy
@@ -21,6 +25,11 @@ REFUSED_ARGS = [
     (Engine.VLLM, ["--allowed-local-media-path", "/"]),
     (Engine.VLLM, ["--config", "/tmp/args.yaml"]),
     (Engine.VLLM, ["@/tmp/args"]),
+    # argparse reads an unambiguous prefix of a single-dash option as that option
+    (Engine.VLLM, ["-c", '{"backend": "evil.fn"}']),  # -cc, --compilation-config
+    (Engine.VLLM, ['-c={"backend": "evil.fn"}']),  # the same, as Python 3.12+ reads it
+    (Engine.VLLM, ["-t", "8"]),  # -tp, which llmgw sets
+    (Engine.VLLM, ["-dpb", "ray"]),
     (Engine.SGLANG, ["--trust-remote-code"]),
     (Engine.SGLANG, ["--enable-custom-logit-processor"]),
     (Engine.SGLANG, ["--tokenizer-path", "/tmp/t"]),
@@ -45,6 +54,7 @@ ALLOWED_ARGS = [
     (Engine.VLLM, ["--enable-prefix-caching", "--enforce-eager"]),
     (Engine.VLLM, ["--reasoning-parser", "deepseek_r1"]),  # a real option, though a prefix of a refused one
     (Engine.VLLM, ["--data-parallel-size", "2"]),
+    (Engine.VLLM, ["-dp", "2"]),  # a real option, though a prefix of -dpa, -dpp...
     (Engine.SGLANG, ["--quantization", "fp8"]),
     (Engine.SGLANG, ["--mem-fraction-static", "0.85"]),
     (Engine.LLAMACPP, ["--ctx-size", "8192", "--n-gpu-layers", "999"]),
@@ -129,3 +139,46 @@ def test_llama_arg_env_is_judged_as_its_flag(shipped_policy: SecurityPolicy) -> 
 
 def test_every_engine_has_an_args_section(shipped_policy: SecurityPolicy) -> None:
     assert set(shipped_policy.args) == set(Engine)
+
+
+# vLLM's single-dash options that the policy neither refuses nor lists as exact.
+_VLLM_OTHER_SHORT_OPTIONS = ("-asc", "-dcp", "-pcp", "-ep", "-ac", "-q")
+
+
+def _parser_like(policy: SecurityPolicy, engine: Engine) -> argparse.ArgumentParser:
+    """An argparse parser with the engine's refused and real option strings, each its own dest."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=True, exit_on_error=False)
+    section = policy.args[engine]
+    others = _VLLM_OTHER_SHORT_OPTIONS if engine is Engine.VLLM else ()
+    for option in {*section.deny, *section.owned, *section.exact_options, *others}:
+        parser.add_argument(option, dest=option, nargs="?", default=None, const="")
+    return parser
+
+
+@pytest.mark.parametrize("engine", [Engine.VLLM, Engine.SGLANG, Engine.SIM])
+def test_whatever_argparse_reads_as_a_refused_option_is_refused(
+    shipped_policy: SecurityPolicy, engine: Engine
+) -> None:
+    """Every prefix of every refused option, with and without an attached value, fed to a
+    real argparse parser: when it lands on a refused option, the checker refuses it too."""
+    section = shipped_policy.args[engine]
+    refused = {*section.deny, *section.owned}
+    parser = _parser_like(shipped_policy, engine)
+    candidates = {
+        option[:end] + suffix
+        for option in refused
+        for end in range(2, len(option) + 1)
+        for suffix in ("", "=x", "x")
+    }
+    tried = 0
+    for candidate in sorted(candidates):
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                parsed = vars(parser.parse_args([candidate]))
+        except (SystemExit, argparse.ArgumentError):
+            continue  # ambiguous or unknown: the engine would refuse to start
+        landed = {dest for dest, value in parsed.items() if value is not None}
+        if landed & refused:
+            tried += 1
+            assert check_args(shipped_policy, engine, [candidate]), (candidate, landed)
+    assert tried > len(refused)
