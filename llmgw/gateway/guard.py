@@ -15,6 +15,14 @@ for a judge that does not answer at all (no replica, connection failures, a
 timeout, an HTTP error). A simulated judge answers Greek words, so it blocks
 everything: that is the honest outcome of guarding with a model that cannot judge.
 
+What is screened is everything the client wrote that the model will read as text:
+every message, whatever its role (a ``tool`` message or a leading ``assistant`` one
+is the client's text all the same, and chat templates render roles they do not
+know), and the whole prompt. A prompt of token ids cannot be read here, so a
+guarded model refuses it. The model then gets the body the guard read, serialized
+again, never the client's bytes: a JSON parser that reads duplicate keys otherwise
+than Python's must not see other messages than the judge did.
+
 Must not: route (the dispatcher calls the judge like any model) or change the
 request it screens.
 """
@@ -26,7 +34,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmgw.core import routing
 from llmgw.core.catalog import Catalog, GuardErrorPolicy, GuardPolicy
@@ -76,35 +84,50 @@ def policies_for(catalog: Catalog, chain: Iterable[str]) -> list[tuple[str, Guar
 
 def judge_messages(call: ApiCall) -> list[dict[str, str]]:
     """The conversation as Llama Guard's template takes it: user and assistant turns
-    alternating, starting with the user, text only. System and developer text is
-    screened as the user's (it is the client's text all the same); tool results are
-    left out (they are not the client's words)."""
+    alternating, starting with the user, text only. Every role but ``assistant``
+    (system, developer, tool, function, any other) is screened as the user's, and so
+    is an assistant turn before the first user one: it is all the client's text.
+    Raises the 400 for a prompt of token ids, which cannot be screened."""
     turns: list[tuple[str, str]] = []
     if call.api is routing.Api.CHAT:
         messages = call.body.get("messages")
         for message in messages if isinstance(messages, list) else []:
             if not isinstance(message, Mapping):
                 continue
-            role = message.get("role")
-            text = _text_of(message.get("content"))
-            if role in ("user", "system", "developer"):
-                turns.append(("user", text))
-            elif role == "assistant":
-                turns.append(("assistant", text))
+            text = _message_text(message)
+            turns.append(("assistant" if message.get("role") == "assistant" else "user", text))
     else:
         prompt = call.body.get("prompt")
+        if isinstance(prompt, list) and not all(isinstance(part, str) for part in prompt):
+            raise errors.bad_request(
+                f"The model `{call.model}` screens prompts with a guard policy, which reads text: "
+                "send the prompt as text, not token ids.",
+                param="prompt",
+            )
         turns.append(("user", prompt if isinstance(prompt, str) else _text_of(prompt)))
     merged: list[dict[str, str]] = []
     for role, text in turns:
         if not text:
             continue
-        if not merged and role != "user":
-            continue
+        if not merged:
+            role = "user"
         if merged and merged[-1]["role"] == role:
             merged[-1]["content"] += "\n\n" + text
         else:
             merged.append({"role": role, "content": text})
     return merged
+
+
+def _message_text(message: Mapping[str, object]) -> str:
+    """A message's content, and the arguments of the tool calls it carries (the model
+    reads those too)."""
+    parts = [_text_of(message.get("content"))]
+    calls = message.get("tool_calls")
+    for tool_call in calls if isinstance(calls, list) else []:
+        function = tool_call.get("function") if isinstance(tool_call, Mapping) else None
+        if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
+            parts.append(function["arguments"])
+    return "\n".join(part for part in parts if part)
 
 
 def _text_of(content: object) -> str:
@@ -136,12 +159,16 @@ class Guard:
         self._dispatcher = dispatcher
         self._metrics = metrics
 
-    async def screen(self, call: ApiCall, chain: Iterable[str], catalog: Catalog, request_id: str) -> None:
-        """Returns when every applicable policy lets the request through; raises the refusal otherwise."""
+    async def screen(self, call: ApiCall, chain: Iterable[str], catalog: Catalog, request_id: str) -> ApiCall:
+        """The call to send on when every applicable policy lets it through (a screened
+        call without the client's raw bytes: the engine gets what the judge read);
+        raises the refusal otherwise."""
         if call.api is routing.Api.EMBEDDINGS:
-            return  # embeddings produce no text to misuse; their inputs are not screened
-        for name, policy in policies_for(catalog, chain):
+            return call  # embeddings produce no text to misuse; their inputs are not screened
+        policies = policies_for(catalog, chain)
+        for name, policy in policies:
             await self._screen_one(call, name, policy, catalog, request_id)
+        return replace(call, raw=None) if policies else call
 
     async def _screen_one(
         self, call: ApiCall, name: str, policy: GuardPolicy, catalog: Catalog, request_id: str

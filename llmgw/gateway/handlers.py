@@ -55,7 +55,7 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
     request_id = request[REQUEST_ID]
     async with context.gates.admit(model):
         chain = routing.fallback_chain(catalog, model, api)
-        await context.guard.screen(call, chain, catalog, request_id)
+        call = await context.guard.screen(call, chain, catalog, request_id)
         return await context.dispatcher.serve(
             request,
             call,

@@ -3,6 +3,7 @@ block it before it reaches the model; a judge that is down blocks by default."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
@@ -173,3 +174,115 @@ async def test_a_judge_that_is_down_lets_requests_through_with_on_error_allow(
     client = openai_for(await start_router())
     completion = await client.chat.completions.create(model="guarded", messages=MESSAGES, max_tokens=1)
     assert completion.model == "guarded"
+
+
+class ScreeningJudge(FakeJudge):
+    """Unsafe whenever the conversation it is shown holds ``word`` anywhere."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__("safe")
+        self.word = word
+
+    def app(self) -> web.Application:
+        inner = super().app()
+
+        @web.middleware
+        async def judge(request: web.Request, handler: Any) -> web.StreamResponse:
+            body = await request.json()
+            self.verdict = "unsafe\nS1" if self.word in json.dumps(body["messages"]) else "safe"
+            response: web.StreamResponse = await handler(request)
+            return response
+
+        inner.middlewares.append(judge)
+        return inner
+
+
+class RecordingEngine:
+    """A chat engine that keeps the bytes it was sent."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def app(self) -> web.Application:
+        async def chat(request: web.Request) -> web.Response:
+            self.bodies.append(await request.read())
+            return web.json_response(
+                {
+                    "id": "c",
+                    "object": "chat.completion",
+                    "created": 1,
+                    "model": "guarded",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+            )
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        app.router.add_post("/v1/completions", chat)
+        return app
+
+
+async def _screening(cluster: Cluster) -> RecordingEngine:
+    cluster.set_catalog(
+        guard_catalog().replace(
+            "roles: [chat]\n    profiles: [{engine: sim}]",
+            "roles: [chat, completion]\n    profiles: [{engine: sim}]",
+            1,
+        )
+    )
+    await cluster.add_app("judge", ScreeningJudge("EVIL").app())
+    engine = RecordingEngine()
+    await cluster.add_app("guarded", engine.app())
+    return engine
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "hi"}, {"role": "tool", "content": "EVIL", "tool_call_id": "1"}],
+        [{"role": "assistant", "content": "EVIL"}, {"role": "user", "content": "go on"}],
+        [{"role": "ipython", "content": "EVIL"}],
+    ],
+)
+async def test_text_in_any_role_is_screened(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, messages: Any
+) -> None:
+    engine = await _screening(cluster)
+    router = await start_router()
+    body = {"model": "guarded", "messages": messages}
+    async with http.post(router.url + "/v1/chat/completions", json=body) as response:
+        assert response.status == 400
+        assert (await response.json())["error"]["code"] == "content_policy_violation"
+    assert engine.bodies == []
+
+
+async def test_the_engine_gets_what_the_judge_read_not_the_clients_bytes(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    engine = await _screening(cluster)
+    router = await start_router()
+    # Two "messages" keys: Python keeps the last; a parser that keeps the first would
+    # hand the model a conversation the judge never saw.
+    raw = (
+        b'{"model":"guarded","messages":[{"role":"user","content":"EVIL"}],'
+        b'"messages":[{"role":"user","content":"benign"}]}'
+    )
+    headers = {"Content-Type": "application/json"}
+    async with http.post(router.url + "/v1/chat/completions", data=raw, headers=headers) as response:
+        assert response.status == 200
+    [sent] = engine.bodies
+    assert b"EVIL" not in sent and json.loads(sent)["messages"] == [{"role": "user", "content": "benign"}]
+
+
+async def test_a_token_id_prompt_to_a_guarded_model_is_refused(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    engine = await _screening(cluster)
+    router = await start_router()
+    body = {"model": "guarded", "prompt": [9906, 1917]}
+    async with http.post(router.url + "/v1/completions", json=body) as response:
+        assert response.status == 400
+        error = (await response.json())["error"]
+    assert error["param"] == "prompt" and "token ids" in error["message"]
+    assert engine.bodies == []

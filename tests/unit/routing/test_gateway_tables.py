@@ -11,6 +11,7 @@ import pytest
 from llmgw.core.routing import Api
 from llmgw.gateway import errors
 from llmgw.gateway.calls import ApiCall, parse_call
+from llmgw.gateway.errors import ApiError
 from llmgw.gateway.guard import judge_messages
 from llmgw.gateway.keys import KeyRing, RateLimiter, authenticate, key_id_of, masked, new_api_key
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError, add_router_arguments, is_loopback
@@ -110,24 +111,63 @@ def _chat(messages: object) -> ApiCall:
 def test_the_judge_sees_alternating_text_turns_from_the_user() -> None:
     call = _chat(
         [
-            {"role": "assistant", "content": "dropped: the template starts with the user"},
+            {"role": "assistant", "content": "first: screened as the user's"},
             {"role": "system", "content": "sys"},
             {
                 "role": "user",
                 "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {}}],
             },
-            {"role": "tool", "content": "not the client's words", "tool_call_id": "1"},
+            {"role": "tool", "content": "a tool result the client wrote", "tool_call_id": "1"},
             {"role": "assistant", "content": "ok"},
             {"role": "user", "content": "then"},
         ]
     )
     assert judge_messages(call) == [
-        {"role": "user", "content": "sys\n\nlook"},
+        {
+            "role": "user",
+            "content": "first: screened as the user's\n\nsys\n\nlook\n\na tool result the client wrote",
+        },
         {"role": "assistant", "content": "ok"},
         {"role": "user", "content": "then"},
     ]
     completion = parse_call(Api.COMPLETIONS, b'{"model":"m","prompt":["a","b"]}')
     assert judge_messages(completion) == [{"role": "user", "content": "a\nb"}]
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "tool", "content": "HIDDEN", "tool_call_id": "1"}],
+        [{"role": "function", "name": "f", "content": "HIDDEN"}],
+        [{"role": "ipython", "content": "HIDDEN"}],  # a role the template renders as it is
+        [{"role": "User", "content": "HIDDEN"}],
+        [{"role": "assistant", "content": "HIDDEN"}, {"role": "user", "content": "hi"}],
+        [{"role": "assistant", "content": "HIDDEN"}],
+        [{"role": "user", "content": [{"type": "text", "text": "HIDDEN"}]}],
+        [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "1", "type": "function", "function": {"name": "f", "arguments": "HIDDEN"}}
+                ],
+            },
+        ],
+    ],
+)
+def test_no_message_the_model_reads_escapes_the_judge(messages: object) -> None:
+    screened = judge_messages(_chat(messages))
+    assert any("HIDDEN" in turn["content"] for turn in screened), screened
+    assert screened[0]["role"] == "user"
+
+
+@pytest.mark.parametrize("prompt", [[1, 2, 3], [[1, 2, 3]], ["text", [1, 2]]])
+def test_a_token_id_prompt_cannot_be_screened_so_it_is_refused(prompt: object) -> None:
+    call = parse_call(Api.COMPLETIONS, json.dumps({"model": "m", "prompt": prompt}).encode())
+    with pytest.raises(ApiError) as refused:
+        judge_messages(call)
+    assert refused.value.refusal.status == 400 and refused.value.refusal.param == "prompt"
 
 
 def test_the_upstream_body_names_the_serving_model_and_may_ask_for_usage() -> None:
