@@ -44,7 +44,14 @@ class CommandModule(Protocol):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llmgw",
-        description="Serve many LLMs on a Nomad + Consul GPU cluster.",
+        description="Serve many LLMs on a Nomad + Consul GPU cluster: a catalog of models (YAML), "
+        "the control plane that keeps one Nomad job per replica, and an OpenAI-compatible router.",
+        epilog="Nomad and Consul are found as their CLIs find them (NOMAD_ADDR, NOMAD_TOKEN, "
+        "NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT...; CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, "
+        "CONSUL_CACERT...); llmgw's own settings are LLMGW_* variables or flags (a flag wins). "
+        "Exit codes: 0 done, 1 rejected (invalid catalog, refused change, failed check), 2 usage, "
+        "3 Consul, the admin API or a mirror cannot be reached. Try `llmgw dev` for everything on "
+        "this machine, and `llmgw COMMAND --help`.",
     )
     parser.add_argument("--version", action="version", version=f"llmgw {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

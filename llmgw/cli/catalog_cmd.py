@@ -32,7 +32,13 @@ EXIT_MIRROR_UNREADABLE = 3
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("catalog", help="check, describe and upgrade model catalogs")
+    parser = subparsers.add_parser(
+        "catalog",
+        help="check, describe and upgrade model catalogs",
+        description="The catalog (YAML) declares the models llmgw serves: their engine profiles, GPU "
+        "shapes, scaling, aliases, fallbacks and guard policies. These commands change nothing that "
+        "runs; `llmgw ctl apply` does.",
+    )
     commands = parser.add_subparsers(dest="catalog_command", metavar="SUBCOMMAND", required=True)
 
     check = commands.add_parser(
@@ -60,15 +66,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     check.set_defaults(handler=_check)
 
-    schema = commands.add_parser("schema", help="print the catalog's JSON Schema (for editor completion)")
+    schema = commands.add_parser(
+        "schema",
+        help="print the catalog's JSON Schema (for editor completion)",
+        description="Print the catalog's JSON Schema on stdout, e.g. for a YAML language server: "
+        "`llmgw catalog schema > catalog.schema.json`. The policy and cross-model rules (aliases, "
+        "fallbacks, GPU shapes) are checked by `llmgw catalog check`, not by the schema.",
+    )
     schema.set_defaults(handler=_schema)
 
     upgrade = commands.add_parser(
         "upgrade",
         help="rewrite legacy spellings, keeping comments and key order",
-        description="Print what would change as a diff; --write changes the file in place.",
+        description="Rewrite spellings older llmgw versions accepted (each is read with a warning by "
+        "`llmgw catalog check`) into today's, keeping comments and key order. Prints the change as a "
+        "unified diff; --write changes the file in place. Exit 0 when upgraded or nothing to upgrade, "
+        "1 when the catalog has errors to fix first, 2 when FILE cannot be read.",
     )
-    upgrade.add_argument("file", type=Path, metavar="FILE")
+    upgrade.add_argument("file", type=Path, metavar="FILE", help="catalog YAML file")
     upgrade.add_argument("--write", action="store_true", help="write the upgraded catalog back to FILE")
     upgrade.add_argument("--policy", type=Path, help="engine security policy (default: the bundled one)")
     upgrade.set_defaults(handler=_upgrade)
