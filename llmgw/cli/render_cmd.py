@@ -30,16 +30,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "render",
         help="render catalog models into Nomad jobs (HCL or JSON)",
-        description="Render replica 0 of each model's first profile into a Nomad job. Without --out the "
-        "jobs are printed; --check compares with files already in --out.",
+        description="Render replica 0 of each model's first profile into the Nomad job llmgw would "
+        "submit (one job per replica, one task group per node of a multi-node replica), and check it "
+        "as llmgw does before submitting. Without --out the jobs are printed; --check compares with "
+        "the files already in --out; --plan asks Nomad whether each would place. Engine images a "
+        "catalog names must come from LLMGW_ALLOWED_IMAGES (default: the default engine images' "
+        "repositories). LLMGW_DATACENTERS, LLMGW_NODE_POOL, LLMGW_NODE_COMMAND, NOMAD_NAMESPACE and "
+        "NOMAD_REGION are applied by `llmgw serve` only: here the jobs have their defaults. Exit 0 "
+        "done, 1 an invalid catalog, a refused job, stale files (--check) or a job that does not "
+        "place (--plan), 2 usage.",
     )
-    parser.add_argument("catalog", metavar="CATALOG")
-    parser.add_argument("--out", type=Path, help="write one file per job into this folder")
+    parser.add_argument("catalog", metavar="CATALOG", help="catalog YAML file (- for standard input)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="write one file per job into this folder (with --check: the folder compared, default jobspecs)",
+    )
     parser.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     parser.add_argument("--profile", type=int, help="this profile index instead of the first")
     parser.add_argument("--all-profiles", action="store_true", help="every profile of every model")
-    parser.add_argument("--replica", default="0", help="replica id (default 0)")
-    parser.add_argument("--fabric", default=DEFAULT_FABRIC, help="fabric of multi-node replicas")
+    parser.add_argument("--replica", default="0", help="replica id, the job id's last part (default 0)")
+    parser.add_argument(
+        "--fabric",
+        default=DEFAULT_FABRIC,
+        help=f"node meta llmgw_fabric a multi-node replica is pinned to (default {DEFAULT_FABRIC})",
+    )
     parser.add_argument(
         "--format", choices=("hcl", "json"), default="hcl", help="json: the job as Nomad's parser returns it"
     )
@@ -47,11 +62,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--templates",
         type=Path,
         default=_env_path("LLMGW_TEMPLATES"),
-        help="folder of templates overriding the bundled ones",
+        help="folder of templates overriding the bundled ones (default $LLMGW_TEMPLATES)",
     )
-    parser.add_argument("--mirror-url", default=os.environ.get("LLMGW_MIRROR_URL"))
+    parser.add_argument(
+        "--mirror-url",
+        default=os.environ.get("LLMGW_MIRROR_URL"),
+        help="the mirror nodes fetch mirror:NAME@VERSION sources from (default $LLMGW_MIRROR_URL)",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when files in --out are stale")
-    parser.add_argument("--plan", action="store_true", help="ask Nomad (NOMAD_ADDR) whether each job places")
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="ask Nomad whether each job places, and say why not in words (NOMAD_ADDR, NOMAD_TOKEN...)",
+    )
     parser.add_argument("--policy", type=Path, help="engine security policy (default: the bundled one)")
     parser.set_defaults(handler=_render)
 
