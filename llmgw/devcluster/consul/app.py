@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from llmgw.devcluster.browsers import refuse_browsers
 from llmgw.devcluster.consul import devapi, handlers_agent, handlers_catalog, handlers_kv, handlers_session
 from llmgw.devcluster.consul.blocking import ChangeFeed
 from llmgw.devcluster.consul.devcontrol import DevControl, StateOnlyControl
@@ -181,7 +182,7 @@ def create_consul_app(
     """
     node = agent_node or state.settings.server_node
     state.require_node(node)
-    app = web.Application(middlewares=[_consul_errors, _outage_middleware])
+    app = web.Application(middlewares=[refuse_browsers, _consul_errors, _outage_middleware])
     app[STATE] = state
     app[AGENT_NODE] = node
     app[FEED] = feed if feed is not None else ChangeFeed(state)

@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.devcluster.browsers import refuse_browsers
 from llmgw.devcluster.nomad.apishape import decode_lenient, fill, strict_problems
 from llmgw.devcluster.nomad.events import SubscriptionDropped, filter_events, parse_topics
 from llmgw.devcluster.nomad.jobcanon import JobInvalid
@@ -593,7 +594,9 @@ async def dev_pids(request: web.Request) -> web.Response:
 
 def create_app(standin: NomadStandIn) -> web.Application:
     """The Nomad HTTP API app over ``standin`` (which the caller starts and stops)."""
-    app = web.Application(middlewares=[errors_middleware, acl_middleware(standin.config.acl_token)])
+    app = web.Application(
+        middlewares=[refuse_browsers, errors_middleware, acl_middleware(standin.config.acl_token)]
+    )
     app[STANDIN_KEY] = standin
     r = app.router
     r.add_post("/v1/jobs/parse", jobs_parse)
