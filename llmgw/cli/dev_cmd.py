@@ -18,6 +18,10 @@ from pathlib import Path
 
 DEFAULT_STATE_DIR = Path(".llmgw-dev")
 EXIT_NOT_RUNNING = 3
+_FAULT_EXITS = (
+    "Exit 0 done, 1 refused (no such node or allocation) or the stand-ins do not answer, "
+    "3 no llmgw dev found (no dev.json in --state-dir)."
+)
 
 
 def _run_dev(args: argparse.Namespace) -> int:
@@ -36,17 +40,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "dev",
         help="run llmgw on this machine on Nomad and Consul stand-ins (no GPU needed)",
-        description="Start Nomad and Consul stand-ins that run real processes, llmgw's control plane and "
-        "router on top, serving the catalog. Ctrl-C stops everything.",
+        description="Start Nomad and Consul stand-ins that run real processes on simulated GPU nodes, "
+        "and llmgw's control plane, admin API and router on top (the same code `llmgw serve` runs), "
+        "serving the catalog. It prints the router's URL, the chat page, the admin API and the "
+        "NOMAD_ADDR / CONSUL_HTTP_ADDR of the stand-ins. Only simulated (sim) profiles run: there is "
+        "no GPU and no docker. The router listens on loopback without API keys; LLMGW_ROUTER_* tune "
+        "it as for serve. Ctrl-C stops everything and leaves no process behind. With a FAULT "
+        "subcommand, act on the llmgw dev already running from this folder instead (exit 3 when "
+        "none is). Exit 0 stopped, 1 an invalid catalog, 2 usage.",
     )
     parser.add_argument("--catalog", type=Path, help="catalog to serve (default: the example catalog)")
     parser.add_argument("--port", type=int, default=8080, help="router port (default 8080)")
     parser.add_argument("--admin-port", type=int, default=8081, help="admin API port (default 8081)")
     parser.add_argument("--nodes", type=int, default=3, help="simulated nodes (default 3)")
     parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs per node (default 8)")
-    parser.add_argument("--gpu-model", default="H100")
+    parser.add_argument("--gpu-model", default="H100", help="GPU model of the simulated nodes (default H100)")
     parser.add_argument(
-        "--cluster", type=Path, help="YAML describing the nodes (see llmgw/devcluster/DESIGN.md)"
+        "--cluster",
+        type=Path,
+        help="YAML describing the nodes, instead of --nodes/--gpus/--gpu-model "
+        "(StandInConfig's fields: llmgw/devcluster/DESIGN.md)",
     )
     parser.add_argument(
         "--state-dir",
@@ -54,27 +67,66 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=DEFAULT_STATE_DIR,
         help="where allocations, logs and dev.json live (default .llmgw-dev)",
     )
-    parser.add_argument("--log-level", default=os.environ.get("LLMGW_LOG_LEVEL", "WARNING"))
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("LLMGW_LOG_LEVEL", "WARNING"),
+        help="DEBUG, INFO, WARNING or ERROR (default $LLMGW_LOG_LEVEL or WARNING)",
+    )
     parser.set_defaults(handler=_run_dev)
 
     commands = parser.add_subparsers(dest="dev_command", metavar="FAULT")
-    fail = commands.add_parser("fail-node", help="kill a node's processes and stop its heartbeat")
-    fail.add_argument("node")
+    fail = commands.add_parser(
+        "fail-node",
+        help="kill a node's processes and stop its heartbeat",
+        description="Kill every process of a node and stop its heartbeat, as a dead machine would: "
+        "Nomad marks it down, its replicas are rebuilt elsewhere. " + _FAULT_EXITS,
+    )
+    fail.add_argument("node", help="node name (gpu-1, gpu-2, ...) or id prefix")
     fail.set_defaults(handler=_fault, fault="fail-node")
-    restore = commands.add_parser("restore-node", help="bring a failed node back, empty")
-    restore.add_argument("node")
+    restore = commands.add_parser(
+        "restore-node",
+        help="bring a failed node back, empty",
+        description="Bring a failed node back with no allocations. " + _FAULT_EXITS,
+    )
+    restore.add_argument("node", help="node name (gpu-1, gpu-2, ...) or id prefix")
     restore.set_defaults(handler=_fault, fault="restore-node")
-    crash = commands.add_parser("crash", help="SIGKILL one task of an allocation")
+    crash = commands.add_parser(
+        "crash",
+        help="SIGKILL one task of an allocation",
+        description="SIGKILL one task of an allocation; Nomad's restart policy then applies. "
+        "Allocation ids: curl $NOMAD_ADDR/v1/allocations. " + _FAULT_EXITS,
+    )
     crash.add_argument("alloc", help="allocation id (or a unique prefix)")
-    crash.add_argument("--task", default="engine")
+    crash.add_argument("--task", default="engine", help="the task to kill (default engine)")
     crash.set_defaults(handler=_fault, fault="crash")
-    outage = commands.add_parser("consul-outage", help="make Consul stop answering for SECONDS")
-    outage.add_argument("seconds", type=float)
-    outage.add_argument("--mode", choices=("hang", "refuse"), default="hang")
+    outage = commands.add_parser(
+        "consul-outage",
+        help="make Consul stop answering for SECONDS",
+        description="Make the Consul stand-in stop answering for SECONDS; the router keeps routing "
+        "on its last view. " + _FAULT_EXITS,
+    )
+    outage.add_argument("seconds", type=float, help="how long the outage lasts")
+    outage.add_argument(
+        "--mode",
+        choices=("hang", "refuse"),
+        default="hang",
+        help="hang: accept and never answer; refuse: refuse connections (default hang)",
+    )
     outage.set_defaults(handler=_fault, fault="consul-outage")
-    slow = commands.add_parser("slow-checks", help="delay a node's health checks by SECONDS (0 clears)")
-    slow.add_argument("node")
-    slow.add_argument("seconds", type=float)
+    slow = commands.add_parser(
+        "slow-checks",
+        help="delay a node's health checks by SECONDS (0 clears)",
+        description="Delay the health checks of a node's services by SECONDS; past the 3 s check "
+        "timeout of llmgw dev they turn critical and routers stop sending there. 0 clears it. "
+        + _FAULT_EXITS,
+    )
+    slow.add_argument("node", help="node name (gpu-1, gpu-2, ...)")
+    slow.add_argument("seconds", type=float, help="added to every check of the node (0 clears)")
     slow.set_defaults(handler=_fault, fault="slow-checks")
     for sub in (fail, restore, crash, outage, slow):
-        sub.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+        sub.add_argument(
+            "--state-dir",
+            type=Path,
+            default=DEFAULT_STATE_DIR,
+            help="the running llmgw dev's --state-dir, holding dev.json (default .llmgw-dev)",
+        )

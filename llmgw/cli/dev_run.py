@@ -165,6 +165,7 @@ llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GP
   export CONSUL_HTTP_ADDR={consul_hostport}
 
   faults            llmgw dev fail-node gpu-1 | restore-node gpu-1 | crash ALLOC | consul-outage 10
+                    | slow-checks gpu-1 5     (llmgw dev FAULT --help)
 Ctrl-C stops everything.
 """,
         flush=True,
