@@ -42,7 +42,7 @@ def parse_bool(raw: str) -> bool:
 
 
 def _shown(default: Any) -> str:
-    if default is None:
+    if default is None or default == "" or default == ():
         return "none"
     if isinstance(default, enum.Enum):
         return str(default.value)

@@ -26,14 +26,43 @@ def _serve(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "serve", help="run the control plane and/or the router against Nomad and Consul (NOMAD_ADDR, ...)"
+        "serve",
+        help="run the control plane and/or the router against Nomad and Consul (NOMAD_ADDR, ...)",
+        description="Run llmgw against a real Nomad and Consul until SIGINT or SIGTERM. The control "
+        "plane (one instance leads through a Consul lock; run two or more) keeps one Nomad job per "
+        "replica, with the admin API beside it; the router serves the OpenAI API, /health and "
+        "/metrics (run one per host behind a load balancer). Nomad and Consul come from NOMAD_ADDR, "
+        "NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT... and CONSUL_HTTP_ADDR, "
+        "CONSUL_HTTP_TOKEN(_FILE), CONSUL_CACERT..., as their CLIs read them. The admin API's token "
+        "is LLMGW_ADMIN_TOKEN (environment only). The rendered jobs take LLMGW_DATACENTERS "
+        "(default *), LLMGW_NODE_POOL, LLMGW_NODE_COMMAND (how nodes run llmgw, default llmgw), "
+        "LLMGW_MIRROR_URL, LLMGW_ALLOWED_IMAGES and LLMGW_TEMPLATES. The catalog is the one applied "
+        "in Consul (llmgw ctl apply). ops/README.md says how to deploy it. Exit 0 stopped, 1 an "
+        "invalid --catalog, 2 usage or settings that cannot run.",
     )
-    parser.add_argument("--role", choices=ROLES, default=ROLES[0])
     parser.add_argument(
-        "--catalog", type=Path, help="apply this catalog at start if it differs from Consul's"
+        "--role",
+        choices=ROLES,
+        default=ROLES[0],
+        help="all: control plane, admin API and router in one process; control-plane: the control "
+        "plane and its admin API; router: the router only (default all)",
+    )
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        help="apply this catalog file at start when it differs from the one in Consul (a first start, "
+        "or a deployment that ships its catalog); without it the catalog in Consul is used",
     )
     parser.add_argument("--policy", type=Path, help="engine security policy (default: the bundled one)")
-    parser.add_argument("--log-level", default=os.environ.get("LLMGW_LOG_LEVEL", "INFO"))
-    add_router_arguments(parser.add_argument_group("router"))  # type: ignore[arg-type]
-    add_admin_arguments(parser.add_argument_group("admin API (with the control plane)"))  # type: ignore[arg-type]
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("LLMGW_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR (default $LLMGW_LOG_LEVEL or INFO)",
+    )
+    add_router_arguments(parser.add_argument_group("router (flag, else LLMGW_ROUTER_*, else default)"))  # type: ignore[arg-type]
+    add_admin_arguments(
+        parser.add_argument_group(
+            "admin API, beside the control plane (flag, else LLMGW_ADMIN_*, else default)"
+        )  # type: ignore[arg-type]
+    )
     parser.set_defaults(handler=_serve)

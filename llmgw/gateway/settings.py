@@ -37,7 +37,7 @@ class RouterSettings:
     host: str = field(default="127.0.0.1", metadata=_help("address to listen on"))
     port: int = field(default=8080, metadata=_help("port to listen on (0: any free port)"))
     # This router's name in Consul (its demand key llmgw/demand/<id>); empty: hostname-port.
-    router_id: str = field(default="", metadata=_help("this router's id in Consul (default HOSTNAME-PORT)"))
+    router_id: str = field(default="", metadata=_help("this router's id in Consul (none: HOSTNAME-PORT)"))
     # aiohttp's default of 128 overflows when hundreds of clients connect at once
     # (a batch job starting): the kernel then drops SYNs and clients stall for a
     # second or more. Linux silently caps it at net.core.somaxconn (4096 today).
