@@ -59,6 +59,14 @@ class GuardErrorPolicy(StrEnum):
 # A llama.cpp profile without gpus_per_node runs on one GPU (0 means CPU only).
 DEFAULT_LLAMACPP_GPUS = 1
 
+# Upper bounds of a replica's shape. A rendered job holds one task group per node, so
+# without a bound one catalog line (nodes: 10000000) made the admin API's preview and
+# the control plane render gigabytes of HCL. Far above any real replica: the largest
+# deployments span 18-32 nodes of 4-8 GPUs (a GB200 NVL72 rack is 18 nodes of 4).
+MAX_NODES = 64
+MAX_GPUS_PER_NODE = 64
+MAX_PARALLEL = 1024
+
 ENGINES_SPANNING_NODES = frozenset({Engine.VLLM, Engine.SGLANG, Engine.SIM})
 ENGINES_WITH_PARALLELISM = frozenset({Engine.VLLM, Engine.SGLANG, Engine.SIM})
 
@@ -160,11 +168,20 @@ class Profile(_Strict):
         description="Hugging Face repository id, https URL of a file, or mirror:NAME@VERSION "
         "(optional for engine sim)",
     )
-    tp: StrictInt | None = Field(None, ge=1, description="tensor parallel size (vllm, sglang, sim)")
-    pp: StrictInt | None = Field(None, ge=1, description="pipeline parallel size (vllm, sglang, sim)")
-    nodes: StrictInt | None = Field(None, ge=1, description="nodes per replica (vllm, sglang, sim)")
+    tp: StrictInt | None = Field(
+        None, ge=1, le=MAX_PARALLEL, description="tensor parallel size (vllm, sglang, sim)"
+    )
+    pp: StrictInt | None = Field(
+        None, ge=1, le=MAX_PARALLEL, description="pipeline parallel size (vllm, sglang, sim)"
+    )
+    nodes: StrictInt | None = Field(
+        None, ge=1, le=MAX_NODES, description="nodes per replica (vllm, sglang, sim)"
+    )
     gpus_per_node: StrictInt | None = Field(
-        None, ge=0, description="GPUs per node; the width of a llama.cpp profile (0: CPU only)"
+        None,
+        ge=0,
+        le=MAX_GPUS_PER_NODE,
+        description="GPUs per node; the width of a llama.cpp profile (0: CPU only)",
     )
     gpu: GpuSpec | None = None
     args: tuple[ArgText, ...] = Field((), description="extra engine arguments, checked by policies/")

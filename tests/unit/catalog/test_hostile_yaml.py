@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from llmgw.core.catalog import SecurityPolicy
 from llmgw.core.catalog.yaml_source import ReadLimits, read_yaml
+from llmgw.render import Renderer, RenderSettings, ReplicaRequest
 
 from .conftest import Load, only, where
 
@@ -123,3 +125,35 @@ def test_dates_and_yes_stay_the_text_written(load: Load) -> None:
         """)
     assert result.catalog is not None
     assert result.catalog.models["yes"].description == "2024-01-01"
+
+
+def test_a_replica_shape_too_large_to_render_is_refused(load: Load) -> None:
+    # One task group per node: nodes 10000000 would make the admin preview and the control
+    # plane render gigabytes of HCL. Refused as a shape error, before anything renders.
+    result = load("""
+        models:
+          m:
+            profiles: [{engine: sim, tp: 10000000, nodes: 10000000}]
+        """)
+    messages = sorted(d.message for d in result.errors)
+    assert messages == ["must be at most 1024, got 10000000", "must be at most 64, got 10000000"]
+    assert all(d.position is not None for d in result.errors)
+    for key, value in (("pp", 1025), ("gpus_per_node", 65)):
+        refused = load(f"""
+            models:
+              m:
+                profiles: [{{engine: sim, {key}: {value}}}]
+            """)
+        assert where(only(refused))[1] == f"models.m.profiles[0].{key}"
+
+
+def test_the_largest_allowed_replica_still_renders(load: Load, shipped_policy: SecurityPolicy) -> None:
+    result = load("""
+        models:
+          m:
+            profiles: [{engine: sim, tp: 64, nodes: 64}]
+        """)
+    assert result.catalog is not None
+    renderer = Renderer(RenderSettings(), shipped_policy)
+    rendered = renderer.render(result.catalog, ReplicaRequest("m", 0, "0", "f"), catalog_hash="h")
+    assert len(renderer.check(rendered, model="m")["TaskGroups"]) == 64
