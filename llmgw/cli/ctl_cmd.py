@@ -74,8 +74,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "ctl",
         parents=[common],
         help="change and inspect a running llmgw through its admin API",
-        description="Talk to the control plane's admin API. Exit codes: 0 done, 1 rejected (invalid "
-        "catalog, stale, refused), 2 usage, 3 the admin API cannot be reached or cannot do it now.",
+        description="Talk to the control plane's admin API (`llmgw serve` runs it beside the control "
+        "plane, on 127.0.0.1:8081 by default). The token, when the API has one, is read from "
+        f"${TOKEN_ENV} only (never a flag: ps would show it). Exit codes: 0 done, 1 rejected "
+        "(invalid catalog, stale, refused), 2 usage, 3 the admin API cannot be reached or cannot do "
+        "it now.",
     )
     commands = parser.add_subparsers(dest="ctl_command", metavar="SUBCOMMAND", required=True)
 
@@ -86,7 +89,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         sub.set_defaults(handler=handler)
         return sub
 
-    leaf("status", "models, replicas, health, and why something is not placed", _status)
+    leaf(
+        "status",
+        "models, replicas, health, and why something is not placed (the leader's status, as llmgw status "
+        "shows it from Consul)",
+        _status,
+    )
     diff = leaf("diff", "what applying FILE would start, stop, roll (nothing changes)", _diff)
     diff.add_argument("file", metavar="FILE", help="catalog YAML (- for standard input)")
     apply = leaf("apply", "validate FILE, show what it does, confirm, and apply it atomically", _apply)
@@ -98,7 +106,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="apply only if the current catalog has this sha256 (default: the one the diff was against)",
     )
 
-    catalog = commands.add_parser("catalog", help="the applied catalog and its history")
+    catalog = commands.add_parser(
+        "catalog",
+        help="the applied catalog and its history",
+        description="Read the catalog applied in Consul (get) and who applied which version (history).",
+    )
     catalog_commands = catalog.add_subparsers(dest="catalog_command", metavar="SUBCOMMAND", required=True)
     get = catalog_commands.add_parser(
         "get", parents=[common], help="print the applied catalog's YAML (its version goes to stderr)"
@@ -110,7 +122,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     history.add_argument("--limit", type=int, default=None, help="versions to show (newest first)")
     history.set_defaults(handler=_catalog_history)
 
-    keys = commands.add_parser("keys", help="API keys of the router")
+    keys = commands.add_parser(
+        "keys",
+        help="API keys of the router",
+        description="Issue, list and revoke the API keys routers accept (Authorization: Bearer KEY). "
+        "Only a key's SHA-256 is stored: its secret is shown once, when it is created.",
+    )
     key_commands = keys.add_subparsers(dest="keys_command", metavar="SUBCOMMAND", required=True)
     create = key_commands.add_parser(
         "create", parents=[common], help="issue a key; its secret is printed once, on stdout"
@@ -119,19 +136,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     create.add_argument(
         "--model", action="append", dest="models", help="a model it may use (repeatable; default all)"
     )
-    create.add_argument("--requests-per-minute", type=int, help="per-router request limit")
-    create.add_argument("--tokens-per-minute", type=int, help="per-router token limit")
+    create.add_argument(
+        "--requests-per-minute", type=int, help="request limit, per router (default: unlimited)"
+    )
+    create.add_argument(
+        "--tokens-per-minute",
+        type=int,
+        help="prompt + completion token limit, per router (default: unlimited)",
+    )
     create.set_defaults(handler=_keys_create)
     listing = key_commands.add_parser("list", parents=[common], help="every key, revoked ones too")
     listing.set_defaults(handler=_keys_list)
     revoke = key_commands.add_parser("revoke", parents=[common], help="revoke a key by id")
-    revoke.add_argument("key_id", metavar="ID")
+    revoke.add_argument("key_id", metavar="ID", help="the key's id (k-..., as keys list shows it)")
     revoke.set_defaults(handler=_keys_revoke)
 
-    drain = leaf("drain", "stop sending requests to MODEL's replicas and stop them", _drain)
-    drain.add_argument("model", metavar="MODEL")
+    drain = leaf(
+        "drain",
+        "stop sending requests to MODEL's replicas and stop them; it stays at 0 replicas until a "
+        "restart or a catalog change to the model",
+        _drain,
+    )
+    drain.add_argument("model", metavar="MODEL", help="a model name of the applied catalog")
     restart = leaf("restart", "replace MODEL's replicas one at a time (and end a drain)", _restart)
-    restart.add_argument("model", metavar="MODEL")
+    restart.add_argument("model", metavar="MODEL", help="a model name of the applied catalog")
 
 
 # --- talking to the admin API ----------------------------------------------------------------------
