@@ -53,7 +53,7 @@ VERSION_SLOT = "@@version@@"
 
 def job_id_for(model: str, replica_id: str) -> str:
     """``llmgw-<model slug>-<replica id>``: stable, collision-free (the slug carries a hash)."""
-    if replica_id != REPLICA_SLOT and not _REPLICA_ID.match(replica_id):
+    if replica_id != REPLICA_SLOT and not _REPLICA_ID.fullmatch(replica_id):
         raise RenderError(f"replica id {replica_id!r} must be 1 to 12 lowercase letters or digits")
     return f"llmgw-{slug(model)}-{replica_id}"
 

@@ -36,7 +36,7 @@ class CorruptRecord(ConsulError):
 
 def key_part(value: str, what: str) -> str:
     """``value`` if it is safe as one key segment; ValueError saying what is allowed otherwise."""
-    if not _KEY_PART.match(value):
+    if not _KEY_PART.fullmatch(value):
         raise ValueError(
             f"{what} {value!r} cannot be part of a Consul key: use 1-200 letters, digits, '.', '_', ':', '@' "
             "or '-', starting with a letter or digit"

@@ -89,7 +89,7 @@ def _check_names(catalog: Catalog, unvalidated: frozenset[str]) -> Iterator[Find
                     at_key=True,
                 )
     for name in catalog.guard_policies:
-        if not _POLICY_NAME.match(name):
+        if not _POLICY_NAME.fullmatch(name):
             yield error(
                 ("guard_policies", name),
                 f'"{name}" is not a valid policy name: it must match {_POLICY_NAME.pattern}',

@@ -132,7 +132,7 @@ def _deny_matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
 
 def _refusal_of_env(policy: SecurityPolicy, engine: Engine, name: str) -> str | None:
     env = policy.env
-    if not _ENV_NAME.match(name):
+    if not _ENV_NAME.fullmatch(name):
         return "not a valid environment variable name"
     upper = name.upper()
     if upper in env.deny_names:

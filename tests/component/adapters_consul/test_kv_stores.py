@@ -284,3 +284,12 @@ async def test_a_key_the_store_issues_is_one_a_router_finds_by_its_id(client) ->
     ring = KeyRing(await ApiKeyStore(client).list())
     assert ring.find(issued.secret) == issued.record
     assert ring.find(issued.secret[:-1] + ("A" if issued.secret[-1] != "A" else "B")) is None
+
+
+@pytest.mark.parametrize("value", ["k-1\n", "../k", "a/b", "", "-k", "k 1", "k\x00"])
+def test_a_key_part_is_one_plain_segment(value: str) -> None:
+    from llmgw.adapters.consul.kv import key_part
+
+    with pytest.raises(ValueError, match="cannot be part of a Consul key"):
+        key_part(value, "key id")
+    assert key_part("k-0123456789abcdef", "key id") == "k-0123456789abcdef"

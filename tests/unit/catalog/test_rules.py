@@ -917,3 +917,25 @@ def test_nomad_runtime_interpolation_is_refused_in_catalog_values(load: Load, ke
                 {key}: {value}
         """)
     assert any("Nomad would replace at run time" in d.message for d in result.errors), result.diagnostics
+
+
+def test_a_trailing_newline_does_not_slip_a_name_past_its_pattern(load: Load) -> None:
+    # re's $ matches before a final newline: "NCCL_CONF_FILE\n" matched the env name
+    # pattern, then escaped the *_FILE deny pattern (fnmatch anchors at the very end)
+    # while still starting with the allowed NCCL_ prefix.
+    result = load("""
+        models:
+          m:
+            profiles:
+              - engine: vllm
+                source: org/m
+                env: {"NCCL_CONF_FILE\\n": /tmp/x}
+            roles: [chat]
+          j: {roles: [guard], profiles: [{engine: sim}]}
+        guard_policies:
+          "default\\n": {judge: j, models: [m]}
+        """)
+    messages = sorted(d.message for d in result.errors)
+    assert len(messages) == 2, messages
+    assert "not a valid policy name" in messages[0]
+    assert "not a valid environment variable name" in messages[1]

@@ -215,3 +215,9 @@ def test_an_llmgw_upgrade_that_renders_the_same_job_keeps_the_spec_hash(
     after = renderer.render(example, ReplicaRequest("sim-chat", 0, "0"), catalog_hash="h")
     assert after.spec_hash == before.spec_hash
     assert 'llmgw_version" = "99.0.0"' in after.hcl and "llmgw 99.0.0" in after.hcl
+
+
+def test_a_replica_id_is_letters_and_digits_only_even_at_its_end() -> None:
+    for bad in ("0\n", "abc\n", "a-b", ""):
+        with pytest.raises(RenderError, match="replica id"):
+            job_id_for("m", bad)
