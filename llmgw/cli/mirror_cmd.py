@@ -39,11 +39,19 @@ from llmgw.mirror.settings import MirrorSettings, parse_rate
 
 STORE_ENV = "LLMGW_MIRROR_STORE"
 DEFAULT_PORT = 8900
+_EXITS = "Exit 0 done, 1 the operation failed, 2 usage."
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "mirror", help="mirror model weights once, verify them, serve them to the nodes"
+        "mirror",
+        help="mirror model weights once, verify them, serve them to the nodes",
+        description="A store of model versions (NAME@VERSION), each fetched once and verified byte for "
+        "byte. A catalog profile names one as source: mirror:NAME@VERSION; its replicas then fetch "
+        "and verify it (mirror fetch) before the engine starts, from the server LLMGW_MIRROR_URL names. "
+        "The store is a directory (--store or LLMGW_MIRROR_STORE); serve and list also read an "
+        "S3-compatible bucket (s3://BUCKET/PREFIX, the s3 extra, AWS_* variables). Exit 0 done, 1 the "
+        "operation failed (a download, a verification, an incomplete version), 2 usage.",
     )
     commands = parser.add_subparsers(dest="mirror_command", metavar="SUBCOMMAND", required=True)
 
@@ -52,9 +60,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="download a model version into the store (resumable; run again to resume)",
         description="Mirror a Hugging Face repository (what an engine needs: safetensors + index, config, "
         "tokenizer) or one or more file URLs as NAME@VERSION. VERSION defaults to the resolved commit. "
-        "HF_TOKEN / HUGGING_FACE_HUB_TOKEN / $HF_HOME/token is used for the Hub and never printed.",
+        "HF_TOKEN / HUGGING_FACE_HUB_TOKEN / $HF_HOME/token is used for the Hub and never printed; "
+        "LLMGW_MIRROR_HF_ENDPOINT (else HF_ENDPOINT) points at another Hub. Progress goes to stderr, "
+        "the result to stdout. Exit 0 complete, 1 not complete (run the same command again to "
+        "resume), 2 usage or a refused source.",
     )
-    add.add_argument("ref", metavar="NAME[@VERSION]")
+    add.add_argument(
+        "ref",
+        metavar="NAME[@VERSION]",
+        help="the name catalogs use as mirror:NAME@VERSION (VERSION defaults to the commit's first 12 "
+        "hex digits)",
+    )
     add.add_argument("sources", nargs="+", metavar="SOURCE", help="ORG/NAME, or http(s) URLs of files")
     add.add_argument(
         "--revision", help="branch, tag or commit of the repository (default main); the commit is recorded"
@@ -71,7 +87,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _transfer_arguments(add)
     add.set_defaults(handler=_add)
 
-    listing = commands.add_parser("list", help="versions with their state (complete/incomplete/downloading)")
+    listing = commands.add_parser(
+        "list",
+        help="versions with their state (complete/incomplete/downloading)",
+        description="Every version of a store (or of a running mirror, with --mirror) with its state, "
+        "files and size. " + _EXITS,
+    )
     where = listing.add_mutually_exclusive_group()
     where.add_argument("--store", help=f"store directory, or s3://BUCKET/PREFIX (default ${STORE_ENV})")
     where.add_argument("--mirror", metavar="URL", help="ask a running mirror instead of reading a store")
@@ -81,13 +102,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     fetch = commands.add_parser(
         "fetch",
         help="node side: fetch a complete version into DEST and verify every file's sha256",
-        description="Exit 0 only when every file of the manifest is in DEST with its sha256. A file that "
-        "fails verification is deleted and named on stderr; exit 1.",
+        description="What a replica's fetch-model prestart task runs on its node: fetch a complete "
+        "version's files into DIR (resuming partial files, keeping verified ones) and check every "
+        "sha256. Exit 0 only when every file of the manifest is in DIR with its sha256; a file that "
+        "fails verification is deleted and named on stderr, exit 1; 2 usage.",
     )
     fetch.add_argument(
         "--mirror", required=True, metavar="URL", help="the mirror server, e.g. http://mirror:8900"
     )
-    fetch.add_argument("--ref", required=True, metavar="NAME@VERSION")
+    fetch.add_argument(
+        "--ref", required=True, metavar="NAME@VERSION", help="the version to fetch (mirror: prefix allowed)"
+    )
     fetch.add_argument("--dest", required=True, type=Path, metavar="DIR", help="the model directory to fill")
     fetch.add_argument(
         "--trust-stamps",
@@ -99,16 +124,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     fetch.set_defaults(handler=_fetch)
 
     serve = commands.add_parser(
-        "serve", help="serve the store over HTTP (index, manifests, files with Range)"
+        "serve",
+        help="serve the store over HTTP (index, manifests, files with Range)",
+        description="Serve the store's complete versions to the nodes over plain HTTP: "
+        "/v1/mirror/index, /models/NAME/VERSION/manifest.json and files (with Range, so fetches "
+        "resume), /healthz. There is no authentication: listen only where the GPU nodes, and "
+        "nobody else, can reach it. Runs until SIGINT or SIGTERM.",
     )
     _store_argument(serve, readable_s3=True)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: give the nodes' side)"
+    )
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     serve.set_defaults(handler=_serve)
 
     gc = commands.add_parser(
         "gc",
         help="delete versions no catalog or --keep references (never one that is downloading)",
+        description="Delete every version of a directory store that no --catalog file and no --keep "
+        "names; a version being downloaded is never deleted. Give at least one --keep or --catalog; "
+        "try --dry-run first. " + _EXITS,
     )
     gc.add_argument(
         "--keep",
@@ -129,7 +164,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--policy", type=Path, help="engine security policy for --catalog (default: the bundled one)"
     )
     gc.add_argument("--dry-run", action="store_true", help="print what would be deleted; delete nothing")
-    gc.add_argument("--json", action="store_true")
+    gc.add_argument(
+        "--json", action="store_true", help="what was (or would be) deleted, as JSON, for scripts"
+    )
     _store_argument(gc)
     gc.set_defaults(handler=_gc)
 
@@ -140,9 +177,13 @@ def _store_argument(parser: argparse.ArgumentParser, *, readable_s3: bool = Fals
 
 
 def _transfer_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--concurrency", type=int, help="files downloaded at once (default 4)")
     parser.add_argument(
-        "--limit-rate", metavar="RATE", help="bandwidth limit over all files, e.g. 50M (bytes/s)"
+        "--concurrency", type=int, help="files downloaded at once (default $LLMGW_MIRROR_CONCURRENCY or 4)"
+    )
+    parser.add_argument(
+        "--limit-rate",
+        metavar="RATE",
+        help="bandwidth limit over all files in bytes/s, e.g. 50M (default $LLMGW_MIRROR_BANDWIDTH_LIMIT)",
     )
     parser.add_argument(
         "--progress",
