@@ -19,12 +19,24 @@ POLL_INTERVAL_S = 0.5  # how often the file is reread; Nomad rewrites it within 
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("rendezvous", help="(inside jobs) wait for a replica's ranks")
+    parser = subparsers.add_parser(
+        "rendezvous",
+        help="(inside jobs) wait for a replica's ranks",
+        description="Run by the jobs llmgw renders, on GPU nodes: a multi-node replica's prestart "
+        "task waits here until its peers' addresses are known. Not for use by hand.",
+    )
     commands = parser.add_subparsers(dest="rendezvous_command", metavar="SUBCOMMAND", required=True)
-    wait = commands.add_parser("wait", help="wait until FILE has at least LINES non-empty lines")
-    wait.add_argument("--file", type=Path, required=True)
-    wait.add_argument("--lines", type=int, default=1)
-    wait.add_argument("--timeout", type=float, default=900.0, help="seconds (exit 1 when they pass)")
+    wait = commands.add_parser(
+        "wait",
+        help="wait until FILE has at least LINES non-empty lines",
+        description="Wait until FILE (rendered by a Nomad template from Consul's llmgw-rank "
+        "service) has at least LINES non-empty lines. Exit 0 when it has, 1 when --timeout passes.",
+    )
+    wait.add_argument("--file", type=Path, required=True, help="the file the job's template renders")
+    wait.add_argument("--lines", type=int, default=1, help="addresses to wait for (default 1)")
+    wait.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds before giving up with exit 1 (default 900)"
+    )
     wait.set_defaults(handler=_wait)
 
 
