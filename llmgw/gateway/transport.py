@@ -138,9 +138,12 @@ class EnginePool:
         if start is None:
             if _FIELD_VALUE_BAD.search(target) or " " in target:
                 raise ValueError(f"request target {target!r} is not sendable")
+            host, port = key
+            if _FIELD_VALUE_BAD.search(host) or " " in host or "/" in host:
+                # An address from a service registration, not llmgw's: it must not write the head.
+                raise ConnectFailed(f"engine address {host[:80]!r} is not a host")
             if len(self._starts) >= _CACHED_STARTS:
                 self._starts.clear()
-            host, port = key
             authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             start = self._starts[(key, target)] = f"POST {target} HTTP/1.1\r\nHost: {authority}\r\n"
         fields = start + f"Content-Length: {size}\r\n"
@@ -359,24 +362,28 @@ class _Connection(asyncio.Protocol):
         if buffer:
             buffer += data
             data = bytes(buffer)
-        end = data.find(_HEAD_END)
-        if end < 0:
-            if len(data) > MAX_HEAD_BYTES:
-                self._fail_head(MalformedAnswer(f"an answer head over {MAX_HEAD_BYTES} bytes"))
-            elif not buffer:
-                buffer += data
-            return
-        buffer.clear()
-        try:
-            response = _parse_head(self, data[:end])
-        except MalformedAnswer as exc:
-            self._fail_head(exc)
-            return
-        rest = data[end + 4 :]
-        if response is None:  # an interim 1xx answer: the real head follows
-            if rest:
-                self._head_data(rest)
-            return
+            buffer.clear()
+        # A loop over an offset, not recursion and slicing: an engine may send any
+        # number of interim 1xx answers in one read.
+        start = 0
+        while True:
+            end = data.find(_HEAD_END, start)
+            if end < 0:
+                if len(data) - start > MAX_HEAD_BYTES:
+                    self._fail_head(MalformedAnswer(f"an answer head over {MAX_HEAD_BYTES} bytes"))
+                else:
+                    buffer += data[start:] if start else data
+                return
+            try:
+                response = _parse_head(self, data[start:end])
+            except MalformedAnswer as exc:
+                self._fail_head(exc)
+                return
+            start = end + 4
+            if response is not None:
+                break
+            # An interim 1xx answer: the real head follows.
+        rest = data[start:]
         self._response = response
         self._state = _DONE if response._complete else _BODY
         waiter = self._head_waiter

@@ -215,6 +215,24 @@ async def test_interim_answers_are_skipped_and_a_204_has_no_body() -> None:
             await engines.close()
 
 
+async def test_a_flood_of_interim_answers_is_read_in_a_loop_not_by_recursion() -> None:
+    # Tens of thousands of 100s in one read once recursed per answer: a RecursionError
+    # inside the protocol callback, a fatal transport error and a traceback in the log.
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, engine: RawEngine) -> None:
+        await engine.request(reader)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" * 20_000 + answer(b"{}"))
+        await reader.read()
+
+    async with RawEngine(script) as engine:
+        engines = pool()
+        try:
+            response = await engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}")
+            assert (response.status, await read_all(response)) == (200, b"{}")
+            response.release()
+        finally:
+            await engines.close()
+
+
 async def test_the_request_is_one_well_formed_message() -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, engine: RawEngine) -> None:
         await engine.request(reader)
@@ -237,6 +255,11 @@ async def test_the_request_is_one_well_formed_message() -> None:
             assert received == body
             with pytest.raises(ValueError):
                 await engines.post("127.0.0.1", engine.port, "/v1/x", (("x-a", "1\r\nx-b: 2"),), b"{}")
+            # An engine address (from a Consul registration) cannot add header lines either.
+            for host in ("127.0.0.1\r\nX-Injected: 1", "127.0.0.1 evil", "127.0.0.1/x"):
+                with pytest.raises(ConnectFailed):
+                    await engines.post(host, engine.port, "/v1/x", HEADERS, b"{}")
+            assert len(engine.requests) == 1 and engines.in_use == 0
         finally:
             await engines.close()
 
@@ -311,6 +334,13 @@ async def test_connecting_to_nothing_fails_as_connect() -> None:
         b"HTTP/1.1 20 OK\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nBad header\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0x10\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length : 5\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n X-Folded: 1\r\n\r\n",
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70_000,
     ],
 )
