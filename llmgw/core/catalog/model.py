@@ -106,11 +106,16 @@ def _no_nul(value: str) -> str:
 def _no_interpolation(value: object) -> object:
     """Refuse ``${``: the Nomad client substitutes ``${NAME}`` in a task's args, env and
     constraints at run time (there is no escape for it), so a catalog value with it
-    could read the task's environment (NOMAD_TOKEN, secrets paths) into an engine's flags."""
+    could read the task's environment (NOMAD_TOKEN, secrets paths) into an engine's flags.
+    And refuse ``@@``: the renderer fills its slots (``@@replica@@``, ``@@fabric@@``...)
+    after escaping, so catalog text holding one would be changed after it was escaped
+    (``$@@fabric@@`` with a fabric starting with ``{`` would become ``${``)."""
     if isinstance(value, str) and "${" in value:
         raise ValueError(
             "contains ${, which Nomad would replace at run time; llmgw passes catalog text verbatim"
         )
+    if isinstance(value, str) and "@@" in value:
+        raise ValueError("contains @@, which llmgw's renderer reserves for its own placeholders")
     return value
 
 

@@ -939,3 +939,27 @@ def test_a_trailing_newline_does_not_slip_a_name_past_its_pattern(load: Load) ->
     assert len(messages) == 2, messages
     assert "not a valid policy name" in messages[0]
     assert "not a valid environment variable name" in messages[1]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("args", '["--x", "$@@fabric@@"]'),
+        ("args", '["@@replica@@x"]'),
+        ("env", '{NCCL_DEBUG: "@@llmgw-spec-hash@@"}'),
+        ("source", '"https://e.org/@@version@@.gguf"'),
+        ("gpu", '{model: "@@fabric@@"}'),
+        ("image", '"ghcr.io/ggml-org/llama.cpp:@@version@@"'),
+    ],
+)
+def test_a_catalog_value_cannot_hold_a_renderer_placeholder(load: Load, key: str, value: str) -> None:
+    # The renderer fills @@...@@ slots after escaping: catalog text holding one would be
+    # rewritten after it was escaped ("$@@fabric@@" and a fabric "{x}" give "${x}").
+    result = load(f"""
+        models:
+          m:
+            profiles:
+              - engine: llamacpp
+                {key}: {value}
+        """)
+    assert any("@@" in d.message and "reserves" in d.message for d in result.errors), result.diagnostics
