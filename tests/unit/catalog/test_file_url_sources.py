@@ -1,4 +1,4 @@
-"""A llama.cpp file URL is fetched by the Nomad client, as root, on the node: it names a file and nothing more."""
+"""A llama.cpp file URL is fetched by the Nomad client, as root, on the node: it names a file only."""
 
 from __future__ import annotations
 
