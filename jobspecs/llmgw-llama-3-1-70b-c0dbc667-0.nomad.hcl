@@ -10,13 +10,13 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "9732bc126fd18d32dfb5fb47c35a0fbe221ad0fde1cb55de8164a9edede8c980"
+    "llmgw_catalog_hash" = "08be52e768c37651a8a59d4243feec5a6c5cea6d0479586f93b9a7bc159333d8"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "a858f30fbe1c989d6b8da1c90e126cd2482899d3f600be8a010d3d5a2557dfa4"
+    "llmgw_spec_hash" = "f3a84d011ce09a1b72ae883bc565b13cf28745b4394c38f9b6c9fe581208f0fb"
     "llmgw_version" = "0.1.0"
   }
 
@@ -102,8 +102,8 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
       }
 
       resources {
-        cpu    = 4000
-        memory = 32768
+        cpu    = 16000
+        memory = 131072
 
         device "nvidia/gpu" {
           count = 8

@@ -10,13 +10,13 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "9732bc126fd18d32dfb5fb47c35a0fbe221ad0fde1cb55de8164a9edede8c980"
+    "llmgw_catalog_hash" = "08be52e768c37651a8a59d4243feec5a6c5cea6d0479586f93b9a7bc159333d8"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "9ef1de8a27f033c56825bbca901f09883182d375a2c732f70e242f21d0755959"
+    "llmgw_spec_hash" = "b45269beed26230f7b1f2a37c96db6edff249e8439e04c0acb4412062ee68a47"
     "llmgw_version" = "0.1.0"
   }
 
@@ -88,9 +88,9 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "vllm/vllm-openai:v0.11.0"
+        image        = "vllm/vllm-openai:v0.10.2"
         entrypoint   = ["vllm"]
-        args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1"]
+        args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
         network_mode = "host"
         ipc_mode     = "host"
       }
@@ -104,7 +104,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
         memory = 32768
 
         device "nvidia/gpu" {
-          count = 2
+          count = 4
         }
       }
     }

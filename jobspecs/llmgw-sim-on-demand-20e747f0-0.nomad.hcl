@@ -10,7 +10,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "9732bc126fd18d32dfb5fb47c35a0fbe221ad0fde1cb55de8164a9edede8c980"
+    "llmgw_catalog_hash" = "08be52e768c37651a8a59d4243feec5a6c5cea6d0479586f93b9a7bc159333d8"
     "llmgw_engine" = "sim"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "sim-on-demand"
