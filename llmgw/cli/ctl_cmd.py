@@ -200,7 +200,7 @@ class Answer:
 @dataclass(frozen=True, slots=True)
 class Connection:
     url: str
-    token: str | None
+    token: str | None = field(repr=False)  # a traceback or a debug print must not show it
     actor: str
     timeout: float
     cacert: str | None

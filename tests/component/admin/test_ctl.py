@@ -277,3 +277,14 @@ async def test_a_wrong_token_or_a_bad_url_say_what_to_do(
     assert bad_url.code == 2
     unreadable = await ctl("diff", "/nonexistent/catalog.yaml")
     assert unreadable.code == 2 and "cannot read" in unreadable.err
+
+
+def test_the_admin_token_is_never_in_a_connections_repr() -> None:
+    import argparse
+
+    from llmgw.cli.ctl_cmd import Connection
+
+    token = "s3cret-admin-token-0123456789abcdef"
+    connection = Connection.of(argparse.Namespace(), {"LLMGW_ADMIN_TOKEN": token})
+    assert connection.token == token
+    assert token not in repr(connection) and token not in str(connection)
