@@ -85,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     def leaf(
         name: str, help_text: str, handler: Callable[[argparse.Namespace], int]
     ) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[common], help=help_text, description=help_text)
+        sub = commands.add_parser(name, parents=[common], help=help_text, description=_sentence(help_text))
         sub.set_defaults(handler=handler)
         return sub
 
@@ -113,11 +113,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     catalog_commands = catalog.add_subparsers(dest="catalog_command", metavar="SUBCOMMAND", required=True)
     get = catalog_commands.add_parser(
-        "get", parents=[common], help="print the applied catalog's YAML (its version goes to stderr)"
+        "get",
+        parents=[common],
+        help="print the applied catalog's YAML (its version goes to stderr)",
+        description="Print the applied catalog's YAML on stdout; its version, sha256 and who applied it "
+        "go to stderr (all of it as JSON with --json).",
     )
     get.set_defaults(handler=_catalog_get)
     history = catalog_commands.add_parser(
-        "history", parents=[common], help="who applied which version, when, with what hash"
+        "history",
+        parents=[common],
+        help="who applied which version, when, with what hash",
+        description="Who applied which catalog version, when, with what sha256, newest first.",
     )
     history.add_argument("--limit", type=int, default=None, help="versions to show (newest first)")
     history.set_defaults(handler=_catalog_history)
@@ -130,7 +137,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     key_commands = keys.add_subparsers(dest="keys_command", metavar="SUBCOMMAND", required=True)
     create = key_commands.add_parser(
-        "create", parents=[common], help="issue a key; its secret is printed once, on stdout"
+        "create",
+        parents=[common],
+        help="issue a key; its secret is printed once, on stdout",
+        description="Issue an API key for the routers. Its secret (sk-llmgw-...) is printed once, on "
+        "stdout; only its SHA-256 is stored, so a lost secret cannot be shown again: revoke it and "
+        "create another.",
     )
     create.add_argument("name", help="who uses the key (a label)")
     create.add_argument(
@@ -145,9 +157,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="prompt + completion token limit, per router (default: unlimited)",
     )
     create.set_defaults(handler=_keys_create)
-    listing = key_commands.add_parser("list", parents=[common], help="every key, revoked ones too")
+    listing = key_commands.add_parser(
+        "list",
+        parents=[common],
+        help="every key, revoked ones too",
+        description="Every API key with its models and limits, revoked ones too (never a secret).",
+    )
     listing.set_defaults(handler=_keys_list)
-    revoke = key_commands.add_parser("revoke", parents=[common], help="revoke a key by id")
+    revoke = key_commands.add_parser(
+        "revoke",
+        parents=[common],
+        help="revoke a key by id",
+        description="Revoke an API key: routers refuse it as soon as they see the change in Consul.",
+    )
     revoke.add_argument("key_id", metavar="ID", help="the key's id (k-..., as keys list shows it)")
     revoke.set_defaults(handler=_keys_revoke)
 
@@ -160,6 +182,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     drain.add_argument("model", metavar="MODEL", help="a model name of the applied catalog")
     restart = leaf("restart", "replace MODEL's replicas one at a time (and end a drain)", _restart)
     restart.add_argument("model", metavar="MODEL", help="a model name of the applied catalog")
+
+
+def _sentence(text: str) -> str:
+    """A subcommand's one-line help as the first sentence of its --help."""
+    return text[:1].upper() + text[1:] + "."
 
 
 # --- talking to the admin API ----------------------------------------------------------------------
