@@ -12,7 +12,7 @@ import asyncio
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -129,8 +129,7 @@ def render_files(catalog: Catalog, renderer: Renderer, args: argparse.Namespace)
 def _render(args: argparse.Namespace) -> int:
     from llmgw.bundled import read_security_policy
     from llmgw.cli.catalog_cmd import load_catalog_file
-    from llmgw.render import Renderer, RenderError, RenderSettings
-    from llmgw.render.settings import DEFAULT_IMAGES
+    from llmgw.render import Renderer, RenderError
 
     policy = read_security_policy(args.policy)
     loaded = load_catalog_file(args.catalog, policy)
@@ -140,19 +139,18 @@ def _render(args: argparse.Namespace) -> int:
         print(diagnostic.format(), file=sys.stderr)
     if loaded.catalog is None:
         return EXIT_REJECTED
-    from llmgw.cli.serve_run import allowed_images_from_env
-    from llmgw.settings import SettingsError
+    from llmgw.render.settings import RenderSettingsError, render_settings_from_env
 
     try:
-        allowed_images = allowed_images_from_env(os.environ)
-    except SettingsError as exc:
+        # The same cluster settings serve renders with (LLMGW_*, NOMAD_NAMESPACE, NOMAD_REGION).
+        settings = render_settings_from_env(os.environ)
+    except RenderSettingsError as exc:
         print(f"llmgw render: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    settings = RenderSettings(
-        templates_dir=args.templates,
-        mirror_url=args.mirror_url,
-        images=DEFAULT_IMAGES,
-        allowed_images=allowed_images,
+    settings = replace(
+        settings,
+        templates_dir=args.templates or settings.templates_dir,
+        mirror_url=args.mirror_url or settings.mirror_url,
     )
     try:
         files = render_files(loaded.catalog, Renderer(settings, policy), args)

@@ -13,50 +13,16 @@ import argparse
 import asyncio
 import logging
 import os
-import shlex
 import sys
-from collections.abc import Mapping
-from pathlib import Path
 
-from llmgw.admin import AdminSettings, AdminSettingsError
+from llmgw.admin import AdminSettings, AdminSettingsError, check_settings
 from llmgw.bundled import read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from llmgw.cli.catalog_cmd import load_catalog_file
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError
-from llmgw.render import RenderSettings
-from llmgw.render.images import ImageError, parse_allowed_images
-from llmgw.render.settings import DEFAULT_ALLOWED_IMAGES
+from llmgw.render.settings import RenderSettingsError, render_settings_from_env
 from llmgw.settings import ConsulConnection, NomadConnection, SettingsError
-
-
-def allowed_images_from_env(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """``LLMGW_ALLOWED_IMAGES`` (comma-separated repositories or prefixes ending in /), else
-    the default engine images' repositories. Raises SettingsError naming a bad entry."""
-    raw = environ.get("LLMGW_ALLOWED_IMAGES")
-    if raw is None:
-        return DEFAULT_ALLOWED_IMAGES
-    try:
-        return parse_allowed_images(raw)
-    except ImageError as exc:
-        raise SettingsError(f"LLMGW_ALLOWED_IMAGES: {exc}") from None
-
-
-def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
-    """Raises SettingsError naming a variable whose value cannot be used."""
-    datacenters = tuple(d for d in environ.get("LLMGW_DATACENTERS", "*").split(",") if d)
-    command = tuple(shlex.split(environ.get("LLMGW_NODE_COMMAND", "llmgw")))
-    templates = environ.get("LLMGW_TEMPLATES")
-    return RenderSettings(
-        allowed_images=allowed_images_from_env(environ),
-        templates_dir=Path(templates) if templates else None,
-        datacenters=datacenters,
-        region=environ.get("NOMAD_REGION") or None,
-        namespace=environ.get("NOMAD_NAMESPACE") or None,
-        node_pool=environ.get("LLMGW_NODE_POOL") or None,
-        llmgw_command=command,
-        mirror_url=environ.get("LLMGW_MIRROR_URL") or None,
-    )
 
 
 def configure_logging(level: str) -> None:
@@ -73,9 +39,15 @@ def run_serve(args: argparse.Namespace) -> int:
         router = RouterSettings.from_env_and_args(os.environ, args)
         admin = AdminSettings.from_env_and_args(os.environ, args)
         render = render_settings_from_env(os.environ)
-    except (SettingsError, RouterSettingsError, AdminSettingsError) as exc:
+    except (SettingsError, RouterSettingsError, AdminSettingsError, RenderSettingsError) as exc:
         print(f"llmgw serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.role != Role.ROUTER.value:
+        # The admin API starts with the control plane: refuse its settings before anything runs.
+        problems = check_settings(admin).problems
+        if problems:
+            print("llmgw serve: the admin API will not start: " + "; ".join(problems), file=sys.stderr)
+            return EXIT_USAGE
     policy = read_security_policy(args.policy)
     catalog_text = None
     if args.catalog is not None:

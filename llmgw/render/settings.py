@@ -7,13 +7,16 @@ timings). Read from ``LLMGW_*`` environment variables and flags by the CLI.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
 from llmgw.core.catalog.model import Engine
-from llmgw.render.images import default_allowed_images
+from llmgw.render.images import ImageError, default_allowed_images, parse_allowed_images
+
+DEFAULT_MODEL_CACHE_DIR = "/var/lib/llmgw/models"
 
 # Engine images pinned to a release; operators point these at their registry.
 DEFAULT_IMAGES: Mapping[Engine, str] = MappingProxyType(
@@ -61,7 +64,7 @@ class RenderSettings:
     # Where llmgw's mirror serves model files; needed for mirror: sources.
     mirror_url: str | None = None
     # Where nodes keep fetched models (mounted read-only into engine containers).
-    model_cache_dir: str = "/var/lib/llmgw/models"
+    model_cache_dir: str = DEFAULT_MODEL_CACHE_DIR
     # Health check of every engine endpoint.
     check_interval_s: int = 5
     check_timeout_s: int = 2
@@ -76,3 +79,46 @@ class RenderSettings:
     lost_after_s: int = 300
     # How long a worker rank waits for its replica's other ranks to appear.
     rendezvous_timeout_s: int = 900
+
+
+class RenderSettingsError(ValueError):
+    """A rendering setting from the environment cannot be used; the message names it."""
+
+
+# Engine image overrides: LLMGW_IMAGE_VLLM, LLMGW_IMAGE_SGLANG, LLMGW_IMAGE_LLAMACPP.
+IMAGE_ENV = {engine: f"LLMGW_IMAGE_{engine.value.upper()}" for engine in DEFAULT_IMAGES}
+
+
+def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
+    """What the cluster's jobs look like, from LLMGW_* and NOMAD_* (serve and render read the same).
+
+    Raises RenderSettingsError naming a variable whose value cannot be used.
+    """
+    images = dict(DEFAULT_IMAGES)
+    for engine, name in IMAGE_ENV.items():
+        if environ.get(name):
+            images[engine] = environ[name]
+    if "LLMGW_ALLOWED_IMAGES" in environ:
+        try:
+            allowed = parse_allowed_images(environ["LLMGW_ALLOWED_IMAGES"])
+        except ImageError as exc:
+            raise RenderSettingsError(f"LLMGW_ALLOWED_IMAGES: {exc}") from None
+    else:
+        allowed = default_allowed_images(images)
+    try:
+        command = tuple(shlex.split(environ.get("LLMGW_NODE_COMMAND", "llmgw")))
+    except ValueError as exc:
+        raise RenderSettingsError(f"LLMGW_NODE_COMMAND: {exc}") from None
+    templates = environ.get("LLMGW_TEMPLATES")
+    return RenderSettings(
+        templates_dir=Path(templates) if templates else None,
+        datacenters=tuple(d for d in environ.get("LLMGW_DATACENTERS", "*").split(",") if d) or ("*",),
+        region=environ.get("NOMAD_REGION") or None,
+        namespace=environ.get("NOMAD_NAMESPACE") or None,
+        node_pool=environ.get("LLMGW_NODE_POOL") or None,
+        images=images,
+        allowed_images=allowed,
+        llmgw_command=command or ("llmgw",),
+        mirror_url=environ.get("LLMGW_MIRROR_URL") or None,
+        model_cache_dir=environ.get("LLMGW_MODEL_CACHE_DIR") or DEFAULT_MODEL_CACHE_DIR,
+    )

@@ -6,12 +6,10 @@ import json
 
 import pytest
 
-from llmgw.cli.serve_run import allowed_images_from_env
 from llmgw.core.catalog import Catalog, SecurityPolicy, catalog_digest, load_catalog
 from llmgw.render import Renderer, RenderError, RenderSettings, ReplicaRequest
 from llmgw.render.images import ImageError, image_refusal, parse_allowed_images, parse_image
-from llmgw.render.settings import DEFAULT_ALLOWED_IMAGES
-from llmgw.settings import SettingsError
+from llmgw.render.settings import DEFAULT_ALLOWED_IMAGES, RenderSettingsError, render_settings_from_env
 
 
 def catalog(policy: SecurityPolicy, image: str, engine: str = "vllm") -> Catalog:
@@ -134,14 +132,17 @@ def test_an_allowlist_entry_names_a_repository_or_a_prefix(entry: str) -> None:
 
 
 def test_llmgw_allowed_images_from_the_environment() -> None:
-    assert allowed_images_from_env({}) == DEFAULT_ALLOWED_IMAGES
-    assert allowed_images_from_env({"LLMGW_ALLOWED_IMAGES": "reg.example/llm/, ubuntu"}) == (
+    def allowed(environ: dict[str, str]) -> tuple[str, ...]:
+        return render_settings_from_env(environ).allowed_images
+
+    assert allowed({}) == DEFAULT_ALLOWED_IMAGES
+    assert allowed({"LLMGW_ALLOWED_IMAGES": "reg.example/llm/, ubuntu"}) == (
         "reg.example/llm/",
         "docker.io/library/ubuntu",
     )
-    assert allowed_images_from_env({"LLMGW_ALLOWED_IMAGES": ""}) == ()
-    with pytest.raises(SettingsError, match="LLMGW_ALLOWED_IMAGES"):
-        allowed_images_from_env({"LLMGW_ALLOWED_IMAGES": "vllm/vllm-openai:v1"})
+    assert allowed({"LLMGW_ALLOWED_IMAGES": ""}) == ()
+    with pytest.raises(RenderSettingsError, match="LLMGW_ALLOWED_IMAGES"):
+        allowed({"LLMGW_ALLOWED_IMAGES": "vllm/vllm-openai:v1"})
 
 
 def test_normal_form() -> None:

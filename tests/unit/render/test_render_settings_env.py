@@ -1,0 +1,54 @@
+"""serve and render read the cluster's rendering settings from the same variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgw.core.catalog import Engine
+from llmgw.render.settings import (
+    DEFAULT_IMAGES,
+    RenderSettings,
+    RenderSettingsError,
+    render_settings_from_env,
+)
+
+
+def test_nothing_set_is_the_defaults() -> None:
+    assert render_settings_from_env({}) == RenderSettings()
+
+
+def test_every_variable_is_read() -> None:
+    settings = render_settings_from_env(
+        {
+            "LLMGW_DATACENTERS": "dc1,dc2",
+            "NOMAD_REGION": "eu",
+            "NOMAD_NAMESPACE": "llm",
+            "LLMGW_NODE_POOL": "gpu",
+            "LLMGW_NODE_COMMAND": "/opt/llmgw/bin/llmgw --quiet",
+            "LLMGW_MIRROR_URL": "http://mirror:8900",
+            "LLMGW_MODEL_CACHE_DIR": "/data/models",
+            "LLMGW_IMAGE_VLLM": "registry.internal/vllm/vllm-openai:v0.11.0",
+            "LLMGW_TEMPLATES": "/etc/llmgw/templates",
+        }
+    )
+    assert settings.datacenters == ("dc1", "dc2")
+    assert (settings.region, settings.namespace, settings.node_pool) == ("eu", "llm", "gpu")
+    assert settings.llmgw_command == ("/opt/llmgw/bin/llmgw", "--quiet")
+    assert settings.mirror_url == "http://mirror:8900" and settings.model_cache_dir == "/data/models"
+    assert settings.images[Engine.VLLM] == "registry.internal/vllm/vllm-openai:v0.11.0"
+    assert settings.images[Engine.SGLANG] == DEFAULT_IMAGES[Engine.SGLANG]
+    # An operator's own image registry is allowed for catalogs too, unless they say otherwise.
+    assert any("registry.internal/vllm/vllm-openai" in allowed for allowed in settings.allowed_images)
+    assert str(settings.templates_dir) == "/etc/llmgw/templates"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LLMGW_ALLOWED_IMAGES", "not a ref"),
+        ("LLMGW_NODE_COMMAND", "llmgw 'unclosed"),
+    ],
+)
+def test_an_unusable_value_names_its_variable(name: str, value: str) -> None:
+    with pytest.raises(RenderSettingsError, match=name):
+        render_settings_from_env({name: value})
