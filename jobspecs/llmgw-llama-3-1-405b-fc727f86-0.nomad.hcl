@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "85be0a9577879a3b2c4d6e38356ecb5c59ea62382d9e41c761732e34b32810b3"
+    "llmgw_spec_hash" = "97edd29c1fce26f3dcfd16aa7464240ef24dfca9d3ada940f1c52dbecd9ff775"
     "llmgw_version" = "0.1.0"
   }
 
@@ -147,9 +147,12 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
         device "nvidia/gpu" {
           count = 8
 
+          # The device plugin names a card as NVML does ("NVIDIA H100 80GB HBM3"):
+          # the catalog's model is matched as a whole word in it, any case.
           constraint {
             attribute = "${device.model}"
-            value     = "H100"
+            operator  = "regexp"
+            value     = "(?i)(^|[^a-z0-9])H100([^a-z0-9]|$)"
           }
 
           constraint {
@@ -265,9 +268,12 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
         device "nvidia/gpu" {
           count = 8
 
+          # The device plugin names a card as NVML does ("NVIDIA H100 80GB HBM3"):
+          # the catalog's model is matched as a whole word in it, any case.
           constraint {
             attribute = "${device.model}"
-            value     = "H100"
+            operator  = "regexp"
+            value     = "(?i)(^|[^a-z0-9])H100([^a-z0-9]|$)"
           }
 
           constraint {

@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "f3a84d011ce09a1b72ae883bc565b13cf28745b4394c38f9b6c9fe581208f0fb"
+    "llmgw_spec_hash" = "ccb2505e1d30d3c1848e9d169cbb9c7d94469faf246c8afb27e21ced1ba731cc"
     "llmgw_version" = "0.1.0"
   }
 
@@ -108,9 +108,12 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
         device "nvidia/gpu" {
           count = 8
 
+          # The device plugin names a card as NVML does ("NVIDIA H100 80GB HBM3"):
+          # the catalog's model is matched as a whole word in it, any case.
           constraint {
             attribute = "${device.model}"
-            value     = "H100"
+            operator  = "regexp"
+            value     = "(?i)(^|[^a-z0-9])H100([^a-z0-9]|$)"
           }
 
           constraint {

@@ -54,7 +54,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--admin-port", type=int, default=8081, help="admin API port (default 8081)")
     parser.add_argument("--nodes", type=int, default=3, help="simulated nodes (default 3)")
     parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs per node (default 8)")
-    parser.add_argument("--gpu-model", default="H100", help="GPU model of the simulated nodes (default H100)")
+    parser.add_argument(
+        "--gpu-model",
+        default="NVIDIA H100 80GB HBM3",
+        help="GPU name the simulated nodes report, as NVML names cards (default 'NVIDIA H100 80GB HBM3')",
+    )
     parser.add_argument(
         "--cluster",
         type=Path,

@@ -51,6 +51,17 @@ FABRIC_SLOT = "@@fabric@@"
 VERSION_SLOT = "@@version@@"
 
 
+# Metacharacters of RE2, Nomad's regexp syntax: each written escaped.
+_RE2_SPECIAL = set("\\.+*?()|[]{}^$")
+
+
+def gpu_model_pattern(model: str) -> str:
+    """The catalog's GPU model as a whole word in the device's name, case-insensitively:
+    "H100" matches "NVIDIA H100 80GB HBM3", not "H1000"."""
+    literal = "".join(f"\\{char}" if char in _RE2_SPECIAL else char for char in model)
+    return f"(?i)(^|[^a-z0-9]){literal}([^a-z0-9]|$)"
+
+
 def job_id_for(model: str, replica_id: str) -> str:
     """``llmgw-<model slug>-<replica id>``: stable, collision-free (the slug carries a hash)."""
     if replica_id != REPLICA_SLOT and not _REPLICA_ID.fullmatch(replica_id):
@@ -254,6 +265,9 @@ def _group(
         gpu = {
             "count": profile.gpus_per_replica_node,
             "model": profile.gpu.model if profile.gpu else None,
+            "model_pattern": gpu_model_pattern(profile.gpu.model)
+            if profile.gpu and profile.gpu.model
+            else None,
             # Marketing gigabytes to the MiB the device plugin reports, so an
             # "80 GB" card (81559 MiB) satisfies memory_gb: 80.
             "min_memory": f"{profile.gpu.memory_gb * 10**9 // 2**20} MiB"

@@ -8,6 +8,7 @@ fabric) and why no node had it, instead of a raw evaluation dump.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,15 @@ class PlanOutcome:
     failed_groups: dict[str, JSON] = field(default_factory=dict)
 
 
+_WHOLE_WORD = re.compile(r"^\(\?i\)\(\^\|\[\^a-z0-9\]\)(?P<model>.*)\(\[\^a-z0-9\]\|\$\)$")
+
+
+def _model_named(value: str) -> str:
+    """The GPU model a device constraint asks for, as the catalog wrote it."""
+    match = _WHOLE_WORD.match(value)
+    return re.sub(r"\\(.)", r"\1", match.group("model")) if match else value
+
+
 def _asks(job: JSON, group_name: str) -> str:
     """What one group asks for, e.g. "8 nvidia/gpu (H100, >= 76293 MiB) on fabric fabric-a"."""
     parts: list[str] = []
@@ -34,7 +44,7 @@ def _asks(job: JSON, group_name: str) -> str:
                 value = constraint.get("RTarget", "")
                 operand = constraint.get("Operand", "=")
                 if target.endswith("device.model}"):
-                    details.append(str(value))
+                    details.append(_model_named(str(value)))
                 elif target.endswith("device.attr.memory}"):
                     details.append(f"{operand} {value}")
             suffix = f" ({', '.join(details)})" if details else ""

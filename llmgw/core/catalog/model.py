@@ -145,7 +145,9 @@ class GpuSpec(_Strict):
     """Constraints on the GPUs a replica lands on (Nomad device constraints)."""
 
     model: CatalogText | None = Field(
-        None, description='GPU model name as the NVIDIA device plugin reports it, e.g. "H100"'
+        None,
+        description="GPU model, matched as a whole word in the name the NVIDIA device plugin reports, "
+        'any case: "H100" places on "NVIDIA H100 80GB HBM3"',
     )
     memory_gb: StrictInt | None = Field(None, gt=0, description="minimum memory per GPU, in GB")
 
