@@ -51,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--catalog", type=Path, help="catalog to serve (default: the example catalog)")
     parser.add_argument("--port", type=int, default=8080, help="router port (default 8080)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8082,
+        help="the control plane's /metrics and /health (default 8082)",
+    )
     parser.add_argument("--admin-port", type=int, default=8081, help="admin API port (default 8081)")
     parser.add_argument("--nodes", type=int, default=3, help="simulated nodes (default 3)")
     parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs per node (default 8)")

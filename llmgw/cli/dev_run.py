@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from llmgw.adapters.consul import ConsulClient
 from llmgw.admin import AdminSettings
 from llmgw.bundled import bundled_path, read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
@@ -28,6 +29,7 @@ from llmgw.cli.dev_cmd import EXIT_NOT_RUNNING
 from llmgw.cli.serve_run import configure_logging
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.control import ControlSettings
+from llmgw.control.metrics_server import MetricsListenerSettings
 from llmgw.core.catalog import Engine
 from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
@@ -115,11 +117,21 @@ async def _dev(
                 RouterSettings.from_env_and_args(os.environ), host="127.0.0.1", port=args.port, no_auth=True
             ),
             admin=AdminSettings(host="127.0.0.1", port=args.admin_port),
+            control_metrics=MetricsListenerSettings("127.0.0.1", args.metrics_port),
             instance_id="llmgw-dev",
         )
-        async with Services(settings) as services:
-            assert services.consul is not None and services.router is not None and services.admin is not None
-            await publish_catalog(services.consul, catalog_text, applied_by="llmgw dev")
+        # The catalog is in Consul before anything reads it (no "nothing published yet" at start).
+        async with ConsulClient(settings.consul) as consul:
+            await publish_catalog(consul, catalog_text, applied_by="llmgw dev")
+        try:
+            services = await Services(settings).__aenter__()
+        except OSError as exc:
+            print(f"llmgw dev: cannot listen: {exc.strerror or exc} (choose other ports with --port, "
+                  "--admin-port, --metrics-port)", file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
+        try:
+            assert services.router is not None and services.admin is not None
+            assert services.control_metrics is not None
             router_url = services.router.url
             state = {
                 "pid": os.getpid(),
@@ -134,19 +146,22 @@ async def _dev(
                 catalog_name,
                 router_url,
                 services.admin.url,
+                services.control_metrics.url,
                 cluster.nomad_addr,
                 cluster.consul_addr,
             )
-            try:
-                await wait_for_signal()
-            finally:
-                print("\nllmgw dev: stopping (router, control plane, every task)...", file=sys.stderr)
-                (state_dir / "dev.json").unlink(missing_ok=True)
+            await wait_for_signal()
+        finally:
+            print("\nllmgw dev: stopping (router, control plane, every task)...", file=sys.stderr)
+            (state_dir / "dev.json").unlink(missing_ok=True)
+            await services.__aexit__(None, None, None)
     print("llmgw dev: stopped", file=sys.stderr)
     return EXIT_OK
 
 
-def _banner(config: StandInConfig, catalog: str, router: str, admin: str, nomad: str, consul: str) -> None:
+def _banner(
+    config: StandInConfig, catalog: str, router: str, admin: str, metrics: str, nomad: str, consul: str
+) -> None:
     nodes = config.nodes
     gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes}
     consul_hostport = consul.split("://", 1)[-1]
@@ -160,6 +175,7 @@ llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GP
                       -d '{{"model": "sim-chat", "messages": [{{"role": "user", "content": "hello"}}]}}'
 
   admin API         {admin}     (llmgw ctl --admin-url {admin} status)
+  control plane     {metrics}/metrics   (router metrics: {router}/metrics)
 
   export NOMAD_ADDR={nomad}
   export CONSUL_HTTP_ADDR={consul_hostport}

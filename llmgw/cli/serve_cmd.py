@@ -36,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "CONSUL_HTTP_TOKEN(_FILE), CONSUL_CACERT..., as their CLIs read them. The admin API's token "
         "is LLMGW_ADMIN_TOKEN (environment only). The rendered jobs take LLMGW_DATACENTERS "
         "(default *), LLMGW_NODE_POOL, LLMGW_NODE_COMMAND (how nodes run llmgw, default llmgw), "
-        "LLMGW_MIRROR_URL, LLMGW_ALLOWED_IMAGES and LLMGW_TEMPLATES. The catalog is the one applied "
+        "LLMGW_MIRROR_URL, LLMGW_ALLOWED_IMAGES, LLMGW_IMAGE_VLLM/_SGLANG/_LLAMACPP, "
+        "LLMGW_MODEL_CACHE_DIR and LLMGW_TEMPLATES. The control plane serves its own /metrics and "
+        "/health on --control-metrics-host/--control-metrics-port. The catalog is the one applied "
         "in Consul (llmgw ctl apply). ops/README.md says how to deploy it. Exit 0 stopped, 1 an "
         "invalid --catalog, 2 usage or settings that cannot run.",
     )
@@ -58,6 +60,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--log-level",
         default=os.environ.get("LLMGW_LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING or ERROR (default $LLMGW_LOG_LEVEL or INFO)",
+    )
+    group = parser.add_argument_group("control plane")
+    group.add_argument(
+        "--control-metrics-host",
+        default=os.environ.get("LLMGW_CONTROL_METRICS_HOST", "127.0.0.1"),
+        help="address of the control plane's /metrics and /health (default 127.0.0.1; "
+        "env LLMGW_CONTROL_METRICS_HOST; 0.0.0.0 for a Prometheus elsewhere)",
+    )
+    group.add_argument(
+        "--control-metrics-port",
+        type=int,
+        default=int(os.environ.get("LLMGW_CONTROL_METRICS_PORT", "8082")),
+        help="port of the control plane's /metrics and /health (default 8082; "
+        "env LLMGW_CONTROL_METRICS_PORT)",
     )
     add_router_arguments(parser.add_argument_group("router (flag, else LLMGW_ROUTER_*, else default)"))  # type: ignore[arg-type]
     add_admin_arguments(

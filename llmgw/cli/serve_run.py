@@ -20,6 +20,7 @@ from llmgw.bundled import read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from llmgw.cli.catalog_cmd import load_catalog_file
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
+from llmgw.control.metrics_server import MetricsListenerSettings
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError
 from llmgw.render.settings import RenderSettingsError, render_settings_from_env
 from llmgw.settings import ConsulConnection, NomadConnection, SettingsError
@@ -67,6 +68,7 @@ def run_serve(args: argparse.Namespace) -> int:
         render=render,
         router=router,
         admin=admin,
+        control_metrics=MetricsListenerSettings(args.control_metrics_host, args.control_metrics_port),
     )
     return asyncio.run(_run(settings, catalog_text))
 

@@ -32,6 +32,7 @@ from llmgw.adapters.nomad import NomadClient
 from llmgw.admin import AdminDeps, AdminListener, AdminSettings, CommandReceipt, start_admin
 from llmgw.control import ControlPlane, ControlSettings
 from llmgw.control.commands import ModelCommandStore, OperatorCommands
+from llmgw.control.metrics_server import MetricsListener, MetricsListenerSettings
 from llmgw.control.wiring import control_deps
 from llmgw.core.catalog import SecurityPolicy
 from llmgw.core.records import CatalogVersion
@@ -59,6 +60,8 @@ class ServiceSettings:
     render: RenderSettings = field(default_factory=RenderSettings)
     control: ControlSettings = field(default_factory=ControlSettings)
     router: RouterSettings = field(default_factory=RouterSettings)
+    # The control plane's /metrics and /health listener; None runs none.
+    control_metrics: MetricsListenerSettings | None = field(default_factory=MetricsListenerSettings)
     # The admin API runs beside the control plane; None runs none.
     admin: AdminSettings | None = field(default_factory=AdminSettings)
     # This instance's name in the leader lock and logs.
@@ -108,6 +111,7 @@ class Services:
         self.router: RouterServer | None = None
         self.control: ControlPlane | None = None
         self.admin: AdminListener | None = None
+        self.control_metrics: MetricsListener | None = None
 
     async def __aenter__(self) -> Services:
         try:
@@ -143,6 +147,13 @@ class Services:
             await plane.start()
             self._stack.push_async_callback(plane.stop)
             self.control = plane
+            if s.control_metrics is not None:
+                listener = MetricsListener(
+                    s.control_metrics, deps.metrics.registry, lambda: deps.leader.is_leader
+                )
+                await listener.start()
+                self._stack.push_async_callback(listener.stop)
+                self.control_metrics = listener
             if s.admin is not None:
                 view = plane.view
 

@@ -99,6 +99,8 @@ def start_dev(tmp_path: Path, *args: str, ready_within: float = 60) -> RunningDe
             str(port),
             "--admin-port",
             str(free_port()),
+            "--metrics-port",
+            str(free_port()),
             "--state-dir",
             str(state_dir),
             *args,

@@ -44,6 +44,7 @@ from llmgw.admin import AdminSettings
 from llmgw.cli.dev_run import dev_control_settings, dev_render_settings
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog
 from llmgw.control import ControlPlane, ControlSettings, control_deps
+from llmgw.control.metrics_server import MetricsListenerSettings
 from llmgw.core import conventions as c
 from llmgw.core.catalog import SecurityPolicy, load_catalog
 from llmgw.core.records import DrainMark, Endpoint
@@ -541,6 +542,7 @@ class Stack:
             render=self.render_settings,
             control=self.control_settings,
             admin=None,
+            control_metrics=MetricsListenerSettings("127.0.0.1", 0),
             instance_id=instance_id,
             election=FAST_ELECTION,
         )

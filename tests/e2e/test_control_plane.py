@@ -331,3 +331,20 @@ def _settled(stack: Stack, *models: str, leader: str) -> Any:
         return NotYet(why) if why else True
 
     return probe
+
+
+async def test_the_control_plane_serves_its_metrics(tmp_path: Path, shipped_policy: SecurityPolicy) -> None:
+    async with Stack(tmp_path, shipped_policy, nodes(1)) as stack, stack.services("cp-metrics") as running:
+        listener = running.control_metrics
+        assert listener is not None
+        async with aiohttp.ClientSession() as http:
+
+            async def leading() -> bool:
+                async with http.get(f"{listener.url}/health") as response:
+                    return bool((await response.json())["leader"])
+
+            await eventually(leading, 30, "the only instance leading")
+            async with http.get(f"{listener.url}/metrics") as response:
+                text = await response.text()
+    assert "llmgw_control_leader 1.0" in text
+    assert "llmgw_control_passes_total" in text
