@@ -8,6 +8,7 @@ Skips with the reason when either is missing.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -91,11 +92,12 @@ def _endpoint(model: str, port: int, simulated: bool) -> Endpoint:
     )
 
 
-@pytest.fixture
-async def router() -> AsyncIterator[RouterServer]:
+@contextlib.asynccontextmanager
+async def _router_serving(*served: tuple[str, bool]) -> AsyncIterator[RouterServer]:
+    """A router whose endpoints are real sim engines for ``(model, simulated)`` pairs."""
     runners: list[web.AppRunner] = []
     endpoints = []
-    for model, simulated in (("llama-real", False), ("sim-chat", True)):
+    for model, simulated in served:
         runner = web.AppRunner(create_sim_app(fast_settings(served_model_name=model, token_rate=200.0)))
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -107,10 +109,18 @@ async def router() -> AsyncIterator[RouterServer]:
     )
     server = RouterServer(RouterSettings(host="127.0.0.1", port=0, no_auth=True), deps)
     await server.start()
-    yield server
-    await server.stop()
-    for runner in runners:
-        await runner.cleanup()
+    try:
+        yield server
+    finally:
+        await server.stop()
+        for runner in runners:
+            await runner.cleanup()
+
+
+@pytest.fixture
+async def router() -> AsyncIterator[RouterServer]:
+    async with _router_serving(("llama-real", False), ("sim-chat", True)) as server:
+        yield server
 
 
 @pytest.fixture
@@ -180,3 +190,12 @@ async def test_errors_are_shown_not_swallowed(router: RouterServer, page: Page) 
     await page.press("#prompt", "Enter")
     error = page.locator(".message.assistant.error")
     await expect(error).to_contain_text("has no healthy replica")
+
+
+async def test_a_real_model_that_serves_now_is_preselected_over_one_that_cannot(page: Page) -> None:
+    # llama-real has no replica: it would only answer 503. zz-real serves.
+    async with _router_serving(("zz-real", False), ("sim-chat", True)) as server:
+        await page.goto(server.url + "/")
+        await expect(page.locator("#model option")).to_have_count(4)
+        assert [value for value, _ in await _options(page)][:2] == ["llama-real", "zz-real"]
+        assert await page.locator("#model").input_value() == "zz-real"

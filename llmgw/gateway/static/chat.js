@@ -10,7 +10,7 @@ const messagesEl = $("messages");
 const statusEl = $("status");
 const keyPanel = $("key-panel");
 
-let models = []; // [{id, simulated}]
+let models = []; // [{id, simulated, serving}]
 let history = []; // [{role, content}]
 let busy = false;
 
@@ -29,7 +29,8 @@ function setStatus(text) {
   statusEl.textContent = text;
 }
 
-// Real models first, the first real one preselected; simulated ones last, marked.
+// Real models first, simulated ones last, marked. The first real model is preselected,
+// preferring one that serves now (a real model with no replica would only answer 503).
 export function orderModels(data) {
   const chat = data.filter((m) => {
     const roles = (m.llmgw && m.llmgw.roles) || ["chat"];
@@ -38,7 +39,17 @@ export function orderModels(data) {
   const simulated = (m) => m.owned_by === "llmgw-sim" || (m.llmgw && m.llmgw.simulated);
   const real = chat.filter((m) => !simulated(m));
   const sims = chat.filter((m) => simulated(m));
-  return [...real, ...sims].map((m) => ({ id: m.id, simulated: Boolean(simulated(m)) }));
+  return [...real, ...sims].map((m) => ({
+    id: m.id,
+    simulated: Boolean(simulated(m)),
+    serving: Boolean(m.llmgw && m.llmgw.state === "serving"),
+  }));
+}
+
+export function preselected(ordered) {
+  const real = ordered.filter((m) => !m.simulated);
+  const choice = real.find((m) => m.serving) || real[0] || ordered[0];
+  return choice ? choice.id : "";
 }
 
 async function loadModels() {
@@ -64,7 +75,7 @@ async function loadModels() {
     if (model.simulated) option.dataset.simulated = "true";
     select.append(option);
   }
-  if (models.length) select.value = models[0].id;
+  if (models.length) select.value = preselected(models);
   updateSimMark();
   setStatus(models.length ? "" : "No chat models are available to this key.");
 }
