@@ -199,6 +199,10 @@ def run_fault(args: argparse.Namespace) -> int:
         return EXIT_NOT_RUNNING
     try:
         message = asyncio.run(_apply_fault(args, state))
+    except aiohttp.ClientConnectionError:
+        print(f"llmgw dev {args.fault}: no running llmgw dev answers ({state_file} is left from one that "
+              "stopped)", file=sys.stderr)  # fmt: skip
+        return EXIT_NOT_RUNNING
     except (aiohttp.ClientError, LookupError) as exc:
         print(f"llmgw dev {args.fault}: {exc}", file=sys.stderr)
         return EXIT_REJECTED

@@ -213,15 +213,20 @@ async def _monitor_watches(context: RouterContext) -> None:
         for label, watched in context.watches():
             healthy = watched.healthy or (watched.last_success_at is None and watched.last_error is None)
             if was_healthy.get(label, True) and not healthy:
-                age = (
-                    "never"
-                    if watched.last_success_at is None
-                    else f"{loop.time() - watched.last_success_at:.0f}s ago"
-                )
-                log.warning(
-                    "Consul watch %s is failing (%s); routing on the last data it had (from %s)",
-                    label, watched.last_error, age,
-                )  # fmt: skip
+                if watched.last_success_at is None:
+                    log.warning(
+                        "Consul watch %s is failing (%s) and has had no answer yet; "
+                        "nothing is routed from it until it answers",
+                        label,
+                        watched.last_error,
+                    )
+                else:
+                    log.warning(
+                        "Consul watch %s is failing (%s); routing on the last data it had (%.0fs old)",
+                        label,
+                        watched.last_error,
+                        loop.time() - watched.last_success_at,
+                    )
             elif not was_healthy.get(label, True) and healthy:
                 log.info("Consul watch %s answers again", label)
             was_healthy[label] = healthy

@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.apispec.jobspec import JobspecError, parse_jobspec
 from llmgw.devcluster.browsers import refuse_browsers
 from llmgw.devcluster.nomad.apishape import decode_lenient, fill, strict_problems
 from llmgw.devcluster.nomad.events import SubscriptionDropped, filter_events, parse_topics
@@ -157,10 +158,6 @@ async def jobs_parse(request: web.Request) -> web.Response:
     text = body.get("JobHCL")
     if not text:
         return _error(400, "Job spec is empty")
-    try:
-        from llmgw.devcluster.nomad.jobspec import JobspecError, parse_jobspec  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return _error(501, "the dev stand-in's HCL parser (llmgw.devcluster.nomad.jobspec) is not installed")
     try:
         job = parse_jobspec(str(text), filename="input.hcl")
     except JobspecError as exc:
