@@ -2,7 +2,9 @@
 
 Starts one simulated engine process, the router in its own process (endpoints fixed,
 no Consul) and, if Debian's nginx is installed (or can be: ``apt-get install -y
-nginx``), nginx with ``proxy_buffering off`` in front of the same engine. A load
+nginx``), nginx with ``proxy_buffering off`` in front of the same engine, and two
+featureless Python proxies (``proxy_floors.py``: a bare asyncio protocol and a bare
+aiohttp handler) that show what any asyncio router costs at least here. A load
 generator in this process (aiohttp, loopback only) runs C concurrent clients against
 each target, streaming and not, in rounds: every round runs every target once (the
 order rotated), after an unmeasured warm-up. Differences to direct are taken within a
@@ -19,7 +21,7 @@ rounds with their range. It prints:
 - at saturation (an engine as fast as it goes), the router's CPU time per forwarded
   SSE event, from /proc.
 
-Prints figures; asserts nothing. The three processes and the client share this
+Prints figures; asserts nothing. The processes and the client share this
 machine's cores, so figures on a 2-core box are upper bounds of the overhead.
 
     .venv/bin/python bench/router_proxy.py                  # 64 streams, 50 tokens/s, 7 rounds of 3 s
@@ -57,6 +59,7 @@ models:
 ROOT = Path(__file__).resolve().parents[1]
 SELF = Path(__file__).resolve()
 NGINX_DEBIAN = Path("/usr/sbin/nginx")
+FLOOR = "bare-asyncio"  # the reference no asyncio proxy goes under (proxy_floors.py)
 
 
 # --- the processes ----------------------------------------------------------------------------------
@@ -109,6 +112,13 @@ async def start_router(engine_port: int, loop: str = "asyncio") -> tuple[asyncio
             loop,
         ],
         b"router listening",
+    )
+
+
+async def start_floor(kind: str, engine_port: int) -> tuple[asyncio.subprocess.Process, int]:
+    """A featureless proxy (``proxy_floors.py``): what any router on ``kind`` costs at least."""
+    return await _start(
+        [sys.executable, str(SELF.parent / "proxy_floors.py"), kind, str(engine_port)], b"router listening"
     )
 
 
@@ -331,7 +341,7 @@ def report(rounds: list[dict[str, Figures]], *, stream: bool) -> None:
     kind = "streaming" if stream else "non-streamed"
     print(f"\n{kind} ({len(rounds)} rounds; median [min..max] over rounds):")
     columns = ["tokens/s", "p50 ms", "p99 ms"] + (["ttft p50", "ttft p99"] if stream else [])
-    print(f"  {'target':<8} {'fail':>5} " + " ".join(f"{c:>10}" for c in columns))
+    print(f"  {'target':<13} {'fail':>5} " + " ".join(f"{c:>10}" for c in columns))
     for name in names:
         figs = [r[name] for r in rounds]
         values = [
@@ -345,7 +355,7 @@ def report(rounds: list[dict[str, Figures]], *, stream: bool) -> None:
                 statistics.median(f.ttft_p99 for f in figs),
             ]
         failures = sum(f.failures for f in figs)
-        print(f"  {name:<8} {failures:>5} " + " ".join(f"{v:>10.2f}" for v in values))
+        print(f"  {name:<13} {failures:>5} " + " ".join(f"{v:>10.2f}" for v in values))
     ratios = [r["router"].tokens_per_second / r["direct"].tokens_per_second for r in rounds]
     print(f"  router/direct tokens/s: {spread(ratios, '.3f')}  (target >= 0.97)")
     for label, attr, target in (
@@ -356,14 +366,10 @@ def report(rounds: list[dict[str, Figures]], *, stream: bool) -> None:
     ):
         if attr.startswith("ttft") and not stream:
             continue
-        router_added = [getattr(r["router"], attr) - getattr(r["direct"], attr) for r in rounds]
-        text = f"  added {label:<12} router {spread(router_added)} ms"
-        if target is not None:
-            text += f" (target < {target:g} ms)"
-        if "nginx" in names:
-            nginx_added = [getattr(r["nginx"], attr) - getattr(r["direct"], attr) for r in rounds]
-            text += f"; nginx {spread(nginx_added)} ms"
-        print(text)
+        print(f"  added {label}" + (f" (target < {target:g} ms)" if target is not None else "") + ":")
+        for name in names[1:]:
+            added = [getattr(r[name], attr) - getattr(r["direct"], attr) for r in rounds]
+            print(f"    {name:<13} {spread(added)} ms")
     if "nginx" in names:
         # The 2x target compares the medians of what each adds (a per-round ratio of two
         # sub-millisecond differences is mostly noise).
@@ -383,6 +389,14 @@ def report(rounds: list[dict[str, Figures]], *, stream: bool) -> None:
                 else "; nginx adds under 0.05 ms, so the 2x target means the router must too"
             )
         )
+        if FLOOR in names and nginx_added > 0.05:
+            floor_added = statistics.median(
+                getattr(r[FLOOR], attr) - getattr(r["direct"], attr) for r in rounds
+            )
+            print(
+                f"  the floor: a bare asyncio proxy adds {floor_added:+.2f} ms, "
+                f"{floor_added / nginx_added:.2f}x nginx's"
+            )
 
 
 async def measure(
@@ -426,7 +440,7 @@ async def unloaded(args: argparse.Namespace, targets: dict[str, int], router_pid
     for name, values in per_target.items():
         added = [v - d for v, d in zip(values, per_target["direct"], strict=True)]
         print(
-            f"  {name:<8} {spread(values, '.3f')} ms"
+            f"  {name:<13} {spread(values, '.3f')} ms"
             + ("" if name == "direct" else f", added {spread(added)} ms")
         )
     print(f"  router CPU per request: {spread(router_cpu, '.0f')} us")
@@ -440,14 +454,19 @@ async def main(args: argparse.Namespace) -> None:
     )
     sim, sim_port = await start_sim(args.token_rate, args.max_tokens)
     router, router_port = await start_router(sim_port, args.router_loop)
+    floors = [] if args.no_floors else [await start_floor(kind, sim_port) for kind in ("aiohttp", "asyncio")]
     try:
         async with nginx(sim_port) as nginx_port:
             targets = {"direct": sim_port, "router": router_port}
             if nginx_port is not None:
                 targets["nginx"] = nginx_port
+            for (_, port), kind in zip(floors, ("aiohttp", "asyncio"), strict=False):
+                targets[f"bare-{kind}"] = port
             for stream in (True, False):
                 report(await measure(args, targets, stream=stream), stream=stream)
     finally:
+        for process, _ in floors:
+            await _stop(process)
         await _stop(router)
         await _stop(sim)
 
@@ -528,6 +547,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--router-loop", choices=("asyncio", "uvloop"), default="asyncio",
         help="the router process's event loop (uvloop must be installed)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-floors", action="store_true",
+        help="skip the featureless reference proxies (bench/proxy_floors.py)",
     )  # fmt: skip
     parser.add_argument("--serve-router", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine-port", type=int, default=0, help=argparse.SUPPRESS)
