@@ -209,17 +209,22 @@ def token_matches(header: str | None, token: str) -> bool:
 
 
 def actor_of(request: web.Request, settings: AdminSettings) -> str:
-    """Who the audit trail names: the claimed actor, and the credential that was shown."""
-    credential = settings.credential_name if settings.token is not None else "no token"
+    """Who the audit trail names: the claimed actor, and the credential that was shown.
+
+    ``ci via admin-token`` when the listener has a token (named by ``credential_name``),
+    ``ci (no token)`` when it has none: the name is then only a claim.
+    """
     claimed = request.headers.get(ACTOR_HEADER)
     if claimed is None:
-        return f"unnamed via {credential}"
-    if not _ACTOR.match(claimed):
+        claimed = "unnamed"
+    elif not _ACTOR.match(claimed):
         raise errors.bad_request(
             f"{ACTOR_HEADER} must be 1 to 64 letters, digits or ._@:/+- (it names who asks, e.g. ci or ctl)",
             "bad_actor",
         )
-    return f"{claimed} via {credential}"
+    if settings.token is None:
+        return f"{claimed} (no token)"
+    return f"{claimed} via {settings.credential_name}"
 
 
 @web.middleware

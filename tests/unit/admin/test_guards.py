@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
 from llmgw.admin.errors import AdminError
-from llmgw.admin.guards import cross_site_refusal, host_refusal, split_host, token_matches
+from llmgw.admin.guards import (
+    ACTOR_HEADER,
+    actor_of,
+    cross_site_refusal,
+    host_refusal,
+    split_host,
+    token_matches,
+)
 from llmgw.admin.handlers import check_preconditions, parse_etags
+from llmgw.admin.settings import AdminSettings
 from llmgw.core.records import CatalogVersion
 
 OWN = "http://127.0.0.1:8081"
@@ -139,3 +148,18 @@ def test_preconditions(
     if current is not None:
         assert caught.value.headers["ETag"] == f'"{current.sha256}"'
         assert "version 3" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("claimed", "token", "actor"),
+    [
+        ("ctl", None, "ctl (no token)"),
+        (None, None, "unnamed (no token)"),
+        ("ci", "s3cret-admin-token-0123456789abcdef", "ci via admin-token"),
+        (None, "s3cret-admin-token-0123456789abcdef", "unnamed via admin-token"),
+    ],
+)
+def test_the_actor_reads_as_words(claimed: str | None, token: str | None, actor: str) -> None:
+    headers = {} if claimed is None else {ACTOR_HEADER: claimed}
+    request = make_mocked_request("PUT", "/admin/v1/catalog", headers=headers)
+    assert actor_of(request, AdminSettings(token=token)) == actor
