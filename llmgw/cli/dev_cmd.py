@@ -1,6 +1,6 @@
 """``llmgw dev``: the whole of llmgw on one machine, on stand-ins for Nomad and Consul.
 
-``llmgw dev`` starts the stand-ins (3 nodes x 8 simulated GPUs unless told
+``llmgw dev`` starts the stand-ins (4 nodes x 8 simulated GPUs unless told
 otherwise), applies the catalog, and runs the same control plane and router
 ``llmgw serve`` runs, against them. Ctrl-C stops everything and leaves no
 process behind. The fault subcommands act on a running ``llmgw dev`` through
@@ -58,7 +58,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the control plane's /metrics and /health (default 8082)",
     )
     parser.add_argument("--admin-port", type=int, default=8081, help="admin API port (default 8081)")
-    parser.add_argument("--nodes", type=int, default=3, help="simulated nodes (default 3)")
+    parser.add_argument(
+        "--nodes", type=int, default=4, help="simulated nodes (default 4: one spare for fail-node)"
+    )
     parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs per node (default 8)")
     parser.add_argument(
         "--gpu-model",

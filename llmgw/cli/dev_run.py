@@ -1,6 +1,6 @@
 """What ``llmgw dev`` runs: the whole of llmgw on one machine, on stand-ins for Nomad and Consul.
 
-``llmgw dev`` starts the stand-ins (3 nodes x 8 simulated GPUs unless told
+``llmgw dev`` starts the stand-ins (4 nodes x 8 simulated GPUs unless told
 otherwise), applies the catalog, and runs the same control plane and router
 ``llmgw serve`` runs, against them. Ctrl-C stops everything and leaves no
 process behind. The fault subcommands act on a running ``llmgw dev`` through
