@@ -2,8 +2,9 @@
 
 Output follows the compiler convention so editors and CI annotate the right
 line: ``FILE:LINE:COL: error: PATH: message``. Exit codes: 0 valid (warnings
-are printed, not fatal), 1 invalid, 2 usage (including an unreadable file),
-3 the mirror given with ``--mirror`` cannot be read.
+are printed, not fatal), 1 invalid, 2 usage (including an unreadable file, which
+is also a diagnostic, and wins over 1: the other files are still checked), 3 the
+mirror given with ``--mirror`` cannot be read.
 
 With ``--mirror URL|DIR`` (or ``LLMGW_MIRROR_URL``), every ``mirror:NAME@VERSION``
 source must name a version that mirror has complete; the index is read once, and
@@ -34,7 +35,7 @@ EXIT_MIRROR_UNREADABLE = 3
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "catalog",
-        help="check, describe and upgrade model catalogs",
+        help="check catalogs, print their JSON Schema, upgrade legacy spellings",
         description="The catalog (YAML) declares the models llmgw serves: their engine profiles, GPU "
         "shapes, scaling, aliases, fallbacks and guard policies. These commands change nothing that "
         "runs; `llmgw ctl apply` does.",
@@ -44,8 +45,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     check = commands.add_parser(
         "check",
         help="validate catalog files; every problem, one per line, compiler-style",
-        description="Validate catalog files. Exit 0 when valid (warnings do not fail), "
-        "1 when any file is invalid, 2 on usage errors, 3 when the --mirror cannot be read. "
+        description="Validate catalog files. Every file is checked, and every problem printed, "
+        "even after one that cannot be read (it is reported as an error diagnostic on the file, in "
+        "text and JSON alike). Exit 0 when all are valid (warnings do not fail), 1 when any file is "
+        "invalid, 2 when any file cannot be read (2 wins over 1: look at the diagnostics for the "
+        "invalid files) or on usage errors, 3 when the --mirror cannot be read (checking stops). "
         "mirror:NAME@VERSION sources are checked against a mirror only with --mirror "
         f"(or ${MIRROR_ENV}); without it, only their form is checked.",
     )
@@ -89,13 +93,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     upgrade.set_defaults(handler=_upgrade)
 
 
-def _read_text(name: str) -> tuple[str, str] | None:
+class CatalogUnreadable(Exception):
+    """A catalog file that cannot be read; the message says which and why."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"cannot read {name}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+def _read(name: str) -> tuple[str, str]:
     if name == "-":
         return "<stdin>", sys.stdin.read()
     try:
         return name, Path(name).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"llmgw catalog: cannot read {name}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        raise CatalogUnreadable(name, getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def read_catalog_text(name: str) -> tuple[str, str] | None:
+    """(filename as diagnostics name it, text); None (after saying why on stderr) when unreadable."""
+    try:
+        return _read(name)
+    except CatalogUnreadable as exc:
+        print(f"llmgw catalog: {exc}", file=sys.stderr)
         return None
 
 
@@ -103,7 +124,7 @@ def load_catalog_file(name: str, policy: SecurityPolicy) -> LoadResult | None:
     """Read and load one catalog file; None (after saying why on stderr) when it cannot be read."""
     from llmgw.core.catalog import load_catalog
 
-    read = _read_text(name)
+    read = read_catalog_text(name)
     if read is None:
         return None
     filename, text = read
@@ -158,11 +179,14 @@ def _check(args: argparse.Namespace) -> int:
     diagnostics: list[Diagnostic] = []
     unreadable = False
     for name in args.files:
-        read = _read_text(name)
-        if read is None:
+        try:
+            filename, text = _read(name)
+        except CatalogUnreadable as exc:
+            # Said like any other problem (JSON consumers see it too); the other files are still checked.
             unreadable = True
+            message = f"cannot read the file: {exc.reason}"
+            diagnostics.append(Diagnostic(Severity.ERROR, (), message, file=name))
             continue
-        filename, text = read
         result = load_catalog(text, filename=filename, policy=policy)
         found = list(result.diagnostics)
         if mirror is not None:
@@ -201,7 +225,7 @@ def _upgrade(args: argparse.Namespace) -> int:
     from llmgw.core.catalog import upgrade_catalog
     from llmgw.core.diagnostics import Severity
 
-    read = _read_text(str(args.file))
+    read = read_catalog_text(str(args.file))
     if read is None:
         return EXIT_USAGE
     filename, text = read

@@ -109,13 +109,13 @@ def _requests(catalog: Catalog, args: argparse.Namespace) -> list[tuple[ReplicaR
     return out
 
 
-def render_files(catalog: Catalog, renderer: Renderer, args: argparse.Namespace) -> list[RenderedFile]:
-    from llmgw.core.catalog import catalog_digest
-
+def render_files(
+    catalog: Catalog, renderer: Renderer, args: argparse.Namespace, *, catalog_hash: str
+) -> list[RenderedFile]:
+    """The jobs of ``args``' replicas; ``catalog_hash`` is ``catalog_file_hash`` of the file's text."""
     files = []
-    digest = catalog_digest(catalog)
     for request, suffix in _requests(catalog, args):
-        rendered = renderer.render(catalog, request, catalog_hash=digest)
+        rendered = renderer.render(catalog, request, catalog_hash=catalog_hash)
         job = renderer.check(rendered, model=request.model)
         if args.format == "json":
             text = json.dumps({"Job": job}, indent=2, sort_keys=True) + "\n"
@@ -126,15 +126,30 @@ def render_files(catalog: Catalog, renderer: Renderer, args: argparse.Namespace)
     return files
 
 
+def catalog_file_hash(text: str) -> str:
+    """The ``llmgw_catalog_hash`` llmgw puts in a job for this catalog text.
+
+    The control plane stamps its jobs with the sha256 of the catalog version's text
+    (``CatalogVersion.sha256``, what `llmgw ctl apply` sends: the file as read), not of
+    the parsed catalog, so ``render`` hashes the file's text the same way.
+    """
+    from llmgw.core.records import catalog_sha256
+
+    return catalog_sha256(text)
+
+
 def _render(args: argparse.Namespace) -> int:
     from llmgw.bundled import read_security_policy
-    from llmgw.cli.catalog_cmd import load_catalog_file
+    from llmgw.cli.catalog_cmd import read_catalog_text
+    from llmgw.core.catalog import load_catalog
     from llmgw.render import Renderer, RenderError
 
     policy = read_security_policy(args.policy)
-    loaded = load_catalog_file(args.catalog, policy)
-    if loaded is None:
+    read = read_catalog_text(args.catalog)
+    if read is None:
         return EXIT_USAGE
+    filename, text = read
+    loaded = load_catalog(text, filename=filename, policy=policy)
     for diagnostic in loaded.diagnostics:
         print(diagnostic.format(), file=sys.stderr)
     if loaded.catalog is None:
@@ -153,7 +168,9 @@ def _render(args: argparse.Namespace) -> int:
         mirror_url=args.mirror_url or settings.mirror_url,
     )
     try:
-        files = render_files(loaded.catalog, Renderer(settings, policy), args)
+        files = render_files(
+            loaded.catalog, Renderer(settings, policy), args, catalog_hash=catalog_file_hash(text)
+        )
     except RenderError as exc:
         print(f"llmgw render: {exc}", file=sys.stderr)
         return EXIT_REJECTED

@@ -96,8 +96,48 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert llmgw("catalog", "check").returncode == 2
     missing = llmgw("catalog", "check", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 2
-    assert "cannot read" in missing.stderr
+    assert (
+        missing.stdout
+        == f"{tmp_path / 'nope.yaml'}:1:1: error: cannot read the file: No such file or directory\n"
+    )
     assert llmgw("catalog", "frobnicate").returncode == 2
+
+
+def test_an_unreadable_file_is_a_json_diagnostic_and_the_others_are_still_checked(tmp_path: Path) -> None:
+    good, missing, typo = tmp_path / "good.yaml", tmp_path / "nonexist.yaml", tmp_path / "typo.yaml"
+    good.write_text("models: {m: {profiles: [{engine: sim}]}}\n")
+    typo.write_text("models:\n  m:\n    profiles: [{engine: sim}]\n    scalling: {}\n")
+    result = llmgw("catalog", "check", "--format", "json", str(good), str(missing), str(typo))
+    assert result.returncode == 2  # unreadable wins over invalid, as --help says
+    assert json.loads(result.stdout) == [
+        {
+            "file": str(missing),
+            "line": 1,
+            "column": 1,
+            "path": "",
+            "severity": "error",
+            "message": "cannot read the file: No such file or directory",
+        },
+        {
+            "file": str(typo),
+            "line": 4,
+            "column": 5,
+            "path": "models.m.scalling",
+            "severity": "error",
+            "message": 'unknown key "scalling" (did you mean "scaling"?)',
+        },
+    ]
+    text = llmgw("catalog", "check", str(good), str(missing), str(typo))
+    assert text.returncode == 2
+    assert [line.split(":")[0] for line in text.stdout.splitlines()] == [str(missing), str(typo)]
+    assert "2 error(s), 0 warning(s)" in text.stderr
+    assert "2 wins over 1" in " ".join(llmgw("catalog", "check", "--help").stdout.split())
+
+
+def test_the_catalog_commands_are_described_as_they_are() -> None:
+    listed = " ".join(llmgw("--help").stdout.split())
+    assert "catalog check catalogs, print their JSON Schema, upgrade legacy spellings" in listed
+    assert "describe" not in listed
 
 
 def test_schema_is_json_schema_the_example_satisfies() -> None:

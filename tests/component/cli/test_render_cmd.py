@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from llmgw.core.records import CatalogVersion, catalog_sha256
 from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn, StandInConfig
 
 REPO = Path(__file__).resolve().parents[3]
@@ -67,3 +68,18 @@ async def test_plan_answers_in_words(tmp_path: Path) -> None:
         )
         assert "missing drivers" in lines[0]  # no docker on this cluster
         assert "does not place" in lines[1] and "1 other group(s) would place" in lines[1]
+
+
+async def test_the_catalog_hash_is_the_one_the_control_plane_puts_in_the_job(tmp_path: Path) -> None:
+    # The control plane stamps jobs with the applied version's sha256 (of the text `ctl apply`
+    # sends), so `render` must show that one, however the file is formatted.
+    text = Path(EXAMPLE).read_text(encoding="utf-8")
+    reformatted = tmp_path / "catalog.yaml"
+    reformatted.write_text("# the same catalog, another text\n" + text, encoding="utf-8")
+    for path, body in ((EXAMPLE, text), (str(reformatted), reformatted.read_text(encoding="utf-8"))):
+        code, out, err = await llmgw("render", path, "--model", "sim-chat", "--format", "json")
+        assert code == 0, err
+        applied = CatalogVersion.of(1, body, "ctl (no token)", 0.0)
+        assert json.loads(out)["Job"]["Meta"]["llmgw_catalog_hash"] == applied.sha256
+    code, out, _ = await llmgw("render", EXAMPLE, "--model", "sim-chat")
+    assert f'"llmgw_catalog_hash" = "{catalog_sha256(text)}"' in out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.cli.render_cmd import REFRESH_HINT, render_files
+from llmgw.cli.render_cmd import REFRESH_HINT, catalog_file_hash, render_files
 from llmgw.core.catalog import Catalog, SecurityPolicy, catalog_digest, load_catalog
 from llmgw.core.conventions import ENGINE_SERVICE
 from llmgw.render import Renderer, RenderError, RenderSettings, ReplicaRequest, job_id_for
@@ -39,7 +39,10 @@ def test_golden_jobspecs_are_current(example: Catalog, shipped_policy: SecurityP
     args = argparse.Namespace(
         model=[], all_profiles=True, profile=None, replica="0", fabric="fabric-a", format="hcl"
     )
-    files = render_files(example, Renderer(RenderSettings(), shipped_policy), args)
+    text = (REPO / "examples" / "catalog.yaml").read_text(encoding="utf-8")
+    files = render_files(
+        example, Renderer(RenderSettings(), shipped_policy), args, catalog_hash=catalog_file_hash(text)
+    )
     folder = REPO / "jobspecs"
     stale = [
         f.name for f in files if not (folder / f.name).exists() or (folder / f.name).read_text() != f.text
