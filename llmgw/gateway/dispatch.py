@@ -65,11 +65,13 @@ class _SseResponse(web.StreamResponse):
 
 @dataclass
 class Served:
-    """What answered a request, for the metrics middleware and the response headers."""
+    """What a request came to, for the metrics middleware (which labels with these
+    catalog names, never with the client's string)."""
 
-    model: str = ""
-    replica: str = ""
+    resolved: str = ""  # the catalog model the request named (itself or by alias), once resolved
+    model: str = ""  # the model that answered (the resolved one or a fallback)
     usage: dict[str, object] | None = None
+    refusal: routing.Refusal | None = None  # the router's refusal that ended a stream already started
 
 
 @dataclass
@@ -165,10 +167,11 @@ class Dispatcher:
         except ApiError as exc:
             if route.keepalive is not None and route.keepalive.response is not None:
                 # The stream's head went out with the loading comments: report in the stream.
+                served.refusal = exc.refusal
                 return await _end_stream_with(route.keepalive.response, exc.refusal)
             raise
         with opened.lease:
-            served.model, served.replica = opened.model, opened.endpoint.replica
+            served.model = opened.model
             self._demand.record_use(opened.model)
             if opened.model != model:
                 self._metrics.fallbacks.labels(model, opened.model).inc()

@@ -48,6 +48,7 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
     model = routing.resolve(catalog, call.model, key.models if key is not None else None)
     if model is None:
         raise ApiError(routing.model_not_found(call.model))
+    request[SERVED].resolved = model  # from here on, a refusal counts under the model
     if not routing.serves_api(catalog.models[model], api):
         raise ApiError(routing.refusal_for(routing.Unserved.WRONG_API, call.model, retry_after=0, api=api))
     if key is not None:

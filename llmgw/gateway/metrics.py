@@ -5,8 +5,15 @@ routers in one test process do not collide) with counters for events, histograms
 for latencies, and gauges read at scrape time from their single owners (the
 endpoint book, the gates, the watches) instead of being updated per request.
 
-Names are ``llmgw_router_*``. Labels are small: model names, replica ids, status
-codes and a handful of fixed reasons; never request ids or key ids.
+Names are ``llmgw_router_*``. Every label value comes from a bounded set that the
+router, not the client, decides: catalog model names (``""`` for a request that
+named no model the router knows, or failed before it was read), status codes and
+fixed reasons (``REJECTION_REASONS``). Counters and histograms never carry a
+replica id: each rebuild of a model has a new one, and a counter's series live
+for the life of the process. Replica ids appear only on the scrape-time
+``in_flight`` gauge, which lists the endpoints of the current snapshot, so a
+replica's series is gone at the first scrape after it left. Never request ids,
+key ids or a client's model string.
 
 Must not: count anything by itself or hold routing state.
 """
@@ -30,6 +37,31 @@ _TTFT = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 # Waiting for an on-demand model: seconds to minutes.
 _LOAD_WAIT = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 
+# The ``reason`` of ``rejections_total``: the OpenAI error codes of the router's own
+# refusals (``llmgw/gateway/errors.py``, ``calls.py``, ``handlers.py``, and
+# ``llmgw/core/routing.py``'s ``refusal_for``). A test holds this list to the codes
+# written in those modules. Anything else (a codeless refusal, a code from elsewhere)
+# is ``OTHER_REASON``: the label's values stay a fixed set whatever answers carry.
+REJECTION_REASONS = frozenset(
+    {
+        # the request
+        "missing_required_parameter", "empty_array", "unknown_url", "method_not_allowed",
+        "request_too_large", "request_timeout",
+        # keys and limits
+        "invalid_api_key", "rate_limit_exceeded", "model_queue_full",
+        # the model
+        "model_not_found", "model_not_supported", "model_off", "model_unavailable", "model_loading",
+        "no_healthy_replica",
+        # the guard
+        "content_policy_violation", "guard_unavailable",
+        # the engines
+        "upstream_unavailable", "upstream_timeout", "upstream_stream_broken",
+        # the router
+        "catalog_unavailable", "internal_error",
+    }
+)  # fmt: skip
+OTHER_REASON = "other"
+
 
 @dataclass(frozen=True, slots=True)
 class WatchHealth:
@@ -51,6 +83,11 @@ class Gauges:
     now: Callable[[], float]  # event-loop clock
 
 
+def rejection_reason(code: str | None) -> str:
+    """The ``reason`` label for a refusal's OpenAI error code."""
+    return code if code in REJECTION_REASONS else OTHER_REASON
+
+
 class _ScrapeTime(Collector):
     def __init__(self, gauges: Gauges) -> None:
         self._gauges = gauges
@@ -60,17 +97,24 @@ class _ScrapeTime(Collector):
         in_flight = g.in_flight()
         flight = GaugeMetricFamily(
             PREFIX + "in_flight",
-            "Requests this router has outstanding per endpoint",
+            "Requests this router has outstanding per replica in the current endpoint set",
             labels=["model", "replica"],
         )
         endpoints = GaugeMetricFamily(
             PREFIX + "endpoints", "Engine endpoints known from Consul, by state", labels=["model", "state"]
         )
+        # Built from the current snapshot at each scrape: a replica that left has no
+        # series. Per replica, not per endpoint: while Nomad replaces an allocation,
+        # two endpoints of one replica (job) are registered, and one series adds them.
+        outstanding: dict[tuple[str, str], int] = {}
         counts: dict[tuple[str, str], int] = {}
         for endpoint in g.endpoints():
-            flight.add_metric([endpoint.model, endpoint.replica], in_flight.get(endpoint.service_id, 0))
+            replica = (endpoint.model, endpoint.replica)
+            outstanding[replica] = outstanding.get(replica, 0) + in_flight.get(endpoint.service_id, 0)
             state = "draining" if g.draining(endpoint) else str(endpoint.status)
             counts[(endpoint.model, state)] = counts.get((endpoint.model, state), 0) + 1
+        for (model, replica_id), count in sorted(outstanding.items()):
+            flight.add_metric([model, replica_id], count)
         for (model, state), count in sorted(counts.items()):
             endpoints.add_metric([model, state], count)
         yield flight
@@ -103,8 +147,10 @@ class RouterMetrics:
         self._histograms: dict[tuple[Histogram, tuple[str, ...]], Histogram] = {}
         r = self.registry
         self.requests = Counter(
-            PREFIX + "requests", "Requests answered, by model served, replica and HTTP status",
-            ["model", "replica", "status"], registry=r,
+            PREFIX + "requests",
+            "Requests answered, by HTTP status and model: the one that answered, else the one the "
+            'request resolved to ("" when it named none the router knows)',
+            ["model", "status"], registry=r,
         )  # fmt: skip
         self.latency = Histogram(
             PREFIX + "request_seconds", "Time from request to the last byte of the answer",
@@ -137,8 +183,11 @@ class RouterMetrics:
             ["model", "outcome"], buckets=_LOAD_WAIT, registry=r,
         )  # fmt: skip
         self.rejections = Counter(
-            PREFIX + "rejections", "Requests refused before routing, by reason", ["reason"], registry=r
-        )
+            PREFIX + "rejections",
+            "Requests the router refused itself (not an engine's answer), by model as in requests_total "
+            "and OpenAI error code",
+            ["model", "reason"], registry=r,
+        )  # fmt: skip
         self.stream_errors = Counter(
             PREFIX + "stream_errors", "Streams ended with an error event after their first byte",
             ["model", "reason"], registry=r,

@@ -5,7 +5,10 @@ Owns:
 - ``observe`` (outermost): gives the request its id and arrival time, turns every
   ``ApiError``, aiohttp HTTP exception (unknown URL, wrong method, body too
   large) and unexpected exception into OpenAI's error shape (never a traceback
-  to the client; the traceback goes to the log), and counts the request.
+  to the client; the traceback goes to the log), and counts the request: under
+  the model that answered, else the model it resolved to (``Served``), else
+  ``""``; a refusal of the router's own also by its error code
+  (``metrics.rejection_reason``).
 - ``authenticate``: ``Authorization: Bearer`` for everything but the public
   paths (the chat page, its static files, ``/health``, ``/metrics``). The
   decision uses the request line's path (``request.path``), which is also what
@@ -28,7 +31,7 @@ from llmgw.gateway import errors, keys
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
 from llmgw.gateway.dispatch import Served
 from llmgw.gateway.errors import ApiError, response_for
-from llmgw.gateway.metrics import RouterMetrics
+from llmgw.gateway.metrics import RouterMetrics, rejection_reason
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -55,13 +58,15 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     request[STARTED] = started
     request[SERVED] = served
     status = 500
+    refusal: Refusal | None = None  # the router's own error answer, if it gave one
     try:
         response = await handler(request)
         status = response.status
         return response
     except ApiError as exc:
-        status = exc.refusal.status
-        return response_for(exc.refusal, request_id)
+        refusal = exc.refusal
+        status = refusal.status
+        return response_for(refusal, request_id)
     except web.HTTPException as exc:
         if exc.status < 400:
             status = exc.status
@@ -74,22 +79,32 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise
     except Exception:
         log.exception("request failed request_id=%s path=%s", request_id, request.path)
-        return response_for(errors.internal_error(), request_id)
+        refusal = errors.internal_error()
+        return response_for(refusal, request_id)
     finally:
         if request.path.startswith("/v1/"):
             # aiohttp sends the answer when this returns: the counting runs right after
             # (the next loop step), not while the client waits.
-            loop.call_soon(_count, context.metrics, served, status, started, loop)
+            loop.call_soon(_count, context.metrics, served, status, refusal, started, loop)
 
 
 def _count(
-    metrics: RouterMetrics, served: Served, status: int, started: float, loop: asyncio.AbstractEventLoop
+    metrics: RouterMetrics,
+    served: Served,
+    status: int,
+    refusal: Refusal | None,
+    started: float,
+    loop: asyncio.AbstractEventLoop,
 ) -> None:
-    metrics.counter(metrics.requests, served.model, served.replica, str(status)).inc()
+    # Only catalog names or "": never the client's string (``resolved`` is set from the
+    # catalog), so no client can add a series.
+    model = served.model or served.resolved
+    metrics.counter(metrics.requests, model, str(status)).inc()
     if served.model:
         metrics.histogram(metrics.latency, served.model).observe(loop.time() - started)
-    elif status >= 400:
-        metrics.rejections.labels(str(status)).inc()
+    refusal = refusal or served.refusal  # the latter ended a stream whose 200 head had gone
+    if refusal is not None:
+        metrics.counter(metrics.rejections, model, rejection_reason(refusal.code)).inc()
 
 
 def _refusal_of_http(exc: web.HTTPException, request: web.Request) -> Refusal:
