@@ -345,7 +345,9 @@ class ClusterView:
             job = self._parse(parse_job, raw)
             if job is not None:
                 jobs[job.job_id] = job
-        allocs_page = await self._nomad.allocations()
+        # ``resources=True``: without it Nomad's list stubs carry no AllocatedResources, and
+        # every replica would lose its GPUs from the view (and the status) at each resync.
+        allocs_page = await self._nomad.allocations(resources=True)
         allocs: dict[str, tuple[JobId, ObservedAlloc]] = {}
         for raw in allocs_page.items:
             if not str(raw.get("JobID", "")).startswith(JOB_PREFIX):
@@ -471,13 +473,30 @@ class ClusterView:
             self._forget(job_id)
             return
         page = await self._nomad.job_allocations(job_id)
+        fetched: dict[str, ObservedAlloc] = {}
+        for raw_alloc in page.items:
+            parsed = self._parse(parse_alloc, raw_alloc)
+            if parsed is None:
+                continue
+            alloc = parsed[1]
+            if raw_alloc.get("AllocatedResources") is None:
+                # Nomad's job allocation stubs never say which GPUs an allocation holds. An
+                # allocation keeps its devices for life: take them from the view, or read
+                # the allocation once when it is new to the view.
+                known = self._allocs.get(alloc.alloc_id)
+                if known is not None:
+                    alloc = replace(alloc, gpus=known[1].gpus)
+                else:
+                    detail = await self._nomad.allocation(alloc.alloc_id)
+                    whole = self._parse(parse_alloc, detail) if detail else None
+                    if whole is not None:
+                        alloc = whole[1]
+            fetched[alloc.alloc_id] = alloc
         self._jobs[job_id] = job
         for alloc_id in [a for a, (j, _) in self._allocs.items() if j == job_id]:
             del self._allocs[alloc_id]
-        for raw_alloc in page.items:
-            parsed = self._parse(parse_alloc, raw_alloc)
-            if parsed is not None:
-                self._allocs[parsed[1].alloc_id] = (job_id, parsed[1])
+        for alloc_id, alloc in fetched.items():
+            self._allocs[alloc_id] = (job_id, alloc)
 
     def _forget(self, job_id: JobId) -> bool:
         known = self._jobs.pop(job_id, None)

@@ -298,9 +298,14 @@ class FakeCluster:
             "AllocatedResources": {"Tasks": {"engine": {"Devices": [{"DeviceIDs": list(alloc.gpus)}]}}},
         }
 
-    def allocs_json(self, job_id: str | None = None) -> list[JSON]:
+    def allocs_json(self, job_id: str | None = None, *, resources: bool = False) -> list[JSON]:
+        """List stubs as Nomad gives them: ``AllocatedResources`` only when asked for."""
         allocs = self._allocs_of(job_id) if job_id else list(self.allocs.values())
-        return [self.alloc_json(a) for a in sorted(allocs, key=lambda a: a.alloc_id)]
+        out = [self.alloc_json(a) for a in sorted(allocs, key=lambda a: a.alloc_id)]
+        if not resources:
+            for stub in out:
+                del stub["AllocatedResources"]
+        return out
 
     def node_json(self, node_id: str, *, stub: bool = False) -> JSON:
         node = self.nodes[node_id]
@@ -750,7 +755,8 @@ class Simulation:
             job = parse_job(full)
             if job is None:
                 continue
-            allocs = tuple(parse_alloc(a)[1] for a in self.cluster.allocs_json(str(raw["ID"])))
+            stubs = self.cluster.allocs_json(str(raw["ID"]), resources=True)
+            allocs = tuple(parse_alloc(a)[1] for a in stubs)
             jobs[job.job_id] = replace(job, allocs=allocs)
         nodes: dict[NodeId, ObservedNode] = {}
         for node_id in self.cluster.nodes:
@@ -927,9 +933,14 @@ class FakeNomad:
         self._enter("job_allocations", job_id)
         return FakePage(self.cluster.allocs_json(job_id), self.cluster.index)
 
-    async def allocations(self) -> FakePage:
-        self._enter("allocations")
-        return FakePage(self.cluster.allocs_json(), self.cluster.index)
+    async def allocations(self, *, resources: bool = False) -> FakePage:
+        self._enter("allocations", "resources" if resources else "")
+        return FakePage(self.cluster.allocs_json(resources=resources), self.cluster.index)
+
+    async def allocation(self, alloc_id: str) -> JSON | None:
+        self._enter("allocation", alloc_id)
+        alloc = self.cluster.allocs.get(alloc_id)
+        return self.cluster.alloc_json(alloc) if alloc is not None else None
 
     async def nodes(self) -> FakePage:
         self._enter("nodes")

@@ -199,15 +199,23 @@ class NomadClient:
     async def job_allocations(
         self, job_id: str, *, index: int | None = None, wait_s: float | None = None
     ) -> Page:
+        """The job's allocation list stubs. Nomad never puts ``AllocatedResources`` (devices,
+        ports) in these: read ``allocation`` for them, or list ``allocations(resources=True)``."""
         extra, wait = self._blocking(index, wait_s)
         items, new_index = await self._request(
             "GET", f"/v1/job/{_segment(job_id)}/allocations", params=extra, wait_s=wait, not_found_ok=True
         )
         return Page(list(items or []), new_index)
 
-    async def allocations(self, *, index: int | None = None, wait_s: float | None = None) -> Page:
+    async def allocations(
+        self, *, resources: bool = False, index: int | None = None, wait_s: float | None = None
+    ) -> Page:
+        """Every allocation's list stub. Nomad includes ``AllocatedResources`` (the GPUs an
+        allocation holds, its ports) only with ``resources=True``; without it the field is absent."""
         extra, wait = self._blocking(index, wait_s)
-        items, new_index = await self._request("GET", "/v1/allocations", params=extra, wait_s=wait)
+        items, new_index = await self._request(
+            "GET", "/v1/allocations", params={"resources": resources, **extra}, wait_s=wait
+        )
         return Page(list(items or []), new_index)
 
     async def allocation(self, alloc_id: str) -> JSON | None:

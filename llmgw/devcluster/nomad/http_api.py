@@ -278,9 +278,7 @@ async def allocations_list(request: web.Request) -> web.Response:
     for alloc in sorted(standin.store.allocs.values(), key=lambda a: a.create_index):
         if not alloc.id.startswith(prefix):
             continue
-        stub = standin.store.alloc_stub(alloc)
-        if not resources:
-            stub["AllocatedResources"] = None
+        stub = standin.store.alloc_stub(alloc, resources=resources)
         if not task_states:
             stub["TaskStates"] = None
         out.append(stub)

@@ -559,7 +559,9 @@ class Store:
             },
         )
 
-    def alloc_stub(self, alloc: AllocRecord) -> JSON:
+    def alloc_stub(self, alloc: AllocRecord, *, resources: bool = False) -> JSON:
+        """An AllocListStub as Nomad lists it: ``AllocatedResources`` is left out (null here)
+        unless asked for, which only ``GET /v1/allocations?resources=true`` can do."""
         return fill(
             "AllocationListStub",
             {
@@ -573,7 +575,7 @@ class Store:
                 "JobType": alloc.job.get("Type") or "service",
                 "JobVersion": alloc.job_version,
                 "TaskGroup": alloc.task_group,
-                "AllocatedResources": alloc.allocated,
+                "AllocatedResources": alloc.allocated if resources else None,
                 "DesiredStatus": alloc.desired_status,
                 "DesiredDescription": alloc.desired_description,
                 "ClientStatus": alloc.client_status,

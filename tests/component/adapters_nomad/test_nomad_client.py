@@ -69,6 +69,12 @@ async def test_parse_plan_register_read_deregister(nomad_server: NomadServer) ->
         assert (await nomad.job("web"))["Meta"]["llmgw_managed_by"] == "llmgw"  # type: ignore[index]
         allocs = await nomad.job_allocations("web")
         assert len(allocs.items) == 1
+        # Only a list asked with resources=true says what an allocation holds (its GPUs).
+        assert allocs.items[0]["AllocatedResources"] is None
+        assert (await nomad.allocations()).items[0]["AllocatedResources"] is None
+        listed = (await nomad.allocations(resources=True)).items[0]
+        assert listed["AllocatedResources"] == (await nomad.allocation(listed["ID"]))["AllocatedResources"]  # type: ignore[index]
+        assert listed["AllocatedResources"]
         nodes = await nomad.nodes()
         assert [n["Name"] for n in nodes.items] == ["n1"]
         await nomad.deregister("web")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import pytest
 
 from llmgw.control import ControlSettings
 from llmgw.control.testing import ControlHarness, FakeDrainMarks, FakeLeader, FakeWatch, ManualClock
 from llmgw.core.catalog import SecurityPolicy
-from llmgw.core.planning import PlanningSettings
+from llmgw.core.planning import JobId, PlanningSettings
 
 CATALOG = """
 models:
@@ -56,6 +57,60 @@ async def test_the_plane_places_the_catalog_and_publishes_status(test_policy: Se
             == 2
         )
         assert metrics.get_sample_value("llmgw_control_replicas", {"phase": "healthy"}) == 2
+
+
+async def test_the_status_keeps_each_replicas_gpus_across_periodic_resyncs(
+    test_policy: SecurityPolicy,
+) -> None:
+    """Nomad's allocation list stubs carry AllocatedResources only with ``resources=true``
+    (and job allocation lists never): a resync must not turn every replica's GPUs into []."""
+    settings = replace(FAST, resync_interval=30.0)
+    async with ControlHarness(CATALOG, test_policy, settings=settings) as h:
+        for i in range(3):
+            h.cluster.add_node(f"n{i}")
+        await h.advance(20)
+
+        def gpus() -> dict[str, list[str]]:
+            (model,) = h.status.last()["models"]
+            return {r["job_id"]: r["gpus"] for r in model["replicas"]}
+
+        placed = gpus()
+        assert len(placed) == 2 and all(len(g) == 1 for g in placed.values()), placed
+        await h.advance(100)  # three periodic resyncs, passes after each
+        reg = h.plane.metrics.registry
+        assert reg.get_sample_value("llmgw_control_resyncs_total", {"reason": "periodic"}) >= 3
+        assert gpus() == placed
+        assert set(h.nomad.called("allocations")) == {"resources"}
+
+
+async def test_a_job_read_on_its_own_keeps_its_gpus(test_policy: SecurityPolicy) -> None:
+    """A job the view fetches by itself (an allocation event of a job it did not know, or a
+    stop to confirm) is read with ``/v1/job/:id/allocations``, whose stubs never carry
+    AllocatedResources on Nomad: the GPUs come from the view, or from the allocation itself."""
+    async with ControlHarness(None, test_policy, settings=FAST) as h:
+        h.cluster.add_node("n0")
+        await h.advance(2)
+        view = h.plane.view
+        job = {
+            "ID": "llmgw-chat-31e06f7d-r1",
+            "Meta": {"llmgw_managed_by": "llmgw", "llmgw_model": "chat", "llmgw_replica": "r1"},
+            "TaskGroups": [
+                {"Name": "rank0", "Tasks": [{"Name": "engine", "Resources": {"Devices": [{"Count": 2}]}}]}
+            ],
+        }
+        h.cluster.register(job)
+        h.cluster.advance(5)
+        view.refetch(JobId(job["ID"]))
+        await view.refresh()
+        jobs, _ = view.snapshot()
+        (alloc,) = jobs[JobId(job["ID"])].allocs
+        assert alloc.gpus == ("n0-gpu0", "n0-gpu1")
+        assert h.nomad.called("allocation") == [alloc.alloc_id]
+        view.refetch(JobId(job["ID"]))
+        await view.refresh()
+        jobs, _ = view.snapshot()
+        assert jobs[JobId(job["ID"])].allocs[0].gpus == ("n0-gpu0", "n0-gpu1")
+        assert h.nomad.called("allocation") == [alloc.alloc_id], "an allocation keeps its devices: read once"
 
 
 async def test_a_nomad_event_is_acted_on_within_a_second(test_policy: SecurityPolicy) -> None:

@@ -206,3 +206,29 @@ async def test_constraints_on_attributes_and_meta(client: nomad.Nomad, server: N
     assert plan["FailedTGAllocs"]["g"]["ConstraintFiltered"] == {"${attr.kernel.name} = windows": 3}
     task = server_task("t")
     assert task["Driver"] == "raw_exec"
+
+
+async def test_allocation_lists_carry_resources_only_when_nomad_would(
+    client: nomad.Nomad, server: NomadServer
+) -> None:
+    """Nomad's AllocListStub has AllocatedResources (omitempty) only in ``GET /v1/allocations
+    ?resources=true``; job and evaluation allocation lists never have it; the whole allocation
+    always does. A client that forgets ``resources=true`` must see no GPUs here, as on Nomad."""
+    await call(client.jobs.register_job, {"Job": {"ID": "res", "TaskGroups": [group("g", devices=GPU)]}})
+    (stub,) = await wait_for(lambda: running(client, "res", 1), "the GPU job")
+    alloc = await call(client.allocation.get_allocation, stub["ID"])
+    (device,) = alloc["AllocatedResources"]["Tasks"]["server"]["Devices"]
+    assert len(device["DeviceIDs"]) == 1
+
+    async def listed(path: str, **params: str) -> dict[str, Any]:
+        async with aiohttp.ClientSession() as http, http.get(server.address + path, params=params) as resp:
+            (entry,) = [a for a in await resp.json() if a["ID"] == stub["ID"]]
+            assert_shape(entry, "AllocationListStub")
+            return dict(entry)
+
+    assert (await listed("/v1/allocations"))["AllocatedResources"] is None
+    assert (await listed("/v1/allocations", resources="false"))["AllocatedResources"] is None
+    with_resources = await listed("/v1/allocations", resources="true")
+    assert with_resources["AllocatedResources"]["Tasks"]["server"]["Devices"] == [device]
+    assert (await listed("/v1/job/res/allocations"))["AllocatedResources"] is None
+    assert (await listed(f"/v1/evaluation/{stub['EvalID']}/allocations"))["AllocatedResources"] is None
