@@ -59,12 +59,30 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         module: CommandModule = importlib.import_module(name)
         module.register(subparsers)
+    _remember_parsers(parser)
     return parser
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)parser puts itself in the namespace: the deepest one parsed is the one used.
+
+    argparse hands the arguments a subcommand does not know back to the top-level
+    parser, whose error would print ``llmgw``'s usage instead of the subcommand's.
+    """
+    parser.set_defaults(usage_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _remember_parsers(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # The command's own usage and error, as if it had parsed them itself (exits 2).
+        target: argparse.ArgumentParser = getattr(args, "usage_parser", parser)
+        target.error(f"unrecognized arguments: {' '.join(unknown)}")
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)

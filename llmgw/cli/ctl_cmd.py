@@ -1,6 +1,6 @@
 """``llmgw ctl``: change and inspect a running llmgw through its admin API, from CI or a terminal.
 
-Owns: the ``ctl`` subcommands (status, diff, apply, catalog get|history, keys
+Owns: the ``ctl`` subcommands (status [--model], diff, apply, catalog get|history, keys
 create|list|revoke, drain, restart), their human tables and ``--json`` output, the
 apply protocol seen from the client (diff, confirm on a terminal or ``--yes``, then
 PUT with ``If-Match`` on the catalog the diff was computed against, so what was
@@ -34,6 +34,7 @@ from urllib.parse import quote, urlsplit
 from llmgw import __version__
 from llmgw.admin.settings import DEFAULT_URL, TOKEN_ENV, URL_ENV, is_loopback
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from llmgw.cli.output import UnknownModel
 from llmgw.cli.output import format_when as _when
 from llmgw.cli.output import print_json as _print_json
 from llmgw.cli.output import print_table as _table
@@ -48,26 +49,28 @@ DEFAULT_TIMEOUT = 60.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
+    # Options of every request; ``common`` adds --actor, for the commands that change something.
+    reading = argparse.ArgumentParser(add_help=False)
+    reading.add_argument(
         "--admin-url",
         default=argparse.SUPPRESS,
         help=f"the admin API (default ${URL_ENV} or {DEFAULT_URL}); the token is read from ${TOKEN_ENV}",
     )
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON for scripts")
-    common.add_argument(
-        "--actor",
-        default=argparse.SUPPRESS,
-        help=f"who you are in the catalog's audit trail, e.g. ci (default ${ACTOR_ENV} or ctl)",
-    )
-    common.add_argument(
+    reading.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON for scripts")
+    reading.add_argument(
         "--cacert", default=argparse.SUPPRESS, help="PEM CA file to verify the admin API's TLS certificate"
     )
-    common.add_argument(
+    reading.add_argument(
         "--timeout",
         type=float,
         default=argparse.SUPPRESS,
         help=f"seconds per request (default {DEFAULT_TIMEOUT:g})",
+    )
+    common = argparse.ArgumentParser(add_help=False, parents=[reading])
+    common.add_argument(
+        "--actor",
+        default=argparse.SUPPRESS,
+        help=f"who you are in the catalog's audit trail, e.g. ci (default ${ACTOR_ENV} or ctl)",
     )
 
     parser = subparsers.add_parser(
@@ -83,19 +86,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     commands = parser.add_subparsers(dest="ctl_command", metavar="SUBCOMMAND", required=True)
 
     def leaf(
-        name: str, help_text: str, handler: Callable[[argparse.Namespace], int]
+        name: str,
+        help_text: str,
+        handler: Callable[[argparse.Namespace], int],
+        options: argparse.ArgumentParser = common,
     ) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[common], help=help_text, description=_sentence(help_text))
+        sub = commands.add_parser(name, parents=[options], help=help_text, description=_sentence(help_text))
         sub.set_defaults(handler=handler)
         return sub
 
-    leaf(
+    status = leaf(
         "status",
         "models, replicas, health, and why something is not placed (the leader's status, as llmgw status "
         "shows it from Consul)",
         _status,
+        reading,
     )
-    diff = leaf("diff", "what applying FILE would start, stop, roll (nothing changes)", _diff)
+    status.add_argument("--model", metavar="MODEL", help="only this model (exit 1 when the status has none)")
+    diff = leaf("diff", "what applying FILE would start, stop, roll (nothing changes)", _diff, reading)
     diff.add_argument("file", metavar="FILE", help="catalog YAML (- for standard input)")
     apply = leaf("apply", "validate FILE, show what it does, confirm, and apply it atomically", _apply)
     apply.add_argument("file", metavar="FILE", help="catalog YAML (- for standard input)")
@@ -114,7 +122,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     catalog_commands = catalog.add_subparsers(dest="catalog_command", metavar="SUBCOMMAND", required=True)
     get = catalog_commands.add_parser(
         "get",
-        parents=[common],
+        parents=[reading],
         help="print the applied catalog's YAML (its version goes to stderr)",
         description="Print the applied catalog's YAML on stdout; its version, sha256 and who applied it "
         "go to stderr (all of it as JSON with --json).",
@@ -122,7 +130,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     get.set_defaults(handler=_catalog_get)
     history = catalog_commands.add_parser(
         "history",
-        parents=[common],
+        parents=[reading],
         help="who applied which version, when, with what hash",
         description="Who applied which catalog version, when, with what sha256, newest first.",
     )
@@ -146,7 +154,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     create.add_argument("name", help="who uses the key (a label)")
     create.add_argument(
-        "--model", action="append", dest="models", help="a model it may use (repeatable; default all)"
+        "--model",
+        action="append",
+        dest="models",
+        help="a model or alias it may use (repeatable; default all); one the applied catalog does not "
+        "have is warned about, not refused (a key can be issued before its model is added)",
     )
     create.add_argument(
         "--requests-per-minute", type=int, help="request limit, per router (default: unlimited)"
@@ -159,7 +171,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     create.set_defaults(handler=_keys_create)
     listing = key_commands.add_parser(
         "list",
-        parents=[common],
+        parents=[reading],
         help="every key, revoked ones too",
         description="Every API key with its models and limits, revoked ones too (never a secret).",
     )
@@ -216,6 +228,12 @@ class Answer:
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return str(error["message"])
         return f"HTTP {self.status}"
+
+    @property
+    def error_type(self) -> str | None:
+        error = self.body.get("error")
+        kind = error.get("type") if isinstance(error, dict) else None
+        return kind if isinstance(kind, str) else None
 
     @property
     def error_code(self) -> str | None:
@@ -325,6 +343,15 @@ def _run(args: argparse.Namespace, body: Callable[[Connection], int]) -> int:
         return EXIT_UNREACHABLE
 
 
+# The ``type`` of every 404 the admin API answers (``llmgw.admin.errors.NOT_FOUND``; that
+# module imports aiohttp, which ctl loads only when a command runs).
+ADMIN_NOT_FOUND_TYPE = "not_found_error"
+NOT_ADMIN_API_HINT = (
+    " (is this llmgw's admin API? the router listens on 8080, the admin API on 8081 by default: "
+    f"see --admin-url and ${URL_ENV})"
+)
+
+
 def _refused(answer: Answer) -> int:
     """Say why the admin API said no; the exit code for it."""
     hint = ""
@@ -332,6 +359,8 @@ def _refused(answer: Answer) -> int:
         hint = f" (set {TOKEN_ENV} to the admin API's token)"
     elif answer.error_code == "stale_catalog":
         hint = " (run llmgw ctl diff again to see what changed)"
+    elif answer.status == 404 and answer.error_type != ADMIN_NOT_FOUND_TYPE:
+        hint = NOT_ADMIN_API_HINT  # e.g. the router's "Invalid URL": --admin-url names another server
     print(f"llmgw ctl: {answer.error}{hint}", file=sys.stderr)
     return EXIT_UNREACHABLE if answer.status >= 500 else EXIT_REJECTED
 
@@ -344,10 +373,19 @@ def _status(args: argparse.Namespace) -> int:
         answer = connection.request("GET", "/admin/v1/status")
         if not answer.ok:
             return _refused(answer)
+        document = answer.body
+        if args.model is not None:
+            from llmgw.cli.output import only_model
+
+            chosen = only_model(document, args.model)
+            if isinstance(chosen, UnknownModel):
+                print(f"llmgw ctl: {chosen}", file=sys.stderr)
+                return EXIT_REJECTED
+            document = chosen
         if connection.as_json:
-            _print_json(answer.body)
+            _print_json(document)
             return EXIT_OK
-        _print_status(answer.body)
+        _print_status(document)
         return EXIT_OK
 
     return _run(args, body)
@@ -576,6 +614,7 @@ def _keys_create(args: argparse.Namespace) -> int:
         )
         if not answer.ok:
             return _refused(answer)
+        _warn_unknown_models(connection, args.models or [])
         if connection.as_json:
             _print_json(answer.body)
             return EXIT_OK
@@ -588,6 +627,53 @@ def _keys_create(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return _run(args, body)
+
+
+def _warn_unknown_models(connection: Connection, models: list[str]) -> None:
+    """Warn (stderr) about the names the applied catalog has neither as a model nor as an alias.
+
+    Only a warning: a key may be issued before the catalog that adds its model is
+    applied. When the catalog cannot be read, nothing is said (the key was created).
+    """
+    if not models:
+        return
+    try:
+        answer = connection.request("GET", "/admin/v1/catalog")
+    except Unreachable:
+        return
+    if answer.status == 404 and answer.error_code == "no_catalog":
+        names: set[str] = set()
+        where = "no catalog has been applied yet"
+    elif answer.ok and isinstance(answer.body.get("text"), str):
+        names = catalog_names(str(answer.body["text"]))
+        where = f"the applied catalog (version {answer.body.get('version')}) has no such model or alias"
+    else:
+        return
+    unknown = [m for m in models if m not in names]
+    if unknown:
+        print(
+            f"llmgw ctl: warning: {', '.join(repr(m) for m in unknown)}: {where}; the key allows it "
+            "once a catalog serving it is applied (check the spelling)",
+            file=sys.stderr,
+        )
+
+
+def catalog_names(text: str) -> set[str]:
+    """The model names and aliases of an applied catalog's YAML (what a key's models may name)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return set()
+    if not isinstance(data, dict):
+        return set()
+    names: set[str] = set()
+    for section in ("models", "aliases"):
+        entries = data.get(section)
+        if isinstance(entries, dict):
+            names.update(str(name) for name in entries)
+    return names
 
 
 def _limit(value: object) -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from llmgw.core.planning.status import ModelStatus, ReplicaStatus, StatusReport
@@ -23,6 +23,23 @@ if TYPE_CHECKING:
 def print_json(value: object, out: TextIO | None = None) -> None:
     """Indented JSON, non-ASCII kept as is (model names may carry it)."""
     print(json.dumps(value, indent=2, ensure_ascii=False), file=out or sys.stdout)
+
+
+class UnknownModel(str):
+    """Why a status document has no entry for the model asked about (a message for stderr)."""
+
+    __slots__ = ()
+
+
+def only_model(document: dict[str, Any], model: str) -> dict[str, Any] | UnknownModel:
+    """The status document (as published, JSON) with only ``model``'s entry kept."""
+    models = document.get("models")
+    entries = [m for m in models if isinstance(m, Mapping)] if isinstance(models, list) else []
+    chosen = [m for m in entries if m.get("model") == model]
+    if not chosen:
+        names = ", ".join(sorted(str(m.get("model")) for m in entries)) or "none"
+        return UnknownModel(f"no model {model!r} in the status (models: {names})")
+    return {**document, "models": chosen}
 
 
 def format_when(seconds: object) -> str:

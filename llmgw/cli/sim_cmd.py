@@ -33,5 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     from llmgw.sim.server import run_from_namespace
 
-    namespace = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in ("command", "handler")})
+    namespace = argparse.Namespace(
+        **{k: v for k, v in vars(args).items() if k not in ("command", "handler", "usage_parser")}
+    )
     return run_from_namespace(namespace, os.environ, sys.argv[2:])

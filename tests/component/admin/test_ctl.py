@@ -288,3 +288,88 @@ def test_the_admin_token_is_never_in_a_connections_repr() -> None:
     connection = Connection.of(argparse.Namespace(), {"LLMGW_ADMIN_TOKEN": token})
     assert connection.token == token
     assert token not in repr(connection) and token not in str(connection)
+
+
+async def test_status_of_one_model(ctl: CtlRunner, stores: Stores) -> None:
+    report = StatusReport(
+        generated_at=1_700_000_000.0,
+        catalog_hash="ab" * 32,
+        leader="cp-1",
+        models=(
+            ModelStatus("chat", "keep-running", 1, 0, (), "min 1", "no node has 2 free GPUs", None),
+            ModelStatus("lazy", "on-demand", 0, 0, (), "idle", "", None),
+        ),
+    )
+    await stores.status.publish(to_json(report))
+    one = await ctl("status", "--model", "lazy")
+    assert one.code == 0, one.err
+    assert [line.split()[0] for line in one.lines[3:]] == ["lazy"]
+    as_json = json.loads((await ctl("status", "--model", "chat", "--json")).out)
+    assert [m["model"] for m in as_json["models"]] == ["chat"] and as_json["leader"] == "cp-1"
+    unknown = await ctl("status", "--model", "nope")
+    assert unknown.code == 1
+    assert unknown.err == "llmgw ctl: no model 'nope' in the status (models: chat, lazy)\n"
+
+
+async def test_a_key_for_a_model_the_catalog_lacks_is_created_with_a_warning(
+    ctl: CtlRunner, stores: Stores, texts: Texts, tmp_path: Path
+) -> None:
+    before_any = await ctl("keys", "create", "early", "--model", "chat")
+    assert before_any.code == 0 and before_any.out.startswith("sk-llmgw-")
+    assert "warning: 'chat': no catalog has been applied yet" in before_any.err
+    good = tmp_path / "good.yaml"
+    good.write_text(texts.good)
+    assert (await ctl("apply", str(good), "--yes")).code == 0
+    known = await ctl("keys", "create", "team-a", "--model", "chat", "--model", "gpt")  # a model, an alias
+    assert known.code == 0 and "warning" not in known.err
+    typo = await ctl("keys", "create", "team-b", "--model", "chat", "--model", "nope", "--json")
+    assert typo.code == 0 and json.loads(typo.out)["key"]["models"] == ["chat", "nope"]
+    assert typo.err == (
+        "llmgw ctl: warning: 'nope': the applied catalog (version 1) has no such model or alias; "
+        "the key allows it once a catalog serving it is applied (check the spelling)\n"
+    )
+    assert len(await stores.keys.list()) == 3
+
+
+async def test_the_routers_port_by_mistake_gets_a_hint(ctl: CtlRunner) -> None:
+    from aiohttp import web
+
+    from llmgw.gateway.errors import not_found_url, response_for
+
+    async def router_404(request: web.Request) -> web.Response:
+        return response_for(not_found_url(request.method, request.path))  # the router's own answer
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", router_404)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        wrong = await ctl("--admin-url", f"http://127.0.0.1:{port}", "status")
+    finally:
+        await runner.cleanup()
+    assert wrong.code == 1
+    assert wrong.err == (
+        "llmgw ctl: Invalid URL (GET /admin/v1/status) (is this llmgw's admin API? the router listens "
+        "on 8080, the admin API on 8081 by default: see --admin-url and $LLMGW_ADMIN_URL)\n"
+    )
+    # The admin API's own 404s need no such hint.
+    no_catalog = await ctl("catalog", "get")
+    assert no_catalog.code == 1 and "is this llmgw's admin API" not in no_catalog.err
+
+
+def test_a_subcommands_usage_errors_show_its_own_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, usage in (
+        (["ctl", "status", "--bogus"], "usage: llmgw ctl status"),
+        (["ctl", "status", "--actor", "ci"], "usage: llmgw ctl status"),  # read-only: no audit trail
+        (["ctl", "catalog", "get", "--actor", "ci"], "usage: llmgw ctl catalog get"),
+        (["catalog", "check", "x.yaml", "--bogus"], "usage: llmgw catalog check"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2
+        assert err.startswith(usage), err
+        assert f"error: unrecognized arguments: {argv[-2] if argv[-2] == '--actor' else argv[-1]}" in err
