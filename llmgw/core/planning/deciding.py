@@ -562,6 +562,11 @@ class _Pass:
             self.deadlines.append(hold.retry_at)
             self.waiting[name] = f"{hold.reason}; asking Nomad again in {hold.retry_at - self.now:.0f}s"
             return
+        if hold is not None:
+            # Asked again (capacity changed, or the hold ran out): until a plan succeeds (or
+            # the catalog changes the model, which drops the hold), Nomad's last answer is
+            # still why the model has no replica; the scaling reason would hide it.
+            self.waiting[name] = f"{hold.reason}; asking Nomad again now"
         candidates, why_none = self._candidates(target)
         if not candidates:
             self.waiting[name] = why_none

@@ -569,3 +569,27 @@ def test_status_explains_a_model_that_cannot_be_placed() -> None:
     assert st.desired == 1 and st.healthy == 0
     assert st.waiting is not None
     assert "no profile fits: profile 0: group rank0: no ready node with 8 free H100 GPUs" in st.waiting
+
+
+def test_the_reason_a_model_cannot_be_placed_stays_while_nomad_is_asked_again() -> None:
+    # Nomad is asked again whenever capacity changes or the hold runs out; on those passes the
+    # status must still say why the model has no replica, not fall back to its scaling reason.
+    c = cluster(nodes=1, gpus=4)
+    sim = Simulation(catalog({"big": gpu_model(tp=8)}), c)
+    sim.run(3)
+    whys: list[str | None] = []
+    for second in range(200):
+        if second % 7 == 0:
+            sim.capacity_version += 1  # another allocation ended somewhere
+        sim.run(1)
+        whys.append(status_of(sim, "big").waiting)
+    assert len(sim.actions(PlaceReplica, model="big")) >= 20  # it was asked again, many times
+    assert all(w is not None and "no profile fits" in w and "8 free H100 GPUs" in w for w in whys), [
+        w for w in whys if w is None or "no profile fits" not in w
+    ][:3]
+    # A plan that succeeds ends it.
+    c.add_node("n9", gpus=8)
+    sim.capacity_version += 1
+    sim.run(30)
+    st = status_of(sim, "big")
+    assert (st.healthy, st.waiting) == (1, None)
