@@ -96,10 +96,15 @@ def status_age(report: StatusReport, now: float) -> str:
 
 
 def model_why(model: ModelStatus, now: float) -> str:
-    """Why the model has the replicas it has, in words: what it waits for, its backoff, or its scaling."""
+    """Why the model has the replicas it has, in words: what it waits for, its backoff, or its scaling.
+
+    The backoff explains only a model still short of healthy replicas: one serving its
+    desired count again keeps its failures until ``backoff_reset_after`` of health, as
+    history (``--json``), but WHY says what is true now.
+    """
     if model.waiting:
         return model.waiting
-    if model.backoff is not None:
+    if model.backoff is not None and model.healthy < model.desired:
         b = model.backoff
         retry = f"; next try in {format_age(b.retry_at - now)}" if b.retry_at > now else ""
         return f"rebuilding after {b.failures} failure(s) in a row (last: {b.last_failure}){retry}"

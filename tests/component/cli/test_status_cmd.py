@@ -322,3 +322,46 @@ def test_status_is_listed_in_llmgw_help() -> None:
     )
     assert result.returncode == 0
     assert "status" in result.stdout
+
+
+async def test_a_model_healthy_again_after_a_rebuild_shows_why_it_runs_not_the_old_failure(
+    status: StatusRunner, publisher: StatusPublisher
+) -> None:
+    # The planner on a synthetic clock: a replica crashes, is rebuilt after the backoff and
+    # serves again. The failure stays in the document (the backoff resets only after
+    # backoff_reset_after of health), but WHY says what is true now.
+    from llmgw.control.testing import FakeCluster, Simulation
+    from llmgw.core.catalog import Catalog
+
+    cluster = FakeCluster(start_delay=2.0, load_delay=10.0)
+    cluster.add_node("n0")
+    model = {
+        "profiles": [{"engine": "sim", "tp": 1, "gpu": {"model": "H100"}}],
+        "scaling": {"min": 1, "max": 1},
+    }
+    sim = Simulation(Catalog.model_validate({"models": {"m": model}}), cluster)
+    sim.run(30)
+    (job,) = cluster.healthy_jobs("m")
+    cluster.crash(job, "rank0")
+    sim.run(5)
+    rebuilding = sim.decisions[-1].status
+    sim.run(300)
+    healthy = sim.decisions[-1].status
+    (m,) = healthy.models
+    assert (m.desired, m.healthy, m.waiting) == (1, 1, None)
+    assert m.backoff is not None and m.backoff.failures == 1 and m.backoff.retry_at < sim.now
+
+    await publisher.publish(to_json(replace(rebuilding, generated_at=time.time())))
+    ran = await status()
+    (row,) = [line for line in ran.lines if line.startswith("m ")]
+    assert "backing off after 1 failure(s) in a row" in row, row
+
+    await publisher.publish(to_json(replace(healthy, generated_at=time.time())))
+    ran = await status()
+    assert ran.code == 0, ran.err
+    (row,) = [line for line in ran.lines if line.startswith("m ")]
+    assert row.split()[:5] == ["m", "keep-running", "1", "1", "1"]
+    assert row.split(None, 5)[5] == m.scaling, row
+    assert "rebuilding" not in row and "failure" not in row
+    history = await status("--json")
+    assert json.loads(history.out)["models"][0]["backoff"]["failures"] == 1
