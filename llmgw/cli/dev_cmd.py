@@ -18,10 +18,18 @@ from pathlib import Path
 
 DEFAULT_STATE_DIR = Path(".llmgw-dev")
 EXIT_NOT_RUNNING = 3
-_FAULT_EXITS = (
-    "Exit 0 done, 1 refused (no such node or allocation) or the stand-ins do not answer, "
-    "3 no llmgw dev found (no dev.json in --state-dir)."
-)
+# A fault request the stand-ins have not answered in this long: they are hung, exit 3.
+# They answer in well under a second; failing a node waits for its SIGKILLed processes
+# (up to the stand-in's kill grace, 5 s by default) before it answers.
+FAULT_TIMEOUT = 30.0
+
+
+def _fault_exits(refused: str) -> str:
+    """The exit codes of a fault subcommand; ``refused`` says what the stand-ins refuse."""
+    return (
+        f"Exit 0 done, 1 refused ({refused}), 2 usage, 3 no llmgw dev answers (no dev.json in "
+        f"--state-dir, or the stand-ins it names do not answer, in {FAULT_TIMEOUT:g}s)."
+    )
 
 
 def _run_dev(args: argparse.Namespace) -> int:
@@ -86,19 +94,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.set_defaults(handler=_run_dev)
 
-    commands = parser.add_subparsers(dest="dev_command", metavar="FAULT")
+    commands = parser.add_subparsers(
+        dest="dev_command",
+        metavar="FAULT",
+        help="optional: act on the llmgw dev already running instead of starting one",
+    )
     fail = commands.add_parser(
         "fail-node",
         help="kill a node's processes and stop its heartbeat",
         description="Kill every process of a node and stop its heartbeat, as a dead machine would: "
-        "Nomad marks it down, its replicas are rebuilt elsewhere. " + _FAULT_EXITS,
+        "Nomad marks it down, its replicas are rebuilt elsewhere. " + _fault_exits("no such node"),
     )
     fail.add_argument("node", help="node name (gpu-1, gpu-2, ...) or id prefix")
     fail.set_defaults(handler=_fault, fault="fail-node")
     restore = commands.add_parser(
         "restore-node",
         help="bring a failed node back, empty",
-        description="Bring a failed node back with no allocations. " + _FAULT_EXITS,
+        description="Bring a failed node back with no allocations. " + _fault_exits("no such node"),
     )
     restore.add_argument("node", help="node name (gpu-1, gpu-2, ...) or id prefix")
     restore.set_defaults(handler=_fault, fault="restore-node")
@@ -106,7 +118,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "crash",
         help="SIGKILL one task of an allocation",
         description="SIGKILL one task of an allocation; Nomad's restart policy then applies. "
-        "Allocation ids: curl $NOMAD_ADDR/v1/allocations. " + _FAULT_EXITS,
+        "Allocation ids: curl $NOMAD_ADDR/v1/allocations. "
+        + _fault_exits("no allocation, or several, match ALLOC; no such task"),
     )
     crash.add_argument("alloc", help="allocation id (or a unique prefix)")
     crash.add_argument("--task", default="engine", help="the task to kill (default engine)")
@@ -115,7 +128,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "consul-outage",
         help="make Consul stop answering for SECONDS",
         description="Make the Consul stand-in stop answering for SECONDS; the router keeps routing "
-        "on its last view. " + _FAULT_EXITS,
+        "on its last view. " + _fault_exits("a duration the Consul stand-in refuses"),
     )
     outage.add_argument("seconds", type=float, help="how long the outage lasts")
     outage.add_argument(
@@ -130,7 +143,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="delay a node's health checks by SECONDS (0 clears)",
         description="Delay the health checks of a node's services by SECONDS; past the 3 s check "
         "timeout of llmgw dev they turn critical and routers stop sending there. 0 clears it. "
-        + _FAULT_EXITS,
+        + _fault_exits("no such node, or a delay the Consul stand-in refuses"),
     )
     slow.add_argument("node", help="node name (gpu-1, gpu-2, ...)")
     slow.add_argument("seconds", type=float, help="added to every check of the node (0 clears)")
@@ -142,3 +155,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             default=DEFAULT_STATE_DIR,
             help="the running llmgw dev's --state-dir, holding dev.json (default .llmgw-dev)",
         )
+    # argparse shows a subcommand as required in the usage line; FAULT is not.
+    parser.usage = (
+        parser.format_usage().removeprefix("usage: ").rstrip().replace(" FAULT ...", " [FAULT ...]")
+    )

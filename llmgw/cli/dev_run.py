@@ -25,7 +25,7 @@ from llmgw.admin import AdminSettings
 from llmgw.bundled import bundled_path, read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from llmgw.cli.catalog_cmd import load_catalog_file
-from llmgw.cli.dev_cmd import EXIT_NOT_RUNNING
+from llmgw.cli.dev_cmd import EXIT_NOT_RUNNING, FAULT_TIMEOUT
 from llmgw.cli.serve_run import configure_logging
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.control import ControlSettings
@@ -203,16 +203,28 @@ def run_fault(args: argparse.Namespace) -> int:
         print(f"llmgw dev {args.fault}: no running llmgw dev answers ({state_file} is left from one that "
               "stopped)", file=sys.stderr)  # fmt: skip
         return EXIT_NOT_RUNNING
+    except TimeoutError:
+        print(f"llmgw dev {args.fault}: the stand-ins did not answer in {FAULT_TIMEOUT:g}s", file=sys.stderr)
+        return EXIT_NOT_RUNNING
     except (aiohttp.ClientError, LookupError) as exc:
+        # Refused: a stand-in's error answer (its 500s say "unknown node" too, as Consul's do).
         print(f"llmgw dev {args.fault}: {exc}", file=sys.stderr)
         return EXIT_REJECTED
     print(message)
     return EXIT_OK
 
 
+async def _refused(response: aiohttp.ClientResponse) -> None:
+    """A stand-in's error answer, in its words (``LookupError``: exit 1)."""
+    if response.status >= 400:
+        text = (await response.text()).strip()
+        raise LookupError(f"the stand-in at {response.url.origin()} answered {response.status}: {text[:200]}")
+
+
 async def _apply_fault(args: argparse.Namespace, state: dict[str, Any]) -> str:
     nomad, consul = state["nomad_addr"], state["consul_addr"]
-    async with aiohttp.ClientSession(raise_for_status=True) as http:
+    timeout = aiohttp.ClientTimeout(total=FAULT_TIMEOUT)
+    async with aiohttp.ClientSession(raise_for_status=_refused, timeout=timeout) as http:
 
         async def node_id(name: str) -> str:
             async with http.get(f"{nomad}/v1/nodes") as response:
@@ -244,5 +256,7 @@ async def _apply_fault(args: argparse.Namespace, state: dict[str, Any]) -> str:
                 await http.put(
                     f"{consul}/_dev/nodes/{args.node}/check-latency", params={"delay": f"{args.seconds}s"}
                 )
+                if args.seconds == 0:
+                    return f"health checks of {args.node} are no longer delayed"
                 return f"health checks of {args.node} delayed by {args.seconds:g}s"
     raise LookupError(f"unknown fault {args.fault}")

@@ -1,0 +1,106 @@
+"""The `llmgw dev` fault subcommands against stand-ins started here: messages, exit codes, help."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from llmgw.cli import main
+from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
+
+
+@pytest.fixture
+async def consul() -> AsyncIterator[ConsulStandIn]:
+    async with ConsulStandIn(ConsulSettings.for_tests()) as standin:
+        yield standin
+
+
+@pytest.fixture
+async def hung_nomad() -> AsyncIterator[str]:
+    """A Nomad address that accepts requests and does not answer."""
+
+    async def hang(request: web.Request) -> web.Response:
+        await asyncio.sleep(30)
+        return web.json_response([])
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", hang)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await runner.cleanup()
+
+
+async def fault(capsys: pytest.CaptureFixture[str], state_dir: Path, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = await asyncio.to_thread(main, ["dev", *args, "--state-dir", str(state_dir)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def point_at(state_dir: Path, nomad: str, consul: str) -> None:
+    (state_dir / "dev.json").write_text(json.dumps({"nomad_addr": nomad, "consul_addr": consul}))
+
+
+NOBODY = "http://127.0.0.1:9"  # the discard port: nothing listens there
+
+
+async def test_slow_checks_says_when_the_delay_is_cleared(
+    consul: ConsulStandIn, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await consul.add_node("gpu-3")
+    point_at(tmp_path, NOBODY, consul.url)
+    delayed = await fault(capsys, tmp_path, "slow-checks", "gpu-3", "5")
+    assert delayed == (0, "health checks of gpu-3 delayed by 5s\n", "")
+    cleared = await fault(capsys, tmp_path, "slow-checks", "gpu-3", "0")
+    assert cleared == (0, "health checks of gpu-3 are no longer delayed\n", "")
+
+
+async def test_exit_codes_follow_the_convention(
+    consul: ConsulStandIn,
+    hung_nomad: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code, _, err = await fault(capsys, tmp_path, "fail-node", "gpu-1")
+    assert code == 3 and "no running llmgw dev found" in err  # no dev.json
+    point_at(tmp_path, NOBODY, consul.url)
+    code, _, err = await fault(capsys, tmp_path, "restore-node", "gpu-1")
+    assert code == 3 and "no running llmgw dev answers" in err  # a dev.json left behind
+    code, _, err = await fault(capsys, tmp_path, "slow-checks", "gpu-9", "5")
+    assert code == 1 and "answered 500: Unknown node 'gpu-9'" in err  # refused, in the stand-in's words
+    code, _, err = await fault(capsys, tmp_path, "consul-outage", "nan")
+    assert code == 1 and "answered 400" in err
+    monkeypatch.setattr("llmgw.cli.dev_run.FAULT_TIMEOUT", 0.5)
+    point_at(tmp_path, hung_nomad, consul.url)
+    code, _, err = await fault(capsys, tmp_path, "fail-node", "gpu-1")
+    assert code == 3 and "did not answer in 0.5s" in err  # hung: it cannot answer now
+
+
+def help_of(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    with pytest.raises(SystemExit):
+        main([*args, "--help"])
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_fault_help_says_what_each_refuses_and_the_real_exit_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    outage = help_of(capsys, "dev", "consul-outage")
+    assert "node" not in outage.split("Exit 0")[1] and "allocation" not in outage
+    assert "1 refused (a duration the Consul stand-in refuses)" in outage
+    restore = help_of(capsys, "dev", "restore-node")
+    assert "1 refused (no such node)" in restore and "or allocation" not in restore
+    for name in ("fail-node", "restore-node", "crash", "consul-outage", "slow-checks"):
+        assert "3 no llmgw dev answers" in help_of(capsys, "dev", name)
+    dev = help_of(capsys, "dev")
+    assert "[--log-level LOG_LEVEL] [FAULT ...]" in dev
+    assert "FAULT optional: act on the llmgw dev already running" in dev
