@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -104,3 +105,11 @@ def test_fault_help_says_what_each_refuses_and_the_real_exit_codes(
     dev = help_of(capsys, "dev")
     assert "[--log-level LOG_LEVEL] [FAULT ...]" in dev
     assert "FAULT optional: act on the llmgw dev already running" in dev
+
+
+def test_the_readmes_try_it_block_exports_every_variable_it_uses() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("### Trying `llmgw dev`", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    used = set(re.findall(r"\$([A-Z_]+)", block))
+    exported = set(re.findall(r"^export ([A-Z_]+)=", block, flags=re.MULTILINE))
+    assert used and used <= exported, f"used but not exported: {sorted(used - exported)}"
