@@ -175,7 +175,7 @@ class LeaderElection:
         if not self._running:
             return
         self._running = False
-        self._lose("this instance is stopping")
+        self._lose("this instance is stopping", stepping_down=True)
         tasks, self._tasks = self._tasks, []
         await cancel_and_wait(*tasks)
         session, self._session_id = self._session_id, None
@@ -243,7 +243,9 @@ class LeaderElection:
         self._arm_expiry()
         self._notify()
 
-    def _lose(self, reason: str) -> None:
+    def _lose(self, reason: str, *, stepping_down: bool = False) -> None:
+        """End the term. ``stepping_down``: this instance chose to (a clean stop), which is
+        news (INFO), not trouble; any other loss is a WARNING."""
         term, self._term = self._term, None
         if self._expiry is not None:
             self._expiry.cancel()
@@ -252,7 +254,12 @@ class LeaderElection:
             return
         term.reason = reason
         term.lost.set()
-        log.warning("leader election: %s lost leadership (term %d): %s", self._instance, term.number, reason)
+        if stepping_down:
+            log.info("leader election: %s stepping down (term %d): %s", self._instance, term.number, reason)
+        else:
+            log.warning(
+                "leader election: %s lost leadership (term %d): %s", self._instance, term.number, reason
+            )
         self._notify()
 
     def _backoff(self, failures: int) -> float:

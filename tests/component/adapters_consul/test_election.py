@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -143,24 +144,33 @@ async def test_a_clean_stop_releases_the_lock_for_the_other(
 
 
 async def test_leadership_context_yields_a_term_and_resigns(
-    client: ConsulClient, eventually: Eventually
+    client: ConsulClient, eventually: Eventually, caplog: pytest.LogCaptureFixture
 ) -> None:
     election = LeaderElection(client, "ctl-solo", FAST)
+    caplog.set_level(logging.INFO, logger="llmgw.adapters.consul.election")
     async with election.leadership() as term:
         assert election.is_leader and election.term is term
     assert term.lost.is_set() and not election.is_leader
+    # A deliberate stop (Ctrl-C of llmgw dev or serve) steps down: news, not a warning.
+    (ended,) = [r for r in caplog.records if "(term 1)" in r.getMessage() and "leads" not in r.getMessage()]
+    assert (ended.levelno, ended.getMessage()) == (
+        logging.INFO,
+        "leader election: ctl-solo stepping down (term 1): this instance is stopping",
+    )
     entry, _ = await client.kv_get(KV_LEADER)
     assert entry is not None and entry.session == ""  # released, not left to expire
 
 
 async def test_a_failed_renewal_ends_the_term_at_once_and_leadership_returns(
-    standin: ConsulStandIn, client: ConsulClient, eventually: Eventually
+    standin: ConsulStandIn, client: ConsulClient, eventually: Eventually, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with electors(client) as (solo,):
         term = await asyncio.wait_for(solo.wait_for_leadership(), 5)
         await standin.start_outage(OutageMode.NO_LEADER)
         await eventually(lambda: term.lost.is_set())
         assert not solo.is_leader
+        lost = [r for r in caplog.records if "lost leadership" in r.getMessage()]
+        assert [r.levelno for r in lost] == [logging.WARNING], "a real loss of leadership warns"
         await standin.end_outage()
         again = await asyncio.wait_for(solo.wait_for_leadership(), 5)
         assert again.number > term.number
