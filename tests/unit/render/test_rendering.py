@@ -224,3 +224,15 @@ def test_a_replica_id_is_letters_and_digits_only_even_at_its_end() -> None:
     for bad in ("0\n", "abc\n", "a-b", ""):
         with pytest.raises(RenderError, match="replica id"):
             job_id_for("m", bad)
+
+
+def test_ops_asks_gpu_clients_for_a_max_kill_timeout_that_covers_the_rendered_one(
+    renderer: Renderer, example: Catalog
+) -> None:
+    # Nomad caps a task's kill_timeout at the client's max_kill_timeout (30 s by default).
+    rendered = job(renderer, example, "sim-chat")
+    kill_timeout_ns = rendered["TaskGroups"][0]["Tasks"][0]["KillTimeout"]
+    assert kill_timeout_ns == RenderSettings().kill_timeout_s * 10**9 == 60 * 10**9
+    ops = " ".join((REPO / "ops" / "README.md").read_text(encoding="utf-8").split())
+    assert 'client { max_kill_timeout = "1m" }' in ops
+    assert "max_kill_timeout` at least the rendered jobs' `kill_timeout`, 1 minute" in ops
