@@ -26,6 +26,7 @@ from llmgw.adapters.consul import (
     DrainingMarks,
     ElectionSettings,
     StatusPublisher,
+    UnavailableStore,
     watch_endpoints,
 )
 from llmgw.adapters.nomad import NomadClient
@@ -185,6 +186,7 @@ class Services:
                 endpoints=watch_endpoints(consul),
                 catalog=CatalogStore(consul).watch(),
                 draining=DrainingMarks(consul).watch(),
+                unavailable=UnavailableStore(consul).watch(),
                 api_keys=None if router_settings.no_auth else ApiKeyStore(consul).watch(),
                 demand=DemandPublisher(consul, router_settings.resolved_router_id()),
             )

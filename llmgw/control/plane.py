@@ -38,6 +38,7 @@ from llmgw.control.ports import (
     NoProbe,
     StatusSink,
     SystemClock,
+    UnavailableSink,
     Watched,
 )
 from llmgw.control.reconciling import CatalogReader, Reconciler, Trigger
@@ -70,6 +71,9 @@ class ControlDeps:
     # cleared. None: no operator commands (tests of other things).
     commands: CommandWatch | None = None
     command_writer: CommandsPort | None = None
+    # Where the leader tells routers which models it cannot serve now (llmgw/unavailable).
+    # None: routers are not told (they wait for loads, as without a control plane).
+    unavailable: UnavailableSink | None = None
 
 
 class ControlPlane:
@@ -179,6 +183,7 @@ class ControlPlane:
                 trigger=self.trigger,
                 leader_id=self.deps.leader.instance_id,
                 commands=self.deps.commands,
+                unavailable=self.deps.unavailable,
             )
             self.reconciler = reconciler
             loop = asyncio.create_task(reconciler.run(), name="control-reconcile")

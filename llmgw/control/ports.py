@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from llmgw.core.catalog import Catalog
 from llmgw.core.planning import ModelCommand
-from llmgw.core.records import DemandReport, DrainMark, Endpoint, EndpointSnapshot
+from llmgw.core.records import DemandReport, DrainMark, Endpoint, EndpointSnapshot, UnavailableModels
 from llmgw.render import RenderedJob, ReplicaRequest
 
 JSON = dict[str, Any]
@@ -129,6 +129,13 @@ class StatusSink(Protocol):
     """``llmgw.adapters.consul.StatusPublisher``: the leader's status, a JSON object."""
 
     async def publish(self, text: str) -> None: ...
+
+
+class UnavailableSink(Protocol):
+    """``llmgw.adapters.consul.UnavailableStore``: the models the leader cannot serve now,
+    for every router (``llmgw/unavailable``)."""
+
+    async def publish(self, document: UnavailableModels) -> None: ...
 
 
 class TermLike(Protocol):

@@ -3,7 +3,8 @@
 Owns: the pass (refresh the Nomad view, read the watched Consul inputs (the operator's
 model commands among them: until they have been read once, nothing is decided, since a
 drained model must not look like one to place), ``decide``,
-execute, fold the outcomes into the state, publish the status, count metrics), the
+execute, fold the outcomes into the state, publish the status and the models it cannot
+serve now (``llmgw/unavailable``, for routers), count metrics), the
 catalog as the planner sees it (loaded and cached per catalog version, with the spec
 oracle that renders what a running replica would run now), and the loop that runs
 passes: after a trigger (debounced), when the decision's ``next_pass_at`` is due, or
@@ -37,6 +38,7 @@ from llmgw.control.ports import (
     InFlightProbe,
     JobRenderer,
     StatusSink,
+    UnavailableSink,
 )
 from llmgw.control.settings import ControlSettings
 from llmgw.core.catalog import Catalog, SecurityPolicy, load_catalog
@@ -55,7 +57,8 @@ from llmgw.core.planning import (
     record_outcomes,
 )
 from llmgw.core.planning.status import to_json
-from llmgw.core.records import HealthStatus
+from llmgw.core.planning.unavailable import unavailable_models
+from llmgw.core.records import HealthStatus, UnavailableModels
 from llmgw.render import RenderError, ReplicaRequest
 
 log = logging.getLogger(__name__)
@@ -179,9 +182,11 @@ class Reconciler:
         trigger: Trigger,
         leader_id: str,
         commands: CommandWatch | None = None,
+        unavailable: UnavailableSink | None = None,
     ) -> None:
         self.settings = settings
         self._commands = commands
+        self._unavailable = unavailable
         self._view = view
         self._executor = executor
         self._catalog = catalog
@@ -198,6 +203,7 @@ class Reconciler:
         self.last: Decision | None = None
         self.passes = 0
         self._published: tuple[str, float] | None = None
+        self._published_unavailable: tuple[UnavailableModels, float] | None = None
 
     async def run_pass(self) -> Decision:
         """Observe, decide, act, remember, publish: one pass."""
@@ -232,6 +238,9 @@ class Reconciler:
         # The reader's note says why there is no catalog more precisely than the decision can.
         report = replace(decision.status, leader=self._leader_id, note=note or decision.status.note)
         await self._publish(report)
+        await self._publish_unavailable(
+            unavailable_models(desired, self.state, observed.capacity_version, self._clock.time())
+        )
         self._metrics.observe_status(report.models)
         self._metrics.pass_seconds.observe(time.perf_counter() - started)
         self.last = decision
@@ -297,6 +306,24 @@ class Reconciler:
             self._published = (comparable, now)
         except Exception as exc:  # the status is advisory: never fail a pass for it
             log.warning("could not publish the status: %s", exc)
+
+    async def _publish_unavailable(self, document: UnavailableModels) -> None:
+        """Write ``llmgw/unavailable`` when it changed, and every ``status_refresh`` anyway:
+        routers trust it only while it is fresh (``unavailable_stale_after``)."""
+        if self._unavailable is None:
+            return
+        last = self._published_unavailable
+        if (
+            last is not None
+            and replace(last[0], published_at=document.published_at) == document
+            and document.published_at - last[1] < self.settings.status_refresh
+        ):
+            return
+        try:
+            await self._unavailable.publish(document)
+            self._published_unavailable = (document, document.published_at)
+        except Exception as exc:  # routers then wait for loads as before: never fail a pass for it
+            log.warning("could not publish the unavailable models: %s", exc)
 
     async def run(self) -> None:
         """Passes until cancelled or leadership is lost."""

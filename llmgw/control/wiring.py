@@ -19,6 +19,7 @@ from llmgw.adapters.consul import (
     ElectionSettings,
     LeaderElection,
     StatusPublisher,
+    UnavailableStore,
     watch_endpoints,
 )
 from llmgw.adapters.nomad import NomadClient
@@ -61,4 +62,5 @@ def control_deps(
         metrics=metrics or ControlMetrics(),
         commands=commands.watch(),
         command_writer=commands,
+        unavailable=UnavailableStore(consul),
     )

@@ -2,7 +2,9 @@
 
 Owns: the records routers and the control plane exchange through Consul (the
 engine endpoints they see in the health API, demand reports, draining marks,
-API keys, catalog versions) and the one JSON spelling of each.
+API keys, catalog versions, the models the control plane cannot serve now) and
+the one JSON spelling of each, plus ``unavailable_trusted`` (when routers may
+trust that last one).
 
 Must not: do I/O, read a clock or know about Consul's HTTP API. The Consul
 adapter (``llmgw.adapters.consul``) moves these values in and out of Consul.
@@ -191,8 +193,85 @@ def catalog_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-Record = Endpoint | EndpointSnapshot | ModelUse | DemandReport | DrainMark | ApiKeyRecord | CatalogVersion
-R = TypeVar("R", Endpoint, EndpointSnapshot, ModelUse, DemandReport, DrainMark, ApiKeyRecord, CatalogVersion)
+class Unavailability(StrEnum):
+    """Why the control plane cannot serve a model now, whatever a router waits for."""
+
+    UNPLACEABLE = "unplaceable"  # Nomad said no profile fits, and capacity has not changed since
+    DRAINED = "drained"  # an operator drained it (``llmgw ctl drain``)
+
+
+@dataclass(frozen=True, slots=True)
+class UnavailableModel:
+    model: str
+    why: Unavailability
+    reason: str  # in words, shown to clients: Nomad's explanation, or who drained it
+    since: float  # unix seconds: when placing first failed, or when it was drained
+
+
+@dataclass(frozen=True, slots=True)
+class UnavailableModels:
+    """At ``llmgw/unavailable``: written by the leading control plane after a pass when
+    it changed, and again every ``status_refresh`` (so ``published_at`` says it is alive).
+
+    Routers answer a request for a listed model at once (503 ``model_unavailable``)
+    instead of waiting for a load that will not come, but only while the document is
+    fresh and was judged against the catalog they route by (``unavailable_now``)."""
+
+    catalog_sha256: str  # the catalog the control plane judged ("" when it had none)
+    published_at: float  # unix seconds
+    models: tuple[UnavailableModel, ...]
+
+    def by_model(self) -> dict[str, UnavailableModel]:
+        return {m.model: m for m in self.models}
+
+
+NO_UNAVAILABLE: Mapping[str, UnavailableModel] = {}
+
+
+def unavailable_trusted(
+    document: UnavailableModels | None, catalog_sha: str | None, now: float, stale_after: float
+) -> bool:
+    """May a router act on ``document``? Not when there is none, when it is older than
+    ``stale_after`` (the control plane stopped refreshing it: dead, or not leading),
+    or when it judged another catalog than the router's (an apply may have fixed the
+    model). Then every model counts as loadable: today's wait and ``model_loading``."""
+    if document is None or not catalog_sha or document.catalog_sha256 != catalog_sha:
+        return False
+    return now - document.published_at <= stale_after
+
+
+def unavailable_now(
+    document: UnavailableModels | None, catalog_sha: str | None, now: float, stale_after: float
+) -> Mapping[str, UnavailableModel]:
+    """The models a router may refuse at once, by name (empty when not trusted)."""
+    if document is None or not unavailable_trusted(document, catalog_sha, now, stale_after):
+        return NO_UNAVAILABLE
+    return document.by_model()
+
+
+Record = (
+    Endpoint
+    | EndpointSnapshot
+    | ModelUse
+    | DemandReport
+    | DrainMark
+    | ApiKeyRecord
+    | CatalogVersion
+    | UnavailableModel
+    | UnavailableModels
+)
+R = TypeVar(
+    "R",
+    Endpoint,
+    EndpointSnapshot,
+    ModelUse,
+    DemandReport,
+    DrainMark,
+    ApiKeyRecord,
+    CatalogVersion,
+    UnavailableModel,
+    UnavailableModels,
+)
 
 
 # --- encoding -----------------------------------------------------------------------------------
@@ -248,6 +327,14 @@ def to_dict(record: Record) -> dict[str, Any]:
             "tokens_per_minute": record.tokens_per_minute,
             "created_at": record.created_at,
             "revoked_at": record.revoked_at,
+        }
+    if isinstance(record, UnavailableModel):
+        return {"model": record.model, "why": str(record.why), "reason": record.reason, "since": record.since}
+    if isinstance(record, UnavailableModels):
+        return {
+            "catalog_sha256": record.catalog_sha256,
+            "published_at": record.published_at,
+            "models": [to_dict(m) for m in record.models],
         }
     return {
         "version": record.version,
@@ -482,6 +569,28 @@ def _decode_catalog(f: _Fields) -> CatalogVersion:
     )
 
 
+def _decode_unavailable_model(f: _Fields) -> UnavailableModel:
+    why = f.text("why")
+    try:
+        kind = Unavailability(why)
+    except ValueError:
+        raise RecordDecodeError(f"{f.path}.why: {why!r} is not unplaceable or drained") from None
+    return UnavailableModel(
+        model=f.text("model"), why=kind, reason=f.text("reason", nonempty=False), since=f.seconds("since")
+    )
+
+
+def _decode_unavailable(f: _Fields) -> UnavailableModels:
+    digest = f.text("catalog_sha256", nonempty=False)
+    if digest and not _SHA256_HEX.match(digest):
+        raise RecordDecodeError(f"{f.path}.catalog_sha256: expected 64 lowercase hex digits or nothing")
+    return UnavailableModels(
+        catalog_sha256=digest,
+        published_at=f.seconds("published_at"),
+        models=tuple(_decode_unavailable_model(_Fields(p, item)) for p, item in f.items("models")),
+    )
+
+
 _DECODERS: dict[type[Any], Callable[[_Fields], Any]] = {
     Endpoint: _decode_endpoint,
     EndpointSnapshot: _decode_snapshot,
@@ -490,4 +599,6 @@ _DECODERS: dict[type[Any], Callable[[_Fields], Any]] = {
     DrainMark: _decode_drain,
     ApiKeyRecord: _decode_api_key,
     CatalogVersion: _decode_catalog,
+    UnavailableModel: _decode_unavailable_model,
+    UnavailableModels: _decode_unavailable,
 }

@@ -17,16 +17,21 @@ The four answers when nothing serves are deliberately different, because clients
 - ``OFF`` 503 that must not be retried: the model is configured off (min 0, max 0,
   or no scaling stanza), waiting will not help;
 - ``LOADING`` 503 with ``Retry-After``: an on-demand model is being started;
-- ``NO_CAPACITY`` 503 with ``Retry-After``: a running model has no healthy replica now.
+- ``NO_CAPACITY`` 503 with ``Retry-After``: a running model has no healthy replica now;
+- ``UNAVAILABLE`` 503 ``model_unavailable`` at once, no wait: the control plane says it
+  cannot serve the model now (Nomad found no place for it: ``Retry-After``; an operator
+  drained it: not to be retried), and the message says why and since when.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from llmgw.core.catalog import Catalog, Model, Role, ScalingMode
+from llmgw.core.records import Unavailability, UnavailableModel
 
 # --- which API a request came to, and which models may answer it ----------------------------------
 
@@ -96,23 +101,29 @@ class ModelState(StrEnum):
     SERVING = "serving"  # at least one healthy endpoint that is not draining
     STARTABLE = "startable"  # on demand with nothing healthy: a request wakes it
     NO_CAPACITY = "no-capacity"  # should run (min >= 1) but nothing healthy now
+    UNAVAILABLE = "unavailable"  # the control plane cannot serve it now: unplaceable, or drained
     OFF = "off"  # min 0, max 0: deliberately off
     UNSET = "unset"  # no scaling stanza: known, never started
 
 
-def model_state(model: Model, usable_endpoints: int) -> ModelState:
+def model_state(model: Model, usable_endpoints: int, unavailable: bool = False) -> ModelState:
     """Endpoints that still serve win over the configuration: a model just switched
-    off keeps answering on its last replicas until the control plane stops them."""
+    off keeps answering on its last replicas until the control plane stops them.
+    The configuration wins over the control plane's word (``unavailable``: it listed
+    the model in ``llmgw/unavailable``, see ``records.unavailable_now``): off is the
+    more lasting answer."""
     if usable_endpoints > 0:
         return ModelState.SERVING
     mode = model.scaling_mode
-    if mode is ScalingMode.ON_DEMAND:
-        return ModelState.STARTABLE
-    if mode is ScalingMode.KEEP_RUNNING:
-        return ModelState.NO_CAPACITY
     if mode is ScalingMode.OFF:
         return ModelState.OFF
-    return ModelState.UNSET
+    if mode is ScalingMode.UNSET:
+        return ModelState.UNSET
+    if unavailable:
+        return ModelState.UNAVAILABLE
+    if mode is ScalingMode.ON_DEMAND:
+        return ModelState.STARTABLE
+    return ModelState.NO_CAPACITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +139,8 @@ def plan_route(chain: Sequence[str], states: Mapping[str, ModelState]) -> RouteP
     """The requested model (``chain[0]``) is woken whenever it is on demand and not
     running, even if a fallback answers this request: the next request should find it.
     A fallback is woken only when nothing in the chain serves (then the request waits
-    for the first startable model in the chain)."""
+    for the first startable model in the chain). An ``UNAVAILABLE`` model is neither
+    tried, woken nor waited for: the control plane said no load is coming."""
     order = tuple(m for m in chain if states[m] is ModelState.SERVING)
     startable = [m for m in chain if states[m] is ModelState.STARTABLE]
     wake: list[str] = []
@@ -240,14 +252,19 @@ class Unserved(StrEnum):
     UNSET = "unset"
     LOADING = "loading"
     NO_CAPACITY = "no-capacity"
+    UNAVAILABLE = "unavailable"
     UPSTREAM_FAILED = "upstream-failed"
     TIMEOUT = "timeout"
 
 
 def unserved_reason(requested: ModelState, *, waited_for: str | None, failures: int) -> Unserved:
-    """Why a request for a known model found nobody to answer it."""
+    """Why a request for a known model found nobody to answer it. ``waited_for`` is the
+    model the request was still waiting for when it gave up (None when nothing in its
+    chain could load any more, even if it waited earlier)."""
     if failures:
         return Unserved.UPSTREAM_FAILED
+    if requested is ModelState.UNAVAILABLE and waited_for is None:
+        return Unserved.UNAVAILABLE
     if waited_for is not None:
         return Unserved.LOADING
     if requested is ModelState.OFF:
@@ -287,9 +304,16 @@ def model_not_found(requested: str) -> Refusal:
 
 
 def refusal_for(
-    reason: Unserved, requested: str, *, retry_after: int, api: Api = Api.CHAT, waited_for: str | None = None
+    reason: Unserved,
+    requested: str,
+    *,
+    retry_after: int,
+    api: Api = Api.CHAT,
+    waited_for: str | None = None,
+    unavailable: UnavailableModel | None = None,
 ) -> Refusal:
-    """The answer for each reason; messages say what the client can do next."""
+    """The answer for each reason; messages say what the client can do next.
+    ``unavailable`` is the control plane's word on the requested model (for ``UNAVAILABLE``)."""
     if reason is Unserved.UNKNOWN:
         return model_not_found(requested)
     if reason is Unserved.WRONG_API:
@@ -329,6 +353,8 @@ def refusal_for(
             code="no_healthy_replica",
             retry_after=retry_after,
         )
+    if reason is Unserved.UNAVAILABLE:
+        return _unavailable(requested, unavailable, retry_after)
     if reason is Unserved.TIMEOUT:
         return Refusal(
             status=504,
@@ -344,3 +370,32 @@ def refusal_for(
         code="upstream_unavailable",
         retry_after=retry_after,
     )
+
+
+def _unavailable(requested: str, why: UnavailableModel | None, retry_after: int) -> Refusal:
+    which = f"`{requested}`" if why is None or why.model == requested else f"`{requested}` (`{why.model}`)"
+    since = "" if why is None else " since " + _utc(why.since)
+    if why is not None and why.why is Unavailability.DRAINED:
+        drained = why.reason or "an operator drained it"
+        return Refusal(
+            status=503,
+            message=f"The model {which} cannot be served now: {drained}{since}. "
+            "It serves again after an operator restarts it or changes it in the catalog.",
+            type="server_error",
+            code="model_unavailable",
+            retryable=False,
+        )
+    detail = f": the cluster has no place for it ({why.reason}){since}" if why is not None else ""
+    return Refusal(
+        status=503,
+        message=f"The model {which} cannot be served now{detail}. "
+        f"The control plane tries again when the cluster's capacity changes; retry in {retry_after} seconds "
+        "or ask the operator.",
+        type="server_error",
+        code="model_unavailable",
+        retry_after=retry_after,
+    )
+
+
+def _utc(unix_seconds: float) -> str:
+    return datetime.fromtimestamp(unix_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

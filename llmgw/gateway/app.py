@@ -7,8 +7,9 @@ Owns:
   refuses settings that cannot run (keys missing off loopback).
 - the ``cleanup_ctx`` that starts and stops every long-lived thing: the upstream
   session, the watched values (Consul blocking queries), the loops that feed the
-  book, the draining set, the key ring and the catalog from them, the demand
-  reporter and the watch monitor that logs when the router routes on stale data.
+  book, the draining set, the unavailable models, the key ring and the catalog
+  from them, the demand reporter and the watch monitor that logs when the
+  router routes on stale data.
 - ``RouterServer``/``run_router``: the aiohttp runner with the options that matter
   for a proxy (listen backlog, handler cancellation on disconnect, keep-alive
   timeout against slowloris, access log off the hot path, graceful shutdown).
@@ -29,7 +30,7 @@ from aiohttp import web
 from llmgw.bundled import read_security_policy
 from llmgw.cancellation import cancel_and_wait
 from llmgw.core.catalog import SecurityPolicy
-from llmgw.core.records import ApiKeyRecord, CatalogVersion, DrainMark
+from llmgw.core.records import ApiKeyRecord, CatalogVersion, DrainMark, UnavailableModels
 from llmgw.gateway import handlers, middlewares
 from llmgw.gateway.book import EndpointBook
 from llmgw.gateway.catalogs import CatalogHolder
@@ -72,7 +73,7 @@ def create_app(
         )
 
     metrics = RouterMetrics()
-    book = EndpointBook()
+    book = EndpointBook(deps.clock.wall, settings.unavailable_stale_after)
     gates = ModelGates(
         settings.max_concurrency_per_model, settings.max_queue_per_model, settings.queue_timeout,
         settings.queue_retry_after,
@@ -161,6 +162,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             asyncio.create_task(
                 _follow(deps.catalog, lambda v: _apply_catalog(context, v)), name="router:catalog"
             ),
+            asyncio.create_task(
+                _follow(deps.unavailable, lambda d: _apply_unavailable(context, d)), name="router:unavailable"
+            ),
             asyncio.create_task(context.demand.run(), name="router:demand"),
             asyncio.create_task(_monitor_watches(context), name="router:watch-monitor"),
         ]
@@ -199,6 +203,11 @@ def _apply_draining(context: RouterContext, marks: Mapping[str, DrainMark]) -> N
 
 def _apply_catalog(context: RouterContext, version: CatalogVersion | None) -> None:
     context.catalogs.update(version, context.deps.clock.wall())
+    context.book.set_catalog(context.catalogs.sha256)
+
+
+def _apply_unavailable(context: RouterContext, document: UnavailableModels | None) -> None:
+    context.book.set_unavailable(document)
 
 
 def _apply_keys(ring: KeyRing, records: Mapping[str, ApiKeyRecord]) -> None:

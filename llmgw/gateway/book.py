@@ -2,9 +2,11 @@
 router has outstanding on each.
 
 Owns: the current endpoint snapshot (replaced whole, never patched), the set of
-replicas marked draining, the in-flight count per endpoint (kept across
-snapshots, so a request that started on an endpoint is released on it even after
-the endpoint left the snapshot), and the waiters for a change.
+replicas marked draining, the control plane's last word on the models it cannot
+serve now (``llmgw/unavailable``, trusted only while fresh and judged against the
+catalog routed by: ``records.unavailable_trusted``), the in-flight count per endpoint
+(kept across snapshots, so a request that started on an endpoint is released on
+it even after the endpoint left the snapshot), and the waiters for a change.
 
 Everything runs on the event loop's thread, so there are no locks: an in-flight
 slot is taken in the same synchronous step that chooses the endpoint (no await
@@ -18,17 +20,29 @@ balancing rule (``llmgw.core.routing.choose_endpoint`` does).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 
 from llmgw.core import routing
 from llmgw.core.catalog import Model
-from llmgw.core.records import Endpoint, EndpointSnapshot
+from llmgw.core.records import (
+    Endpoint,
+    EndpointSnapshot,
+    UnavailableModel,
+    UnavailableModels,
+    unavailable_trusted,
+)
 
 
 class EndpointBook:
-    def __init__(self) -> None:
+    def __init__(self, wall: Callable[[], float] = time.time, unavailable_stale_after: float = 90.0) -> None:
         self._by_model: dict[str, tuple[Endpoint, ...]] = {}
         self._draining: frozenset[str] = frozenset()  # replica (job) ids
+        self._wall = wall
+        self._stale_after = unavailable_stale_after
+        self._unavailable: UnavailableModels | None = None
+        self._unavailable_by_model: Mapping[str, UnavailableModel] = {}
+        self._catalog_sha: str | None = None  # of the catalog the router routes by
         self._in_flight: dict[str, int] = {}  # by service id
         self._turn = 0
         self._changed = asyncio.Event()
@@ -49,6 +63,17 @@ class EndpointBook:
     def set_draining(self, replicas: Collection[str]) -> None:
         self._draining = frozenset(replicas)
         self._changed_now()
+
+    def set_unavailable(self, document: UnavailableModels | None) -> None:
+        self._unavailable = document
+        self._unavailable_by_model = document.by_model() if document is not None else {}
+        self._changed_now()
+
+    def set_catalog(self, sha256: str | None) -> None:
+        """The catalog the router routes by: the control plane's word holds only for it."""
+        if sha256 != self._catalog_sha:
+            self._catalog_sha = sha256
+            self._changed_now()
 
     def _changed_now(self) -> None:
         self.generation += 1
@@ -72,8 +97,21 @@ class EndpointBook:
                 count += 1
         return count
 
-    def state(self, name: str, model: Model) -> routing.ModelState:
-        return routing.model_state(model, self.usable_count(name))
+    def unavailable(self) -> Mapping[str, UnavailableModel]:
+        """The models the control plane says it cannot serve now; empty when its word
+        is missing, stale or about another catalog (then loads are waited for as usual)."""
+        if not self._unavailable_by_model:
+            return self._unavailable_by_model
+        if unavailable_trusted(self._unavailable, self._catalog_sha, self._wall(), self._stale_after):
+            return self._unavailable_by_model
+        return {}
+
+    def state(
+        self, name: str, model: Model, unavailable: Mapping[str, UnavailableModel] | None = None
+    ) -> routing.ModelState:
+        if unavailable is None:
+            unavailable = self.unavailable()
+        return routing.model_state(model, self.usable_count(name), name in unavailable)
 
     def endpoints(self) -> tuple[Endpoint, ...]:
         return tuple(e for es in self._by_model.values() for e in es)

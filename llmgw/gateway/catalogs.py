@@ -24,6 +24,7 @@ class CatalogHolder:
         self._policy = policy
         self.catalog: Catalog | None = None
         self.version: int | None = None
+        self.sha256: str | None = None  # of the version's text (the control plane judges by it)
         self.loaded_at = 0  # unix seconds, whole
 
     def update(self, version: CatalogVersion | None, now: float) -> bool:
@@ -46,5 +47,6 @@ class CatalogHolder:
             )  # fmt: skip
             return False
         self.catalog, self.version, self.loaded_at = result.catalog, version.version, int(now)
+        self.sha256 = version.sha256
         log.info("routing by catalog v%d (%d models)", version.version, len(result.catalog.models))
         return True

@@ -48,6 +48,7 @@ class RouterContext:
             ("endpoints", self.deps.endpoints),
             ("draining", self.deps.draining),
             ("catalog", self.deps.catalog),
+            ("unavailable", self.deps.unavailable),
         ]
         if self.keys is not None and self.deps.api_keys is not None:
             found.append(("api_keys", self.deps.api_keys))

@@ -13,6 +13,8 @@ Owns the flow; every decision in it is ``llmgw.core.routing``'s:
    event, the way OpenAI reports a failure midway.
 4. Nothing served: wait (bounded) for the book to change, keeping a stream alive
    with ``: loading model`` comments; then ``unserved_reason``/``refusal_for``.
+   A model the control plane says it cannot serve (``llmgw/unavailable``) is not
+   waited for: the answer is an immediate 503 ``model_unavailable`` saying why.
 
 Must not: parse client requests (``calls``), check keys or limits
 (middlewares, handlers), or keep state between requests beyond what the book,
@@ -303,10 +305,13 @@ class Dispatcher:
         budget = self._settings.load_wait_streaming if route.stream else self._settings.load_wait
         deadline: float | None = None
         wait_started = 0.0
+        still_waiting: str | None = None  # what the last plan said to wait for
         try:
             while True:
-                states = {m: self._book.state(m, route.catalog.models[m]) for m in route.chain}
+                unavailable = self._book.unavailable()
+                states = {m: self._book.state(m, route.catalog.models[m], unavailable) for m in route.chain}
                 plan = routing.plan_route(route.chain, states)
+                still_waiting = plan.wait_for
                 for name in plan.wake:
                     if self._demand.wake(name):
                         self._metrics.wakeups.labels(name).inc()
@@ -319,6 +324,10 @@ class Dispatcher:
                             )
                         return opened
                 if plan.wait_for is None:
+                    if route.waited_for in unavailable:  # the wait ended: the control plane gave up
+                        self._metrics.load_wait.labels(route.waited_for, "unavailable").observe(
+                            loop.time() - wait_started
+                        )
                     break
                 now = loop.time()
                 if deadline is None:
@@ -335,18 +344,27 @@ class Dispatcher:
             if route.waited_for is not None:
                 self._demand.waiting(route.waited_for, -1)
         requested_model = route.chain[0]
+        unavailable = self._book.unavailable()
         reason = routing.unserved_reason(
-            self._book.state(requested_model, route.catalog.models[requested_model]),
-            waited_for=route.waited_for,
+            self._book.state(requested_model, route.catalog.models[requested_model], unavailable),
+            # A wait that ended because nothing could load any more is not a load in progress.
+            waited_for=route.waited_for if still_waiting is not None else None,
             failures=route.failures,
         )
-        retry_after = (
-            self._settings.loading_retry_after
-            if reason is routing.Unserved.LOADING
-            else self._settings.unavailable_retry_after
-        )
+        if reason is routing.Unserved.LOADING:
+            retry_after = self._settings.loading_retry_after
+        elif reason is routing.Unserved.UNAVAILABLE:
+            retry_after = self._settings.unplaceable_retry_after
+        else:
+            retry_after = self._settings.unavailable_retry_after
         raise ApiError(
-            routing.refusal_for(reason, route.requested, retry_after=retry_after, waited_for=route.waited_for)
+            routing.refusal_for(
+                reason,
+                route.requested,
+                retry_after=retry_after,
+                waited_for=route.waited_for,
+                unavailable=unavailable.get(requested_model),
+            )
         )
 
     async def _try_model(self, route: _Route, model: str) -> _Opened | None:
@@ -446,6 +464,9 @@ class Dispatcher:
                 continue
             if any(self._book.usable_count(m) for m in route.chain):
                 return
+            unavailable = self._book.unavailable()
+            if any(m in unavailable for m in route.chain):
+                return  # the control plane's word came: plan again (it may say stop waiting)
 
 
 async def _end_stream_with(response: web.StreamResponse, refusal: routing.Refusal) -> web.StreamResponse:

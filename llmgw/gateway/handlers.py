@@ -121,7 +121,9 @@ def _visible(key: ApiKeyRecord | None, name: str, model: str) -> bool:
 
 def _model_object(request: web.Request, name: str, model_name: str, model: Model) -> dict[str, object]:
     context = request.app[CONTEXT]
-    state = context.book.state(model_name, model)
+    unavailable = context.book.unavailable()
+    state = context.book.state(model_name, model, unavailable)
+    why = unavailable.get(model_name) if state is routing.ModelState.UNAVAILABLE else None
     return {
         "id": name,
         "object": "model",
@@ -134,6 +136,10 @@ def _model_object(request: web.Request, name: str, model_name: str, model: Model
             "simulated": model.is_simulated,
             "roles": [str(role) for role in model.roles],
             "state": str(state),
+            # Why the control plane cannot serve it now (state "unavailable"), else null.
+            "unavailable": None
+            if why is None
+            else {"why": str(why.why), "reason": why.reason, "since": why.since},
             "description": model.description,
         },
     }

@@ -10,6 +10,7 @@ The Consul adapter satisfies them as it is:
 - ``DrainingMarks(client).watch()`` is a ``Watched[Mapping[str, DrainMark]]``;
 - ``ApiKeyStore(client).watch()`` is a ``Watched[Mapping[str, ApiKeyRecord]]``;
 - ``CatalogStore(client).watch()`` is a ``Watched[CatalogVersion | None]``;
+- ``UnavailableStore(client).watch()`` is a ``Watched[UnavailableModels | None]``;
 - ``DemandPublisher(client, router_id)`` is a ``DemandSink``.
 
 Must not: import an adapter (the CLI wires them) or aiohttp.
@@ -23,7 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from llmgw.core.records import ApiKeyRecord, CatalogVersion, DemandReport, DrainMark, EndpointSnapshot
+from llmgw.core.records import (
+    ApiKeyRecord,
+    CatalogVersion,
+    DemandReport,
+    DrainMark,
+    EndpointSnapshot,
+    UnavailableModels,
+)
 
 T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")
@@ -151,5 +159,10 @@ class RouterDeps:
         default_factory=lambda: FixedValue[Mapping[str, DrainMark]]({}, "draining")
     )
     api_keys: Watched[Mapping[str, ApiKeyRecord]] | None = None
+    # The models the control plane cannot serve now (``llmgw/unavailable``). None (the
+    # default, and what a router without a control plane has): every model is loadable.
+    unavailable: Watched[UnavailableModels | None] = field(
+        default_factory=lambda: FixedValue[UnavailableModels | None](None, "unavailable")
+    )
     demand: DemandSink = field(default_factory=NoDemandSink)
     clock: Clock = field(default_factory=SystemClock)

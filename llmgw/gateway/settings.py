@@ -112,6 +112,16 @@ class RouterSettings:
     loading_retry_after: int = field(default=10, metadata=_help("Retry-After seconds while a model loads"))
     # Retry-After of no-capacity and upstream failure answers.
     unavailable_retry_after: int = field(default=5, metadata=_help("Retry-After seconds without capacity"))
+    # Retry-After of model_unavailable answers for a model Nomad found no place for: the
+    # control plane asks Nomad again when capacity changes, or after 30 s doubling.
+    unplaceable_retry_after: int = field(
+        default=30, metadata=_help("Retry-After seconds for a model the cluster has no place for")
+    )
+    # The control plane rewrites llmgw/unavailable at least every 30 s (status_refresh);
+    # older than this, the router no longer trusts it and waits for loads as before.
+    unavailable_stale_after: float = field(
+        default=90.0, metadata=_help("seconds after which llmgw/unavailable is ignored as stale")
+    )
 
     # --- limits --------------------------------------------------------------------------------
     # Requests one router forwards to one model at once; more wait in the model's queue.
@@ -206,6 +216,7 @@ def validate(settings: RouterSettings) -> list[str]:
         "keepalive_timeout", "body_read_timeout", "client_write_timeout", "upstream_connect_timeout",
         "upstream_first_byte_timeout", "upstream_idle_timeout", "upstream_pool_idle",
         "loading_comment_interval", "queue_timeout", "guard_timeout", "demand_interval",
+        "unavailable_stale_after",
     ):  # fmt: skip
         if getattr(settings, name) <= 0:
             problems.append(f"{flag(name)} must be > 0, got {getattr(settings, name)}")
@@ -215,7 +226,7 @@ def validate(settings: RouterSettings) -> list[str]:
     for name in (
         "backlog", "max_body_bytes", "max_response_bytes", "attempts_per_model", "attempts_total",
         "max_concurrency_per_model", "loading_retry_after", "unavailable_retry_after", "queue_retry_after",
-        "guard_max_tokens",
+        "guard_max_tokens", "unplaceable_retry_after",
     ):  # fmt: skip
         if getattr(settings, name) < 1:
             problems.append(f"{flag(name)} must be >= 1, got {getattr(settings, name)}")

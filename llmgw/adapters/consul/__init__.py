@@ -9,7 +9,8 @@ Public face (see DESIGN.md beside this file):
 - :func:`watch_endpoints` - every ``llmgw-engine`` instance with its status, as
   :class:`llmgw.core.records.EndpointSnapshot` values.
 - KV stores: :class:`DemandPublisher` / :class:`DemandReader`, :class:`DrainingMarks`,
-  :class:`ApiKeyStore`, :class:`CatalogStore`, :class:`StatusPublisher`.
+  :class:`ApiKeyStore`, :class:`CatalogStore`, :class:`StatusPublisher`,
+  :class:`UnavailableStore`.
 - :class:`LeaderElection` - the control plane's leader lock (:class:`Term`).
 - Settings: :class:`ClientSettings`, :class:`WatchSettings`, :class:`ElectionSettings`.
 - Errors: :class:`ConsulError` (``temporary`` says whether to retry) and its kinds.
@@ -40,6 +41,7 @@ from llmgw.adapters.consul.settings import (
     WatchSettings,
 )
 from llmgw.adapters.consul.status import StatusDocument, StatusPublisher
+from llmgw.adapters.consul.unavailable import UnavailableStore
 from llmgw.adapters.consul.watch import Watch, WatchClosed, WatchStatus
 
 __all__ = [
@@ -67,6 +69,7 @@ __all__ = [
     "StatusDocument",
     "StatusPublisher",
     "Term",
+    "UnavailableStore",
     "Watch",
     "WatchClosed",
     "WatchSettings",

@@ -25,6 +25,7 @@ from llmgw.core.records import (
     Endpoint,
     EndpointSnapshot,
     HealthStatus,
+    UnavailableModels,
 )
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.context import CONTEXT
@@ -242,6 +243,10 @@ class Cluster:
         default_factory=lambda: FakeWatched("catalog", CatalogVersion.of(1, CATALOG, "test", 1.0))
     )
     keys: FakeWatched[Mapping[str, ApiKeyRecord]] = field(default_factory=lambda: FakeWatched("keys", {}))
+    # llmgw/unavailable: nothing published until a test says what the control plane would.
+    unavailable: FakeWatched[UnavailableModels | None] = field(
+        default_factory=lambda: FakeWatched[UnavailableModels | None]("unavailable", None)
+    )
     sink: RecordingSink = field(default_factory=RecordingSink)
     clock: FixedClock = field(default_factory=FixedClock)
     engines: list[Engine] = field(default_factory=list)
@@ -305,6 +310,7 @@ class Cluster:
             catalog=self.catalog,
             draining=self.draining,
             api_keys=self.keys if with_keys else None,
+            unavailable=self.unavailable,
             demand=self.sink,
             clock=self.clock,
         )

@@ -1,0 +1,53 @@
+"""Which models the control plane cannot serve now, for the routers: ``unavailable_models``.
+
+Owns the rule that turns the planner's memory and the operator's commands into the
+``llmgw/unavailable`` document (``records.UnavailableModels``):
+
+- drained: the operator's drain holds for the model as the catalog has it now
+  (``ModelCommand.drains``); no wake brings it back, only a restart or a catalog change;
+- unplaceable: Nomad's plan said no profile fits (a ``PlacementHold`` with a capacity
+  version) and the cluster's capacity has not changed since. Any capacity change (a
+  node, an allocation that ended) drops the claim, so routers wait for a load again
+  until Nomad is asked again. A hold after a failed register (no capacity version) is
+  a passing error, not "cannot place", and is left out.
+
+Must not: do I/O or read a clock (``now`` is the publication time the caller passes).
+What a router does with the document is ``llmgw.core.routing``'s.
+"""
+
+from __future__ import annotations
+
+from llmgw.core.planning.desired import Desired
+from llmgw.core.planning.state import PlannerState
+from llmgw.core.records import MAX_TEXT_CHARS, Unavailability, UnavailableModel, UnavailableModels
+
+
+def unavailable_models(
+    desired: Desired | None, state: PlannerState, capacity_version: int, now: float
+) -> UnavailableModels:
+    """The document to publish after a pass (``now``: unix seconds). Without a catalog
+    (``desired`` None) it lists nothing: routers then wait for loads as they always did."""
+    if desired is None:
+        return UnavailableModels(catalog_sha256="", published_at=now, models=())
+    out: list[UnavailableModel] = []
+    for name in sorted(desired.models):
+        target = desired.models[name]
+        command = desired.commands.get(name)
+        if command is not None and command.drains(target.key):
+            by = command.drained_by or "an operator"
+            out.append(UnavailableModel(name, Unavailability.DRAINED, f"drained by {by}", command.drained_at))
+            continue
+        memo = state.models.get(name)
+        hold = memo.hold if memo is not None else None
+        if (
+            hold is not None
+            and hold.capacity_version is not None
+            and hold.capacity_version == capacity_version
+        ):
+            reason = (
+                hold.reason
+                if len(hold.reason) <= MAX_TEXT_CHARS
+                else hold.reason[: MAX_TEXT_CHARS - 3] + "..."
+            )
+            out.append(UnavailableModel(name, Unavailability.UNPLACEABLE, reason, hold.since))
+    return UnavailableModels(catalog_sha256=desired.catalog_hash, published_at=now, models=tuple(out))

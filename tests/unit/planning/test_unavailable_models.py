@@ -1,0 +1,96 @@
+"""``unavailable_models``: what the leader tells routers it cannot serve now, driven through
+the pure core against the simulated Nomad (``control.testing.Simulation``).
+
+A model is listed when Nomad's plan said no profile fits and capacity has not changed
+since, or when an operator drained it; anything else (placed, never tried, capacity
+moved, a failed register) is not listed, so routers wait for loads as before."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from llmgw.control.testing import FakeCluster, Simulation
+from llmgw.core.catalog import Catalog
+from llmgw.core.planning import Desired, PlacementHold
+from llmgw.core.planning.state import ModelMemo, PlannerState
+from llmgw.core.planning.unavailable import unavailable_models
+from llmgw.core.records import Unavailability
+
+
+def gpu_model(gpu: str, *, min: int, max: int) -> dict[str, Any]:
+    return {
+        "profiles": [{"engine": "sim", "tp": 1, "gpu": {"model": gpu}}],
+        "scaling": {"min": min, "max": max},
+    }
+
+
+def simulation() -> Simulation:
+    cluster = FakeCluster(start_delay=2.0, load_delay=10.0)
+    cluster.add_node("n0", gpus=2, gpu_model="H100")
+    catalog = Catalog.model_validate(
+        {
+            "models": {
+                "fits": gpu_model("H100", min=1, max=1),
+                "nowhere": gpu_model("B200", min=1, max=1),  # no such card in the cluster
+                "nowhere-on-demand": gpu_model("B200", min=0, max=1),
+            }
+        }
+    )
+    return Simulation(catalog, cluster, catalog_hash="c" * 64)
+
+
+def desired(sim: Simulation) -> Desired:
+    assert sim.desired is not None
+    return replace(sim.desired, commands=dict(sim.commands))
+
+
+def published(sim: Simulation) -> dict[str, Any]:
+    doc = unavailable_models(desired(sim), sim.state, sim.capacity_version, sim.now)
+    assert doc.catalog_sha256 == "c" * 64 and doc.published_at == sim.now
+    return {m.model: m for m in doc.models}
+
+
+def test_a_model_nomad_cannot_place_is_listed_with_nomads_reason_since_the_first_try() -> None:
+    sim = simulation()
+    first = sim.now
+    sim.run(5)
+    listed = published(sim)
+    assert set(listed) == {"nowhere"}  # placed, and never tried (no demand), are not listed
+    assert listed["nowhere"].why is Unavailability.UNPLACEABLE
+    assert listed["nowhere"].reason.startswith("no profile fits: ")
+    assert first <= listed["nowhere"].since <= first + 1.0
+    # A wake makes the on-demand one tried, and listed.
+    sim.use("nowhere-on-demand", wake=True, queued=1)
+    sim.run(2)
+    assert set(published(sim)) == {"nowhere", "nowhere-on-demand"}
+
+
+def test_a_capacity_change_withdraws_the_claim_until_nomad_is_asked_again() -> None:
+    sim = simulation()
+    sim.run(5)
+    assert "nowhere" in published(sim)
+    sim.capacity_version += 1  # a node came or an allocation ended: it might fit now
+    assert "nowhere" not in published(sim)
+
+
+def test_a_drained_model_is_listed_as_drained_by_whom_and_since_when() -> None:
+    sim = simulation()
+    sim.run(30)
+    sim.drain("fits", by="alice")
+    drained_at = sim.now
+    sim.run(2)
+    listed = published(sim)
+    assert listed["fits"].why is Unavailability.DRAINED
+    assert (listed["fits"].reason, listed["fits"].since) == ("drained by alice", drained_at)
+    sim.restart("fits")
+    assert "fits" not in published(sim)
+
+
+def test_no_catalog_lists_nothing_and_a_failed_register_is_not_unplaceable() -> None:
+    sim = simulation()
+    doc = unavailable_models(None, sim.state, 0, sim.now)
+    assert (doc.catalog_sha256, doc.models) == ("", ())
+    hold = PlacementHold("register failed: 500", since=1.0, retry_at=9.0, attempts=1, capacity_version=None)
+    state = PlannerState(models={"fits": ModelMemo(hold=hold)})
+    assert unavailable_models(desired(sim), state, 0, sim.now).models == ()
