@@ -64,9 +64,24 @@ def replicas(dev: RunningDev, model_slug_prefix: str) -> dict[str, set[str]]:
         allocs = json.load(response)
     out: dict[str, set[str]] = {}
     for alloc in allocs:
-        if alloc["JobID"].startswith(model_slug_prefix) and alloc["ClientStatus"] == "running":
+        # A stopped job's allocation on a down node may still read "running" (no client
+        # is left to report it): only what Nomad wants running counts.
+        if (
+            alloc["JobID"].startswith(model_slug_prefix)
+            and alloc["DesiredStatus"] == "run"
+            and alloc["ClientStatus"] == "running"
+        ):
             out.setdefault(alloc["JobID"], set()).add(alloc["NodeID"])
     return out
+
+
+def node_names(dev: RunningDev) -> dict[str, str]:
+    """Node id -> node name (gpu-1 ...)."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{dev.state['nomad_addr']}/v1/nodes", timeout=5) as response:
+        return {node["ID"]: node["Name"] for node in json.load(response)}
 
 
 def test_llmgw_dev_serves_streams_survives_a_node_and_stops_clean(
@@ -160,3 +175,36 @@ def test_llmgw_dev_serves_streams_survives_a_node_and_stops_clean(
     assert not (dev.state_dir / "dev.json").exists()
     leftovers = [pid for pid in pids if alive(pid)]
     assert leftovers == [], leftovers
+
+
+def test_the_readme_fail_node_demo_rebuilds_the_405b_replica_on_the_spare_node(
+    tmp_path: Path, dev_runner: list[RunningDev]
+) -> None:
+    """README: `llmgw dev` (the example catalog on the default cluster), then
+    `llmgw dev fail-node gpu-1`: the two-node replica on it comes back on two live
+    nodes, and sim-chat answers throughout."""
+    dev = start_dev(tmp_path)
+    dev_runner.append(dev)
+    client = openai.OpenAI(base_url=dev.base_url, api_key="unused-in-dev", max_retries=0, timeout=30)
+    prefix = "llmgw-llama-3-1-405b-"
+
+    def on_two_nodes() -> dict[str, set[str]] | None:
+        names = node_names(dev)
+        running = {job: {names[n] for n in nodes} for job, nodes in replicas(dev, prefix).items()}
+        return running if len(running) == 1 and all(len(n) == 2 for n in running.values()) else None
+
+    ((job, nodes),) = wait_for(on_two_nodes, 90, "the 405b replica on two nodes").items()
+    assert "gpu-1" in nodes, nodes  # the README fails gpu-1: the demo must hit the replica
+    result = dev.cli("fail-node", "gpu-1")
+    assert result.returncode == 0, result.stderr
+
+    def rebuilt() -> dict[str, set[str]] | None:
+        running = on_two_nodes()
+        return running if running and all("gpu-1" not in n for n in running.values()) else None
+
+    ((new_job, new_nodes),) = wait_for(rebuilt, 90, "the 405b replica rebuilt off gpu-1").items()
+    assert new_job != job and len(new_nodes) == 2
+    answer = client.chat.completions.create(
+        model="sim-chat", max_tokens=2, messages=[{"role": "user", "content": "x"}]
+    )
+    assert answer.model == "sim-chat"
