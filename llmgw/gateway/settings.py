@@ -117,7 +117,8 @@ class RouterSettings:
     unplaceable_retry_after: int = field(
         default=30, metadata=_help("Retry-After seconds for a model the cluster has no place for")
     )
-    # The control plane rewrites llmgw/unavailable at least every 30 s (status_refresh);
+    # The leading control plane rewrites llmgw/unavailable on change and at its first pass
+    # after status_refresh (30 s; passes come at least every 30 s), so every 60 s at worst;
     # older than this, the router no longer trusts it and waits for loads as before.
     unavailable_stale_after: float = field(
         default=90.0, metadata=_help("seconds after which llmgw/unavailable is ignored as stale")
