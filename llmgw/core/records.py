@@ -587,8 +587,21 @@ def _decode_unavailable(f: _Fields) -> UnavailableModels:
     return UnavailableModels(
         catalog_sha256=digest,
         published_at=f.seconds("published_at"),
-        models=tuple(_decode_unavailable_model(_Fields(p, item)) for p, item in f.items("models")),
+        models=tuple(
+            _decode_unavailable_model(_Fields(p, item))
+            for p, item in f.items("models")
+            if not _newer_kind(item)
+        ),
     )
+
+
+def _newer_kind(item: object) -> bool:
+    """An entry whose ``why`` only a newer leader knows: skipped, not fatal (the router
+    then waits for that model as it always did)."""
+    if not isinstance(item, Mapping):
+        return False
+    why = item.get("why")
+    return isinstance(why, str) and why not in {str(kind) for kind in Unavailability}
 
 
 _DECODERS: dict[type[Any], Callable[[_Fields], Any]] = {
