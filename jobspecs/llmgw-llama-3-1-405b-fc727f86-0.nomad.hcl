@@ -10,14 +10,14 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "0366fec6db268176cf87fba4ec1e0abe91a51e4b6b9dc058dbe64d068c20eb96"
+    "llmgw_catalog_hash" = "85d05a30514191ef3709706d45d410309a1b8689b5fa3cd1004deb51a8e9dd8e"
     "llmgw_engine" = "sglang"
     "llmgw_fabric" = "fabric-a"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "97edd29c1fce26f3dcfd16aa7464240ef24dfca9d3ada940f1c52dbecd9ff775"
+    "llmgw_spec_hash" = "c3504c4a6f203b6c4a4509a0a3510cdf10b4c3ceb8d5a5e79b7eb6fec4420b29"
     "llmgw_version" = "0.1.0"
   }
 
@@ -141,8 +141,8 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       }
 
       resources {
-        cpu    = 4000
-        memory = 32768
+        cpu    = 32000
+        memory = 262144
 
         device "nvidia/gpu" {
           count = 8
@@ -262,8 +262,8 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       }
 
       resources {
-        cpu    = 4000
-        memory = 32768
+        cpu    = 32000
+        memory = 262144
 
         device "nvidia/gpu" {
           count = 8

@@ -10,7 +10,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "0366fec6db268176cf87fba4ec1e0abe91a51e4b6b9dc058dbe64d068c20eb96"
+    "llmgw_catalog_hash" = "85d05a30514191ef3709706d45d410309a1b8689b5fa3cd1004deb51a8e9dd8e"
     "llmgw_engine" = "sim"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "sim-on-demand"
