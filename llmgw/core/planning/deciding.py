@@ -481,7 +481,7 @@ class _Pass:
             victims = sorted(live, key=lambda r: (not r.outdated, _RETIRE_ORDER[r.phase], -r.submitted_at))
             for r in victims[:excess]:
                 drained_now = drained_now or r.healthy
-                self._retire(r, f"scaling down to {wanted} ({scaled.reason})")
+                self._retire(r, f"scaling down to {wanted}: {scaled.reason}")
                 live.remove(r)
                 if r in old:
                     old.remove(r)
@@ -630,7 +630,7 @@ class _Pass:
             self._stop(
                 r,
                 f"drain timeout with {in_flight if in_flight is not None else 'unknown'} "
-                f"request(s) in flight ({memo.drain_reason})",
+                f"request(s) in flight; {memo.drain_reason}",
             )
         else:
             if in_flight == 0:
@@ -640,7 +640,8 @@ class _Pass:
                     min(since + self.s.drain_timeout, self.now + self.s.drain_check_interval)
                 )
             left = "unknown" if in_flight is None else str(in_flight)
-            r.note = f"draining ({memo.drain_reason}): {left} request(s) in flight"
+            # The reason last: it may hold a colon or parentheses of its own (flat, not nested).
+            r.note = f"draining, {left} request(s) in flight: {memo.drain_reason}"
 
     def _in_flight(self, r: _Replica) -> int | None:
         if not r.healthy:

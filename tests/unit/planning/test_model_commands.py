@@ -68,6 +68,19 @@ def test_a_drained_model_drains_every_replica_and_places_none_until_restarted() 
     assert c.running_jobs("other") == other  # nothing else is touched
 
 
+def test_a_drained_replica_says_why_in_one_flat_sentence() -> None:
+    c = cluster()
+    sim = Simulation(catalog({"m": gpu_model()}), c)
+    sim.run(40)
+    (job,) = c.healthy_jobs("m")
+    sim.in_flight[job] = 2
+    sim.drain("m", by="ops (no token)")
+    sim.run(5)
+    (replica,) = (r for r in status_of(sim, "m").replicas if r.job_id == job)
+    assert replica.reason.startswith("draining, 2 request(s) in flight: scaling down to 0: drained by ops")
+    assert "((" not in replica.reason and "(scaling" not in replica.reason
+
+
 def test_a_drain_outlasts_a_new_leader_and_an_on_demand_wake() -> None:
     c = cluster()
     sim = Simulation(catalog({"od": gpu_model(min=0, max=1)}), c)
