@@ -164,24 +164,35 @@ class Candidate:
     key: str  # the endpoint's Consul service id
     in_flight: int  # requests this router has outstanding on it
     usable: bool  # passing its checks and not draining
+    # It refused this router's connection a moment ago (``marks_suspect``), before
+    # Consul's check has caught up with it.
+    suspect: bool = False
 
 
 def choose_endpoint(candidates: Iterable[Candidate], avoid: Collection[str], turn: int) -> str | None:
-    """Least outstanding requests among the usable endpoints not in ``avoid``.
+    """Least outstanding requests among the usable endpoints not in ``avoid``,
+    suspects only when nothing else is left.
 
     Ties go round-robin by ``turn`` (a counter the caller advances per choice), so
     an idle model's replicas share the first requests instead of the first one in
     the list taking all of them. ``candidates`` must come in a stable order.
+
+    Suspects go last because an endpoint that refuses connections has nothing
+    outstanding, so least-outstanding would otherwise send it every other request
+    until its health check fails, each one spending a try. They are still chosen
+    when no other endpoint is left: Consul says they pass, and a blip should not
+    take a model down (nginx's ``max_fails``/``fail_timeout`` does the same).
     """
-    least: int | None = None
+    least: tuple[bool, int] | None = None
     tied: list[str] = []
     for candidate in candidates:
         if not candidate.usable or candidate.key in avoid:
             continue
-        if least is None or candidate.in_flight < least:
-            least = candidate.in_flight
+        rank = (candidate.suspect, candidate.in_flight)
+        if least is None or rank < least:
+            least = rank
             tied = [candidate.key]
-        elif candidate.in_flight == least:
+        elif rank == least:
             tied.append(candidate.key)
     if not tied:
         return None
@@ -240,6 +251,13 @@ def after_failure(
 
 
 RETRYABLE_STATUSES = frozenset({502, 503})
+
+
+def marks_suspect(failure: Failure) -> bool:
+    """Whether a failed attempt makes its endpoint a suspect for a while: only when
+    the engine could not be reached. A stale pooled connection says nothing about
+    the engine, and a 502/503 comes from an engine that is there and answering."""
+    return failure is Failure.CONNECT
 
 
 # --- what to answer when nothing serves -----------------------------------------------------------

@@ -73,7 +73,7 @@ def create_app(
         )
 
     metrics = RouterMetrics()
-    book = EndpointBook(deps.clock.wall, settings.unavailable_stale_after)
+    book = EndpointBook(deps.clock.wall, settings.unavailable_stale_after, suspect_for=settings.suspect_for)
     gates = ModelGates(
         settings.max_concurrency_per_model, settings.max_queue_per_model, settings.queue_timeout,
         settings.queue_retry_after,

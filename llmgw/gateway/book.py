@@ -2,7 +2,8 @@
 router has outstanding on each.
 
 Owns: the current endpoint snapshot (replaced whole, never patched), the set of
-replicas marked draining, the control plane's last word on the models it cannot
+replicas marked draining, the endpoints that refused a connection lately (tried
+last for ``suspect_for`` seconds), the control plane's last word on the models it cannot
 serve now (``llmgw/unavailable``, trusted only while fresh and judged against the
 catalog routed by: ``records.unavailable_trusted``), the in-flight count per endpoint
 (kept across snapshots, so a request that started on an endpoint is released on
@@ -35,8 +36,18 @@ from llmgw.core.records import (
 
 
 class EndpointBook:
-    def __init__(self, wall: Callable[[], float] = time.time, unavailable_stale_after: float = 90.0) -> None:
+    def __init__(
+        self,
+        wall: Callable[[], float] = time.time,
+        unavailable_stale_after: float = 90.0,
+        *,
+        suspect_for: float = 10.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._by_model: dict[str, tuple[Endpoint, ...]] = {}
+        self._suspect_for = suspect_for
+        self._monotonic = monotonic
+        self._suspect_until: dict[str, float] = {}  # by service id: refused a connection lately
         self._draining: frozenset[str] = frozenset()  # replica (job) ids
         self._wall = wall
         self._stale_after = unavailable_stale_after
@@ -58,6 +69,10 @@ class EndpointBook:
         # A stable order per model, so round-robin among equals is fair.
         self._by_model = {m: tuple(sorted(es, key=lambda e: e.service_id)) for m, es in by_model.items()}
         self.snapshot_index = snapshot.index
+        if self._suspect_until:  # forget suspects that left or served their time
+            now = self._monotonic()
+            present = {e.service_id for e in snapshot.endpoints}
+            self._suspect_until = {k: t for k, t in self._suspect_until.items() if k in present and t > now}
         self._changed_now()
 
     def set_draining(self, replicas: Collection[str]) -> None:
@@ -130,8 +145,15 @@ class EndpointBook:
         if not endpoints:
             return None
         in_flight = self._in_flight
+        suspects = self._suspect_until
+        now = self._monotonic() if suspects else 0.0
         candidates = (
-            routing.Candidate(e.service_id, in_flight.get(e.service_id, 0), self._usable(e))
+            routing.Candidate(
+                e.service_id,
+                in_flight.get(e.service_id, 0),
+                self._usable(e),
+                suspects.get(e.service_id, 0.0) > now,
+            )
             for e in endpoints
         )
         key = routing.choose_endpoint(candidates, avoid, self._turn)
@@ -139,6 +161,12 @@ class EndpointBook:
         if key is None:
             return None
         return next(e for e in endpoints if e.service_id == key)
+
+    def report_failure(self, endpoint: Endpoint, failure: routing.Failure) -> None:
+        """An attempt on ``endpoint`` failed: a refused connection makes it a suspect
+        (tried last, see ``routing.choose_endpoint``) for ``suspect_for`` seconds."""
+        if self._suspect_for > 0 and routing.marks_suspect(failure):
+            self._suspect_until[endpoint.service_id] = self._monotonic() + self._suspect_for
 
     def lease(self, endpoint: Endpoint) -> Lease:
         """Count one outstanding request on ``endpoint`` until the lease is closed

@@ -386,6 +386,7 @@ class Dispatcher:
                 return await self._attempt(route, model, endpoint, lease)
             except AttemptFailed as failed:
                 lease.close()
+                self._book.report_failure(endpoint, failed.failure)
                 route.failures += 1
                 step = routing.after_failure(
                     failed.failure,

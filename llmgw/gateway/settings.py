@@ -97,6 +97,13 @@ class RouterSettings:
     attempts_per_model: int = field(default=3, metadata=_help("tries per model before its fallbacks"))
     # Tries for one request across the model and all its fallbacks.
     attempts_total: int = field(default=6, metadata=_help("tries per request in all"))
+    # An endpoint that refused a connection gets requests only when no other endpoint
+    # of its model is left, for this long (nginx's fail_timeout): Consul's check takes
+    # an interval to notice a dead engine, and meanwhile every other request would
+    # spend a try on it. 0 turns this off.
+    suspect_for: float = field(
+        default=10.0, metadata=_help("seconds an endpoint that refused a connection is tried last")
+    )
 
     # --- loading on demand -------------------------------------------------------------------
     # A non-streamed request for an on-demand model with no replica waits this long
@@ -221,7 +228,9 @@ def validate(settings: RouterSettings) -> list[str]:
     ):  # fmt: skip
         if getattr(settings, name) <= 0:
             problems.append(f"{flag(name)} must be > 0, got {getattr(settings, name)}")
-    for name in ("shutdown_timeout", "load_wait", "load_wait_streaming", "upstream_connection_limit"):
+    for name in (
+        "shutdown_timeout", "load_wait", "load_wait_streaming", "upstream_connection_limit", "suspect_for",
+    ):  # fmt: skip
         if getattr(settings, name) < 0:
             problems.append(f"{flag(name)} must be >= 0, got {getattr(settings, name)}")
     for name in (

@@ -115,6 +115,29 @@ async def test_connection_refused_is_retried_elsewhere(
         assert raw.headers["x-llmgw-replica"] == good.endpoint.replica
 
 
+async def test_an_endpoint_that_refused_a_connection_is_tried_last_until_consul_catches_up(
+    cluster: Cluster,
+    start_router: StartRouter,
+    openai_for: OpenAIFor,
+    http: aiohttp.ClientSession,
+    unused_tcp_port: int,
+) -> None:
+    # A dead engine still passing in Consul has nothing outstanding: without the
+    # suspect mark, least-outstanding sends it every other request, each spending a try.
+    cluster.add_endpoint(endpoint_for("sim-chat", unused_tcp_port, 7))
+    good = await cluster.add_sim("sim-chat")
+    router = await start_router()
+    client = openai_for(router)
+    for _ in range(10):
+        raw = await client.chat.completions.with_raw_response.create(
+            model="sim-chat", messages=MESSAGES, max_tokens=2
+        )
+        assert raw.headers["x-llmgw-replica"] == good.endpoint.replica
+    text = await _metrics(http, router.url)
+    assert metric_value(text, "llmgw_router_retries_total", model="sim-chat", reason="connect") == 1
+    assert (await good.stats(http))["requests_total"] == 10
+
+
 async def test_every_try_failing_is_a_502_after_a_bounded_number_of_tries(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
 ) -> None:

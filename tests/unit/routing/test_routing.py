@@ -156,6 +156,21 @@ def test_ties_rotate_with_the_turn() -> None:
     assert [choose_endpoint(candidates, (), turn) for turn in range(4)] == ["a", "b", "a", "b"]
 
 
+def test_a_suspect_is_chosen_only_when_no_other_endpoint_is_left() -> None:
+    # The suspect refused a connection and so has nothing outstanding: least
+    # outstanding alone would pick it every time.
+    candidates = [Candidate("dead", 0, True, suspect=True), C("busy", 5), C("busier", 7)]
+    assert [choose_endpoint(candidates, (), turn) for turn in range(3)] == ["busy"] * 3
+    assert choose_endpoint(candidates, {"busy", "busier"}, 0) == "dead"  # fail open
+    assert choose_endpoint([Candidate("dead", 0, False, suspect=True)], (), 0) is None
+
+
+def test_only_an_unreachable_engine_makes_its_endpoint_a_suspect() -> None:
+    assert routing.marks_suspect(Failure.CONNECT)
+    for failure in (Failure.STALE_CONNECTION, Failure.UNAVAILABLE, Failure.FIRST_BYTE_TIMEOUT):
+        assert not routing.marks_suspect(failure)
+
+
 POLICY = RetryPolicy(attempts_per_model=3, attempts_total=5)
 
 
