@@ -103,6 +103,10 @@ def start_dev(tmp_path: Path, *args: str, ready_within: float = 60) -> RunningDe
             str(free_port()),
             "--state-dir",
             str(state_dir),
+            # The routers' retries and the control plane's stops, in dev.log, for the
+            # failure that only shows once in a while under a full suite's load.
+            "--log-level",
+            "INFO",
             *args,
         ],
         stdout=subprocess.PIPE,
