@@ -206,7 +206,7 @@ class Failure(StrEnum):
     """How an attempt failed before its response reached the client."""
 
     CONNECT = "connect"  # refused, unreachable, connect timeout: the engine never saw it
-    STALE_CONNECTION = "stale-connection"  # a pooled keep-alive connection closed before any answer
+    STALE_CONNECTION = "stale-connection"  # a pooled (reused) keep-alive connection closed before any answer
     UNAVAILABLE = "unavailable"  # the engine answered 502 or 503
     FIRST_BYTE_TIMEOUT = "first-byte-timeout"  # accepted, then silent: it may still be working
 
@@ -242,11 +242,13 @@ def after_failure(
         return NextStep.GIVE_UP
     if attempts_total >= policy.attempts_total:
         return NextStep.GIVE_UP
+    if failure is Failure.STALE_CONNECTION:
+        # The engine is fine, the pooled connection was not: same endpoint, new
+        # connection, whatever the model's tries (the pool's leftover is not the
+        # model's failure). It cannot repeat: a fresh connection is never stale.
+        return NextStep.SAME_ENDPOINT
     if attempts_on_model >= policy.attempts_per_model:
         return NextStep.NEXT_MODEL
-    if failure is Failure.STALE_CONNECTION:
-        # The engine is fine, the pooled connection was not: same endpoint, new connection.
-        return NextStep.SAME_ENDPOINT
     return NextStep.OTHER_ENDPOINT
 
 

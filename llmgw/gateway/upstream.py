@@ -93,12 +93,14 @@ class Upstream:
         except ConnectFailed as exc:
             raise AttemptFailed(Failure.CONNECT, str(exc)) from None
         except ConnectionLost as exc:
-            # The connection broke before any answer: a pooled keep-alive connection
-            # the engine had closed, or an engine that died on accept. Its other idle
-            # connections are as old: the retry connects anew.
+            # The connection broke before any answer. A pooled keep-alive connection the
+            # engine had closed: its other idle connections are as old, so the retry
+            # connects anew. A new connection: the engine took it and dropped it,
+            # an engine failure like a 503 (retried elsewhere).
             if exc.reused:
                 self._session.stale(endpoint.address, endpoint.port)
-            raise AttemptFailed(Failure.STALE_CONNECTION, str(exc)) from None
+                raise AttemptFailed(Failure.STALE_CONNECTION, str(exc)) from None
+            raise AttemptFailed(Failure.UNAVAILABLE, f"the engine dropped a new connection: {exc}") from None
         except MalformedAnswer as exc:  # an answer that is not HTTP
             raise AttemptFailed(Failure.UNAVAILABLE, f"malformed answer: {exc}") from None
 

@@ -299,3 +299,35 @@ async def test_a_stale_pooled_connection_is_retried_before_the_first_byte(
         assert stale is not None and stale >= 1
     finally:
         await engine.close()
+
+
+async def test_an_engine_that_drops_new_connections_is_left_for_another_endpoint(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    # It accepts and closes at once: not a stale pooled connection (no retry on it),
+    # an engine failure like a 503 (the next try goes elsewhere).
+    accepted = 0
+
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        writer.transport.abort()
+
+    server = await asyncio.start_server(drop, "127.0.0.1", 0)
+    try:
+        cluster.add_endpoint(endpoint_for("sim-chat", server.sockets[0].getsockname()[1], 7))
+        good = await cluster.add_sim("sim-chat")
+        router = await start_router()
+        client = openai_for(router)
+        for _ in range(4):
+            raw = await client.chat.completions.with_raw_response.create(
+                model="sim-chat", messages=MESSAGES, max_tokens=2
+            )
+            assert raw.headers["x-llmgw-replica"] == good.endpoint.replica
+        text = await _metrics(http, router.url)
+        assert metric_value(text, "llmgw_router_retries_total", reason="stale-connection") is None
+        dropped = metric_value(text, "llmgw_router_retries_total", reason="unavailable")
+        assert dropped is not None and dropped == accepted >= 1
+    finally:
+        server.close()
+        await server.wait_closed()

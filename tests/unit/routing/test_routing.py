@@ -180,6 +180,10 @@ POLICY = RetryPolicy(attempts_per_model=3, attempts_total=5)
         (Failure.CONNECT, False, 1, 1, NextStep.OTHER_ENDPOINT),
         (Failure.UNAVAILABLE, False, 2, 2, NextStep.OTHER_ENDPOINT),
         (Failure.STALE_CONNECTION, False, 1, 1, NextStep.SAME_ENDPOINT),
+        # A stale pooled connection is the pool's leftover, not the model's failure:
+        # retried even when the model's tries are spent (not past the request's).
+        (Failure.STALE_CONNECTION, False, 3, 3, NextStep.SAME_ENDPOINT),
+        (Failure.STALE_CONNECTION, False, 3, 5, NextStep.GIVE_UP),
         (Failure.CONNECT, False, 3, 3, NextStep.NEXT_MODEL),
         (Failure.CONNECT, False, 1, 5, NextStep.GIVE_UP),
         (Failure.CONNECT, True, 1, 1, NextStep.GIVE_UP),  # a byte reached the client
