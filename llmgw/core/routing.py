@@ -71,14 +71,21 @@ def resolve(catalog: Catalog, requested: str, allowed: Collection[str] | None = 
     return model
 
 
-def fallback_chain(catalog: Catalog, model: str, api: Api) -> tuple[str, ...]:
+def fallback_chain(
+    catalog: Catalog, model: str, api: Api, allowed: Collection[str] | None = None
+) -> tuple[str, ...]:
     """The model, then the models that may stand in for it, in the order they are tried.
 
     Breadth first: the model's own list in the operator's order, then each of
     those models' fallbacks, and so on; aliases resolved, each model once, models
     that cannot answer this API skipped. The catalog's rules refuse cycles; the
     ``seen`` set makes this terminate even on a catalog that skipped them.
+
+    ``allowed`` is the API key's model list, as for ``resolve``: a fallback the key
+    may not use is left out, like one that cannot answer the API, so a key granted
+    one model is never answered by another it was not granted.
     """
+    permitted = None if allowed is None else {catalog.resolve(name) for name in allowed}
     chain = [model]
     seen = {model}
     index = 0
@@ -88,7 +95,7 @@ def fallback_chain(catalog: Catalog, model: str, api: Api) -> tuple[str, ...]:
             if target is None or target in seen:
                 continue
             seen.add(target)
-            if serves_api(catalog.models[target], api):
+            if serves_api(catalog.models[target], api) and (permitted is None or target in permitted):
                 chain.append(target)
         index += 1
     return tuple(chain)

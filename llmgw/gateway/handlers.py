@@ -55,7 +55,7 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
         context.limiter.admit(key, loop.time())
     request_id = request[REQUEST_ID]
     async with context.gates.admit(model):
-        chain = routing.fallback_chain(catalog, model, api)
+        chain = routing.fallback_chain(catalog, model, api, key.models if key is not None else None)
         call = await context.guard.screen(call, chain, catalog, request_id)
         return await context.dispatcher.serve(
             request,

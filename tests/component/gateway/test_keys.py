@@ -96,6 +96,29 @@ async def test_a_model_outside_the_keys_list_looks_unknown(
     assert [m.id for m in (await client.models.list()).data] == ["sim-chat", "fast"]
 
 
+async def test_a_fallback_outside_the_keys_list_never_answers(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    # chat-a has no replica; its fallbacks are chat-b and sim-chat, and sim-chat serves.
+    await cluster.add_sim("sim-chat")
+    only_chat_a, _ = _issue(cluster, "only-chat-a", models=["chat-a"])
+    with_fast, _ = _issue(cluster, "chat-a-and-fast", models=["chat-a", "fast"])
+    router = await start_router(with_keys=True)
+    body = {"model": "chat-a", "messages": MESSAGES, "max_tokens": 1}
+
+    async with http.post(
+        router.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {only_chat_a}"}
+    ) as response:
+        assert response.status == 503, await response.text()
+        assert "x-llmgw-model" not in response.headers
+        assert (await response.json())["error"]["code"] == "no_healthy_replica"
+    async with http.post(
+        router.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {with_fast}"}
+    ) as response:
+        assert response.status == 200, await response.text()
+        assert response.headers["x-llmgw-model"] == "sim-chat"  # granted by its alias
+
+
 async def test_requests_per_minute_limit(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
 ) -> None:

@@ -83,6 +83,22 @@ def test_fallback_chain_is_breadth_first_and_skips_models_that_cannot_answer(cat
     assert fallback_chain(catalog, "tiny", Api.CHAT) == ("tiny",)
 
 
+@pytest.mark.parametrize(
+    ("allowed", "expected"),
+    [
+        (None, ("big", "medium", "small", "tiny")),
+        (["big"], ("big",)),  # a key granted one model is answered by that model only
+        (["big", "gpt-4o-mini"], ("big", "small")),  # a fallback granted by its alias
+        (["big", "tiny"], ("big",)),  # tiny is reached only through models the key may not use
+        (["gpt-4o", "medium", "tiny"], ("big", "medium", "tiny")),
+    ],
+)
+def test_fallback_chain_keeps_to_the_keys_model_list(
+    catalog: Catalog, allowed: list[str] | None, expected: tuple[str, ...]
+) -> None:
+    assert fallback_chain(catalog, "big", Api.CHAT, allowed) == expected
+
+
 def test_fallback_chain_terminates_on_a_cycle() -> None:
     catalog = Catalog.model_validate(
         {
