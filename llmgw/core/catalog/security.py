@@ -59,7 +59,8 @@ class EngineArgsPolicy(_PolicyModel):
     # of long flags and short flags with attached values (-n2) are read as the flag.
     argparse_abbreviations: StrictBool = False
     underscore_equals_dash: StrictBool = False
-    # vLLM reads --some-config.key VALUE (and --some-config+...) as --some-config.
+    # vLLM reads --some-config.key VALUE (and --some-config+...) as --some-config, and
+    # a single-dash flag likewise (-cc.backend X is -cc, --compilation-config).
     dotted_subkeys: StrictBool = False
     # Real options that are prefixes of refused ones: argparse matches an exact
     # option before trying abbreviations, so these are not abbreviations.
@@ -197,7 +198,7 @@ def _refusal_of_arg(policy: EngineArgsPolicy, arg: str) -> str | None:
 
 def _normalised_flag(policy: EngineArgsPolicy, arg: str) -> str:
     flag = arg.split("=", 1)[0]
-    if policy.dotted_subkeys and flag.startswith("--"):
+    if policy.dotted_subkeys:
         flag = re.split(r"[.+]", flag, maxsplit=1)[0]
     if policy.underscore_equals_dash:
         dashes = len(flag) - len(flag.lstrip("-"))

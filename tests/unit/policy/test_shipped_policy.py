@@ -21,6 +21,10 @@ REFUSED_ARGS = [
     (Engine.VLLM, ["--middleware", "evil.mod"]),
     (Engine.VLLM, ["--worker-extension-cls", "evil.Cls"]),
     (Engine.VLLM, ["--speculative-config.model", "/etc/shadow"]),  # dotted sub-key
+    (Engine.VLLM, ["-cc.backend=evil.fn"]),  # a single-dash flag's dotted sub-key is the flag too
+    (Engine.VLLM, ["-cc.backend", "evil.fn"]),
+    (Engine.VLLM, ["-c.backend", "evil.fn"]),  # -c, then argparse reads it as -cc
+    (Engine.VLLM, ["-dpa.x", "10.0.0.1"]),
     (Engine.VLLM, ['-O{"backend": "evil.fn"}']),  # short flag with attached value
     (Engine.VLLM, ["--allowed-local-media-path", "/"]),
     (Engine.VLLM, ["--config", "/tmp/args.yaml"]),
