@@ -18,8 +18,10 @@ everything: that is the honest outcome of guarding with a model that cannot judg
 What is screened is everything the client wrote that the model will read as text:
 every message, whatever its role (a ``tool`` message or a leading ``assistant`` one
 is the client's text all the same, and chat templates render roles they do not
-know), and the whole prompt. A prompt of token ids cannot be read here, so a
-guarded model refuses it. The model then gets the body the guard read, serialized
+know), the fields beside the messages that chat templates render into the prompt
+(tool and function definitions, documents, template variables, earlier turns'
+reasoning), and the whole prompt with its suffix. A prompt of token ids cannot
+be read here, so a guarded model refuses it. The model then gets the body the guard read, serialized
 again, never the client's bytes: a JSON parser that reads duplicate keys otherwise
 than Python's must not see other messages than the judge did.
 
@@ -48,6 +50,12 @@ from llmgw.gateway.settings import RouterSettings
 log = logging.getLogger("llmgw.gateway.guard")
 
 _CATEGORY = re.compile(r"^S\d{1,3}$")
+# Chat request fields outside the messages whose text chat templates put in the
+# prompt: tool and function definitions (names, descriptions, parameter schemas),
+# vLLM's ``documents`` and ``chat_template_kwargs``.
+_RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs")
+# Message fields beside ``content`` that templates render (an earlier turn's reasoning).
+_RENDERED_MESSAGE_FIELDS = ("reasoning_content", "reasoning")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +98,7 @@ def judge_messages(call: ApiCall) -> list[dict[str, str]]:
     Raises the 400 for a prompt of token ids, which cannot be screened."""
     turns: list[tuple[str, str]] = []
     if call.api is routing.Api.CHAT:
+        turns.append(("user", "\n".join(_strings([call.body.get(name) for name in _RENDERED_FIELDS]))))
         messages = call.body.get("messages")
         for message in messages if isinstance(messages, list) else []:
             if not isinstance(message, Mapping):
@@ -105,6 +114,9 @@ def judge_messages(call: ApiCall) -> list[dict[str, str]]:
                 param="prompt",
             )
         turns.append(("user", prompt if isinstance(prompt, str) else _text_of(prompt)))
+        suffix = call.body.get("suffix")
+        if isinstance(suffix, str):
+            turns.append(("user", suffix))
     merged: list[dict[str, str]] = []
     for role, text in turns:
         if not text:
@@ -122,6 +134,7 @@ def _message_text(message: Mapping[str, object]) -> str:
     """A message's content, and the arguments of the tool calls it carries (the model
     reads those too)."""
     parts = [_text_of(message.get("content"))]
+    parts.extend(_strings([message.get(name) for name in _RENDERED_MESSAGE_FIELDS]))
     calls = message.get("tool_calls")
     for tool_call in calls if isinstance(calls, list) else []:
         function = tool_call.get("function") if isinstance(tool_call, Mapping) else None
@@ -142,6 +155,22 @@ def _text_of(content: object) -> str:
                 parts.append(part["text"])
         return "\n".join(parts)
     return ""
+
+
+def _strings(value: object) -> list[str]:
+    """Every string in a JSON value, object keys included (a parameter's name is text
+    the model reads too), in document order."""
+    if isinstance(value, str):
+        return [value] if value else []
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found.extend(_strings(key))
+            found.extend(_strings(item))
+    elif isinstance(value, list):
+        for item in value:
+            found.extend(_strings(item))
+    return found
 
 
 def _answer_text(body: bytes) -> str:

@@ -257,6 +257,37 @@ async def test_text_in_any_role_is_screened(
     assert engine.bodies == []
 
 
+_TOOL = {"type": "function", "function": {"name": "lookup", "description": "EVIL", "parameters": {}}}
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        # Chat templates render tool definitions, documents and template variables
+        # into the prompt, and earlier turns' reasoning: the model reads them.
+        ("/v1/chat/completions", {"tools": [_TOOL]}),
+        ("/v1/chat/completions", {"functions": [{"name": "EVIL", "parameters": {}}]}),
+        ("/v1/chat/completions", {"documents": [{"title": "t", "text": "EVIL"}]}),
+        ("/v1/chat/completions", {"chat_template_kwargs": {"system_prompt": "EVIL"}}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "assistant", "content": "", "reasoning_content": "EVIL"}]},
+        ),
+        ("/v1/completions", {"prompt": "hi", "suffix": "EVIL"}),
+    ],
+)
+async def test_text_the_model_reads_beside_the_messages_is_screened(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, path: str, extra: Any
+) -> None:
+    engine = await _screening(cluster)
+    router = await start_router()
+    body = {"model": "guarded", "messages": [{"role": "user", "content": "hi"}], **extra}
+    async with http.post(router.url + path, json=body) as response:
+        assert response.status == 400, await response.text()
+        assert (await response.json())["error"]["code"] == "content_policy_violation"
+    assert engine.bodies == []
+
+
 async def test_the_engine_gets_what_the_judge_read_not_the_clients_bytes(
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
 ) -> None:
