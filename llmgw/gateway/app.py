@@ -117,6 +117,7 @@ def create_app(
     app.router.add_get("/health", handlers.health)
     app.router.add_get("/metrics", handlers.metrics)
     app.router.add_get("/", handlers.index)
+    app.router.add_get("/favicon.ico", handlers.favicon)
     app.router.add_static("/static/", handlers.STATIC_DIR, follow_symlinks=False)
     app.cleanup_ctx.append(_lifecycle)
     return app

@@ -207,3 +207,14 @@ async def metrics(request: web.Request) -> web.StreamResponse:
 
 async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+# Browsers ask for /favicon.ico on their own; the file never changes between releases.
+FAVICON_CACHE = "public, max-age=604800"
+
+
+async def favicon(request: web.Request) -> web.StreamResponse:
+    return web.FileResponse(
+        STATIC_DIR / "favicon.ico",
+        headers={"Content-Type": "image/x-icon", "Cache-Control": FAVICON_CACHE},
+    )

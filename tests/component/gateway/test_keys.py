@@ -160,6 +160,27 @@ def test_serving_without_keys_is_refused_off_loopback(cluster: Cluster) -> None:
         create_app(router_settings(no_auth=False), cluster.deps())
 
 
+async def test_the_favicon_browsers_ask_for_is_served_without_a_key_and_cached(
+    start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router(with_keys=True)
+    async with http.get(router.url + "/favicon.ico") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "image/x-icon"
+        cache = response.headers["Cache-Control"]
+        body = await response.read()
+    assert "public" in cache
+    max_age = int(cache.split("max-age=")[1].split(",")[0])
+    assert max_age >= 86400, "the icon is not asked for again on every page load"
+    # An ICO directory with one 32x32 image (a PNG inside), as browsers read it.
+    assert body[:6] == b"\x00\x00\x01\x00\x01\x00"
+    assert (body[6], body[7]) == (32, 32)
+    assert body[22:30] == b"\x89PNG\r\n\x1a\n"
+    assert len(body) < 2048
+    async with http.head(router.url + "/favicon.ico") as response:
+        assert response.status == 200
+
+
 async def test_public_paths_need_no_key_and_traversal_does_not_reach_the_api(
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
 ) -> None:
