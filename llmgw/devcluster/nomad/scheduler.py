@@ -137,6 +137,7 @@ class Scheduler:
         spec = job_doc if job_doc is not None else (job.job if job is not None else None)
         stopped = spec is None or (job_doc is None and (job is None or job.stop))
         allocs = [a for a in store.job_allocs(job_id) if not a.server_terminal()]
+        self._stopped_on_down_nodes_lost(outcome, job_id)
         if stopped or spec is None:
             for alloc in allocs:
                 outcome.stops.append(Stop(alloc, DESC_NOT_NEEDED))
@@ -175,6 +176,17 @@ class Scheduler:
                 held,
             )
         return outcome
+
+    def _stopped_on_down_nodes_lost(self, out: PlanOutcome, job_id: str) -> None:
+        """Nomad's ``updateNonTerminalAllocsToLost``: an alloc already told to stop whose node is
+        down (or gone) can never report its stop, so the plan marks it lost. Not counted in
+        DesiredTGUpdates (Nomad appends it to the plan outside the reconciler)."""
+        for alloc in self.store.job_allocs(job_id):
+            if not alloc.server_terminal() or alloc.client_status not in ("running", "pending"):
+                continue
+            node = self.store.nodes.get(alloc.node_id)
+            if node is None or node.status == "down":
+                out.stops.append(Stop(alloc, DESC_LOST, "lost"))
 
     def _reconcile_group(
         self,

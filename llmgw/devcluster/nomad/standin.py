@@ -590,6 +590,11 @@ class NomadStandIn:
     def _jobs_on_node(self, node_id: str) -> set[str]:
         return {a.job_id for a in self.store.node_allocs(node_id) if not a.terminal()}
 
+    def _all_jobs_on_node(self, node_id: str) -> list[str]:
+        """Nomad's ``createNodeEvals``: one eval per job with *any* alloc on the node, terminal
+        ones included (a stopped job's alloc the dead client never confirmed must end lost)."""
+        return sorted({a.job_id for a in self.store.node_allocs(node_id)})
+
     def set_eligibility(self, node_id: str, eligibility: str) -> JSON:
         node = self.node_by_name_or_id(node_id)
         if eligibility not in ("eligible", "ineligible"):
@@ -713,7 +718,8 @@ class NomadStandIn:
                     alloc.client_description = "alloc is unknown since its node is disconnected"
                     self.store.touch_alloc(alloc)
             evals = [
-                self._new_eval(job_id, "node-update", node_id=node_id) for job_id in {a.job_id for a in live}
+                self._new_eval(job_id, "node-update", node_id=node_id)
+                for job_id in self._all_jobs_on_node(node_id)
             ]
         for ev in evals:
             self._enqueue(ev.id)
@@ -726,7 +732,6 @@ class NomadStandIn:
         node = self.store.nodes[node_id]
         if node.status != "disconnected":
             return
-        live = [a for a in self.store.node_allocs(node_id) if not a.terminal()]
         with self.store.txn(EV_NODE_EVENT):
             node.status = "down"
             node.status_updated_at = now_ns() // NS
@@ -734,7 +739,7 @@ class NomadStandIn:
             self.store.touch_node(node)
             evals = [
                 self._new_eval(job_id, "max-disconnect-timeout", node_id=node_id)
-                for job_id in {a.job_id for a in live}
+                for job_id in self._all_jobs_on_node(node_id)
             ]
         for ev in evals:
             self._enqueue(ev.id)
@@ -753,9 +758,9 @@ class NomadStandIn:
         node = self.node_by_name_or_id(node_ref)
         node.failed_at = None
         await _call_hooks(self.on_node_restored, node.spec.name)
-        stale = [
-            a for a in self.store.node_allocs(node.id) if not a.terminal() or a.client_status == "unknown"
-        ]
+        # Everything the empty client no longer runs, desired-stop allocs included (a stop sent
+        # while the node was dead was never confirmed).
+        stale = [a for a in self.store.node_allocs(node.id) if not a.client_terminal()]
         await self._forget_services(stale)
         with self.store.txn(EV_NODE_EVENT):
             node.status = "ready"

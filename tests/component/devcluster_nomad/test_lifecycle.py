@@ -223,3 +223,70 @@ async def test_stop_kills_processes_even_when_the_standin_is_stopped_abruptly(tm
     finally:
         await srv.stop()
     assert not [p for p in pids if alive(p)]
+
+
+async def _stop_job_on_failing_node(client: nomad.Nomad, server: NomadServer, job_id: str) -> dict[str, Any]:
+    """Run one alloc, fail its node, and stop the job before the heartbeat grace runs out."""
+    await call(client.jobs.register_job, {"Job": {"ID": job_id, "TaskGroups": [group("g")]}})
+    running = await wait_for(
+        lambda: [a for a in client.job.get_allocations(job_id) if a["ClientStatus"] == "running"],
+        "alloc running",
+    )
+    alloc: dict[str, Any] = running[0]
+    async with aiohttp.ClientSession() as http:
+        resp = await http.post(f"{server.address}/_dev/node/{alloc['NodeID']}/fail")
+        assert resp.status == 200
+    await call(client.job.deregister_job, job_id)
+    stopped = await wait_for(
+        lambda: (a := client.allocation.get_allocation(alloc["ID"]))["DesiredStatus"] == "stop" and a,
+        "alloc desired stop",
+    )
+    assert stopped["ClientStatus"] == "running", "the dead client cannot report the stop"
+    node = await call(client.node.get_node, alloc["NodeID"])
+    assert node["Status"] == "ready", "still within the heartbeat grace"
+    return alloc
+
+
+async def test_stopped_alloc_on_a_node_that_goes_down_ends_lost(tmp_path: Path) -> None:
+    # Nomad's createNodeEvals makes an eval for every job with an alloc on the down node, and the
+    # scheduler's updateNonTerminalAllocsToLost marks desired-stop running/pending allocs lost.
+    async with NomadServer(NomadStandIn(fast_config(tmp_path, heartbeat_grace_s=1.5))) as server:
+        client = nomad.Nomad(host="127.0.0.1", port=server.port, timeout=10)
+        alloc = await _stop_job_on_failing_node(client, server, "late")
+        await wait_for(lambda: client.node.get_node(alloc["NodeID"])["Status"] == "down", "node down")
+        lost = await wait_for(
+            lambda: (a := client.allocation.get_allocation(alloc["ID"]))["ClientStatus"] == "lost" and a,
+            "stopped alloc lost once its node is down",
+        )
+        assert_shape(lost, "Allocation")
+        assert lost["DesiredStatus"] == "stop"
+        assert lost["ClientDescription"] == "alloc is lost since its node is down"
+        assert lost["TaskStates"]["server"]["State"] == "dead"
+        assert lost["TaskStates"]["server"]["FinishedAt"] not in ("", None, "0001-01-01T00:00:00Z")
+        evals = await call(client.job.get_evaluations, "late")
+        assert any(e["TriggeredBy"] == "node-update" and e["NodeID"] == alloc["NodeID"] for e in evals)
+        summary = await call(client.job.get_summary, "late")
+        assert summary["Summary"]["g"]["Lost"] == 1 and summary["Summary"]["g"]["Running"] == 0
+
+        async with aiohttp.ClientSession() as http:
+            await http.post(f"{server.address}/_dev/node/{alloc['NodeID']}/restore")
+        await wait_for(lambda: client.node.get_node(alloc["NodeID"])["Status"] == "ready", "node ready")
+        after = await call(client.allocation.get_allocation, alloc["ID"])
+        assert (after["ClientStatus"], after["DesiredStatus"]) == ("lost", "stop")
+
+
+async def test_stopped_alloc_on_a_node_restored_before_it_went_down_ends_lost(tmp_path: Path) -> None:
+    # The node comes back empty before the server noticed it was gone: its client no longer runs
+    # the alloc, so it does not stay "running".
+    async with NomadServer(NomadStandIn(fast_config(tmp_path, heartbeat_grace_s=30))) as server:
+        client = nomad.Nomad(host="127.0.0.1", port=server.port, timeout=10)
+        alloc = await _stop_job_on_failing_node(client, server, "quick")
+        async with aiohttp.ClientSession() as http:
+            await http.post(f"{server.address}/_dev/node/{alloc['NodeID']}/restore")
+        lost = await wait_for(
+            lambda: (a := client.allocation.get_allocation(alloc["ID"]))["ClientStatus"] == "lost" and a,
+            "leftover alloc lost after restore",
+        )
+        assert lost["DesiredStatus"] == "stop"
+        assert lost["TaskStates"]["server"]["State"] == "dead"
+        assert (await call(client.node.get_node, alloc["NodeID"]))["Status"] == "ready"
