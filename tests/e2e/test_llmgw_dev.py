@@ -75,6 +75,12 @@ def replicas(dev: RunningDev, model_slug_prefix: str) -> dict[str, set[str]]:
     return out
 
 
+def dev_log_lines(dev: RunningDev, *needles: str, last: int = 40) -> str:
+    """The last lines of llmgw dev's log holding any of ``needles`` (for failure messages)."""
+    lines = [line for line in dev.log.read_text().splitlines() if any(n in line for n in needles)]
+    return "\n".join(lines[-last:])
+
+
 def node_names(dev: RunningDev) -> dict[str, str]:
     """Node id -> node name (gpu-1 ...)."""
     import json
@@ -166,7 +172,7 @@ def test_llmgw_dev_serves_streams_survives_a_node_and_stops_clean(
         for thread in threads:
             thread.join(timeout=60)
     assert answered[0] > 0
-    assert failures == [], failures[:5]
+    assert failures == [], (failures[:5], dev_log_lines(dev, "attempt failed", "stop ", "lost"))
 
     # Ctrl-C stops everything and leaves no process behind.
     pids = dev.task_pids()
