@@ -77,6 +77,18 @@ def invalid_key(shown: str) -> ApiError:
     )
 
 
+def cross_site_request(why: str) -> ApiError:
+    return ApiError(
+        Refusal(
+            403,
+            f"{why}; a router without API keys takes no requests from other sites' pages",
+            "invalid_request_error",
+            "cross_site_request",
+            retryable=False,
+        )
+    )
+
+
 def rate_limited(kind: str, limit: int, retry_after: int) -> ApiError:
     """``kind`` is ``requests`` or ``tokens``, OpenAI's error type for RPM and TPM limits."""
     unit = "RPM" if kind == "requests" else "TPM"

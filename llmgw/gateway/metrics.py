@@ -48,7 +48,7 @@ REJECTION_REASONS = frozenset(
         "missing_required_parameter", "empty_array", "unknown_url", "method_not_allowed",
         "request_too_large", "request_timeout",
         # keys and limits
-        "invalid_api_key", "rate_limit_exceeded", "model_queue_full",
+        "invalid_api_key", "cross_site_request", "rate_limit_exceeded", "model_queue_full",
         # the model
         "model_not_found", "model_not_supported", "model_off", "model_unavailable", "model_loading",
         "no_healthy_replica",

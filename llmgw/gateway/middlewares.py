@@ -12,7 +12,12 @@ Owns:
 - ``authenticate``: ``Authorization: Bearer`` for everything but the public
   paths (the chat page, its static files, ``/health``, ``/metrics``). The
   decision uses the request line's path (``request.path``), which is also what
-  the router matches; never a URL rebuilt from the Host header.
+  the router matches; never a URL rebuilt from the Host header. Without keys
+  (``--no-auth``, loopback only, as ``llmgw dev`` runs) nothing else stops a web
+  page in the operator's browser, so the API then refuses a browser's request
+  that it marks as another site's (``Origin``, ``Sec-Fetch-Site``: a form or
+  ``text/plain`` POST needs no preflight) or whose ``Host`` is not an IP address
+  or ``localhost`` (a DNS-rebinding page reaches 127.0.0.1 under its own name).
 
 Must not: route, or read bodies.
 """
@@ -20,6 +25,7 @@ Must not: route, or read bodies.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -121,6 +127,41 @@ def _refusal_of_http(exc: web.HTTPException, request: web.Request) -> Refusal:
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     ring = request.app[CONTEXT].keys
-    if ring is not None and not is_public(request.path):
-        request[API_KEY] = keys.authenticate(request.headers.get("Authorization"), ring)
+    if not is_public(request.path):
+        if ring is not None:
+            request[API_KEY] = keys.authenticate(request.headers.get("Authorization"), ring)
+        else:
+            why = browser_refusal(
+                request.headers.get("Host"),
+                request.headers.get("Origin"),
+                request.headers.get("Sec-Fetch-Site"),
+            )
+            if why is not None:
+                log.warning("request refused path=%s peer=%s: %s", request.path, request.remote, why)
+                raise errors.cross_site_request(why)
     return await handler(request)
+
+
+def browser_refusal(host: str | None, origin: str | None, fetch_site: str | None) -> str | None:
+    """Why a request to a router without keys may come from another site's page, or None.
+
+    Only a browser's requests are judged (browsers send ``Sec-Fetch-Site``, and
+    ``Origin`` on every POST): other clients may reach the loopback listener under
+    any name (``host.docker.internal``, the machine's own name)."""
+    if fetch_site is None and origin is None:
+        return None
+    if fetch_site is not None and fetch_site.lower() not in ("same-origin", "none"):
+        return f"the browser marked this request as {fetch_site[:40]!r} (Sec-Fetch-Site)"
+    host = host or ""
+    if origin is not None and origin.lower().partition("://")[2] != host.lower():
+        return f"the request comes from a page at {origin[:100]!r}"
+    if host.startswith("["):
+        name = host[1 : host.find("]")]  # [::1]:port
+    else:
+        name = host.partition(":")[0] if host.count(":") == 1 else host
+    if name.lower() != "localhost":
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return f"the Host {host[:100]!r} is a name, not an IP address or localhost (DNS rebinding)"
+    return None

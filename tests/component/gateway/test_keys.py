@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -117,6 +118,48 @@ async def test_a_fallback_outside_the_keys_list_never_answers(
     ) as response:
         assert response.status == 200, await response.text()
         assert response.headers["x-llmgw-model"] == "sim-chat"  # granted by its alias
+
+
+async def test_a_router_without_keys_refuses_other_sites_pages(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    # --no-auth on loopback (how `llmgw dev` runs): a page on another site must not
+    # use the models, neither blind (a text/plain POST needs no preflight) nor by
+    # DNS rebinding (its own name resolving to 127.0.0.1, so it reads the answers).
+    await cluster.add_sim("sim-chat")
+    router = await start_router()
+    own = f"127.0.0.1:{router.port}"
+    body = json.dumps({"model": "sim-chat", "messages": MESSAGES, "max_tokens": 1})
+    url = router.url + "/v1/chat/completions"
+    for headers in (
+        {"Host": f"rebound.example:{router.port}", "Origin": f"http://rebound.example:{router.port}"},
+        {"Host": f"rebound.example:{router.port}", "Sec-Fetch-Site": "same-origin"},
+        {"Origin": "https://evil.example", "Content-Type": "text/plain"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site", "Origin": f"http://127.0.0.1:{router.port + 1}"},
+    ):
+        async with http.post(url, data=body, headers=headers) as response:
+            assert response.status == 403, headers
+            assert (await response.json())["error"]["code"] == "cross_site_request"
+    rebound = {"Host": "rebound.example", "Sec-Fetch-Site": "same-origin"}
+    async with http.get(router.url + "/v1/models", headers=rebound) as response:
+        assert response.status == 403
+    assert (await cluster.engines[0].stats(http))["requests_total"] == 0
+
+    # Its own chat page (same origin) under an address or localhost; clients that are
+    # not browsers, under any name (a container reaching the host, the machine's name).
+    for headers in (
+        {"Origin": f"http://{own}", "Sec-Fetch-Site": "same-origin"},
+        {"Host": f"localhost:{router.port}", "Sec-Fetch-Site": "same-origin"},
+        {"Host": f"[::1]:{router.port}", "Sec-Fetch-Site": "none"},
+        {},
+        {"Host": f"host.docker.internal:{router.port}"},
+    ):
+        async with http.post(url, data=body, headers=headers) as response:
+            assert response.status == 200, (headers, await response.text())
+    async with http.get(router.url + "/health", headers=rebound) as response:
+        assert response.status == 200
 
 
 async def test_requests_per_minute_limit(
