@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from llmgw.core.addresses import url_of
 from llmgw.flags import parse_bool
 
 DEFAULT_NOMAD_ADDR = "http://127.0.0.1:4646"
@@ -91,8 +92,7 @@ class ConsulConnection:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}"
+        return url_of(self.scheme, self.host, self.port)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ConsulConnection:

@@ -20,6 +20,7 @@ from aiohttp import web
 from llmgw.admin.app import create_admin_app
 from llmgw.admin.ports import AdminDeps
 from llmgw.admin.settings import AdminSettings, AdminSettingsError, check_settings
+from llmgw.core.addresses import url_of
 
 log = logging.getLogger("llmgw.admin")
 
@@ -48,8 +49,7 @@ class AdminListener:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+        return url_of("https" if self.tls else "http", self.host, self.port)
 
     async def stop(self) -> None:
         await self.runner.cleanup()

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from llmgw.core.addresses import url_of
 from llmgw.flags import Flag, add_flags, parse_bool, read_flags
 
 ENV_PREFIX = "LLMGW_ADMIN_"
@@ -86,8 +87,7 @@ class AdminSettings:
     @property
     def url(self) -> str:
         """The URL ``llmgw ctl`` would use to reach this listener."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+        return url_of("https" if self.tls else "http", self.host, self.port)
 
     @classmethod
     def from_env_and_args(

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from llmgw.core.addresses import url_of
+
 
 @dataclass(frozen=True, slots=True)
 class MetricsListenerSettings:
@@ -38,8 +40,7 @@ class MetricsListener:
 
     @property
     def url(self) -> str:
-        host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
-        return f"http://{host}:{self.port}"
+        return url_of("http", self.settings.host, self.port)
 
     async def start(self) -> None:
         await self._runner.setup()

@@ -29,6 +29,7 @@ from aiohttp import web
 
 from llmgw.bundled import read_security_policy
 from llmgw.cancellation import cancel_and_wait
+from llmgw.core.addresses import url_of
 from llmgw.core.catalog import SecurityPolicy
 from llmgw.core.records import ApiKeyRecord, CatalogVersion, DrainMark, UnavailableModels
 from llmgw.gateway import handlers, middlewares
@@ -274,8 +275,7 @@ class RouterServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
-        return f"http://{host}:{self.port}"
+        return url_of("http", self.settings.host, self.port)
 
     async def start(self) -> None:
         await self._runner.setup()

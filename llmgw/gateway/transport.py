@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from llmgw.core.addresses import authority
+
 # Decoded body bytes waiting for the reader above which the socket is not read
 # (the engine's writes then block: backpressure reaches the engine).
 HIGH_WATER = 256 * 1024
@@ -144,8 +146,8 @@ class EnginePool:
                 raise ConnectFailed(f"engine address {host[:80]!r} is not a host")
             if len(self._starts) >= _CACHED_STARTS:
                 self._starts.clear()
-            authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            start = self._starts[(key, target)] = f"POST {target} HTTP/1.1\r\nHost: {authority}\r\n"
+            start = f"POST {target} HTTP/1.1\r\nHost: {authority(host, port)}\r\n"
+            self._starts[(key, target)] = start
         fields = start + f"Content-Length: {size}\r\n"
         for name, value in headers:
             if name not in self._names:
