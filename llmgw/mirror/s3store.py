@@ -26,24 +26,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llmgw.core.mirror import (
-    Manifest,
     ManifestError,
     ManifestFile,
-    MirrorIndex,
     MirrorRef,
     MirrorRefError,
     RelPath,
     VersionPlan,
-    VersionState,
-    VersionStatus,
-    assess_version,
     check_name,
     check_rel_path,
     check_version,
-    manifest_from_plan,
 )
 from llmgw.mirror.errors import MirrorError
-from llmgw.mirror.store import FILES_DIR, PART_SUFFIX, PLAN_FILE, VERIFIED_FILE, parse_verified
+from llmgw.mirror.store import FILES_DIR, PART_SUFFIX, PLAN_FILE, VERIFIED_FILE, VersionReader, parse_verified
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -81,7 +75,7 @@ class S3Location:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
 
-class S3Store:
+class S3Store(VersionReader):
     """The read side of a store kept in a bucket; see the module docstring for the layout."""
 
     def __init__(self, location: S3Location, client: S3Client) -> None:
@@ -176,31 +170,8 @@ class S3Store:
                 sizes[path] = size
         return {p: r for p, r in parse_verified(text).items() if sizes.get(p) == r.size}
 
-    def status(self, ref: MirrorRef) -> VersionStatus | None:
-        plan = self.read_plan(ref)
-        if plan is None:
-            return None
-        return assess_version(plan, self.read_verified(ref), downloading=False)
-
-    def index(self) -> MirrorIndex:
-        statuses = []
-        for ref in self.refs():
-            try:
-                status = self.status(ref)
-            except ManifestError:
-                continue  # an unreadable plan is not a version
-            if status is not None:
-                statuses.append(status)
-        return MirrorIndex.of(statuses)
-
-    def complete_manifest(self, ref: MirrorRef) -> Manifest | None:
-        plan = self.read_plan(ref)
-        if plan is None:
-            return None
-        verified = self.read_verified(ref)
-        if assess_version(plan, verified, downloading=False).state is not VersionState.COMPLETE:
-            return None
-        return manifest_from_plan(plan, verified)
+    def is_downloading(self, ref: MirrorRef) -> bool:
+        return False  # nothing downloads into a bucket: llmgw only reads one
 
     # -- files ------------------------------------------------------------------
     def local_path(self, ref: MirrorRef, path: RelPath) -> Path | None:

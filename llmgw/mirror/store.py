@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import shutil
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -138,7 +139,54 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-class DirectoryStore:
+class VersionReader(ABC):
+    """A store's versions, read the same way whatever the backend: the backend gives
+    the versions, their plans, their verified files and whether a download holds one;
+    what a version's state and manifest are follows from those, here."""
+
+    @abstractmethod
+    def refs(self) -> list[MirrorRef]: ...
+
+    @abstractmethod
+    def read_plan(self, ref: MirrorRef) -> VersionPlan | None: ...
+
+    @abstractmethod
+    def read_verified(self, ref: MirrorRef) -> dict[RelPath, ManifestFile]: ...
+
+    @abstractmethod
+    def is_downloading(self, ref: MirrorRef) -> bool: ...
+
+    def status(self, ref: MirrorRef, *, holding_lock: bool = False) -> VersionStatus | None:
+        plan = self.read_plan(ref)
+        if plan is None:
+            return None
+        downloading = False if holding_lock else self.is_downloading(ref)
+        return assess_version(plan, self.read_verified(ref), downloading=downloading)
+
+    def index(self) -> MirrorIndex:
+        statuses = []
+        for ref in self.refs():
+            try:
+                status = self.status(ref)
+            except ManifestError:
+                continue  # an unreadable plan is not a version; `mirror list` on the store says so
+            if status is not None:
+                statuses.append(status)
+        return MirrorIndex.of(statuses)
+
+    def complete_manifest(self, ref: MirrorRef) -> Manifest | None:
+        """The manifest, only while the version is complete (computed: it cannot disagree with the files)."""
+        plan = self.read_plan(ref)
+        if plan is None:
+            return None
+        verified = self.read_verified(ref)
+        status = assess_version(plan, verified, downloading=self.is_downloading(ref))
+        if status.state is not VersionState.COMPLETE:
+            return None
+        return manifest_from_plan(plan, verified)
+
+
+class DirectoryStore(VersionReader):
     def __init__(self, root: Path) -> None:
         self.root = root
 
@@ -249,35 +297,6 @@ class DirectoryStore:
             yield
         finally:
             os.close(fd)
-
-    def status(self, ref: MirrorRef, *, holding_lock: bool = False) -> VersionStatus | None:
-        plan = self.read_plan(ref)
-        if plan is None:
-            return None
-        downloading = False if holding_lock else self.is_downloading(ref)
-        return assess_version(plan, self.read_verified(ref), downloading=downloading)
-
-    def index(self) -> MirrorIndex:
-        statuses = []
-        for ref in self.refs():
-            try:
-                status = self.status(ref)
-            except ManifestError:
-                continue  # an unreadable plan is not a version; `mirror list` on the store says so
-            if status is not None:
-                statuses.append(status)
-        return MirrorIndex.of(statuses)
-
-    def complete_manifest(self, ref: MirrorRef) -> Manifest | None:
-        """The manifest, only while the version is complete (computed: it cannot disagree with the files)."""
-        plan = self.read_plan(ref)
-        if plan is None:
-            return None
-        verified = self.read_verified(ref)
-        status = assess_version(plan, verified, downloading=self.is_downloading(ref))
-        if status.state is not VersionState.COMPLETE:
-            return None
-        return manifest_from_plan(plan, verified)
 
     # -- removal ----------------------------------------------------------------
     def delete(self, ref: MirrorRef) -> None:
