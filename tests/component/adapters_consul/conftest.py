@@ -10,10 +10,9 @@ the stand-in's Python API is used only to shape the cluster (nodes, faults).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import aiohttp
 import pytest
@@ -22,6 +21,7 @@ from aiohttp import web
 from llmgw.adapters.consul import ClientSettings, ConsulClient, WatchSettings
 from llmgw.core import conventions as c
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
+from llmgw.devcluster.partition import TcpProxy
 from llmgw.settings import ConsulConnection
 
 Eventually = Callable[[Callable[[], bool]], Awaitable[None]]
@@ -205,77 +205,9 @@ def engines_at(http: aiohttp.ClientSession) -> Callable[[str], Engines]:
     return lambda agent_url: Engines(http, agent_url)
 
 
-@dataclass
-class TcpProxy:
-    """A loopback TCP proxy in front of Consul for ONE client: ``freeze()`` makes it
-    swallow bytes silently (a partition: requests hang), ``thaw()`` forwards again."""
-
-    target_port: int
-    port: int = 0
-    frozen: bool = False
-    _server: asyncio.Server | None = None
-    _pipes: set[asyncio.Task[None]] = field(default_factory=set)
-    _writers: set[asyncio.StreamWriter] = field(default_factory=set)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = int(self._server.sockets[0].getsockname()[1])
-
-    def freeze(self) -> None:
-        self.frozen = True
-
-    def thaw(self) -> None:
-        self.frozen = False
-        # Connections that lost bytes while frozen are broken; drop them.
-        for writer in list(self._writers):
-            writer.close()
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for writer in list(self._writers):
-            writer.close()
-        for task in list(self._pipes):
-            task.cancel()
-        for task in list(self._pipes):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if self._server is not None:
-            await self._server.wait_closed()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.close()
-            return
-        self._writers.update((writer, up_writer))
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pipe(src, dst))
-            self._pipes.add(task)
-            task.add_done_callback(self._pipes.discard)
-
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        try:
-            while data := await src.read(65536):
-                if self.frozen:
-                    continue
-                dst.write(data)
-                await dst.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            self._writers.discard(dst)
-            dst.close()
-
-
 @pytest.fixture
 async def proxy(standin: ConsulStandIn) -> AsyncIterator[TcpProxy]:
-    p = TcpProxy(standin.port)
+    p = TcpProxy("127.0.0.1", standin.port)
     await p.start()
     yield p
     await p.stop()

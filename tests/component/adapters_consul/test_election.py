@@ -21,10 +21,11 @@ from llmgw.adapters.consul import (
 )
 from llmgw.core.conventions import KV_LEADER
 from llmgw.devcluster.consul import ConsulStandIn, OutageMode
+from llmgw.devcluster.partition import TcpProxy
 from llmgw.settings import ConsulConnection
 
 if TYPE_CHECKING:
-    from conftest import Eventually, TcpProxy
+    from conftest import Eventually
 
 # TTL 0.5 s, renewed every 0.1 s, lock-delay = TTL (the safety minimum).
 FAST = ElectionSettings(
