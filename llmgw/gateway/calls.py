@@ -32,6 +32,9 @@ STRIPPED_FIELDS = frozenset(
     }
 )  # fmt: skip
 
+# OpenAI's rule of thumb for English text; only the hold of a token-limited key uses it.
+BYTES_PER_TOKEN = 4
+
 API_PATHS = {
     Api.CHAT: "/v1/chat/completions",
     Api.COMPLETIONS: "/v1/completions",
@@ -50,10 +53,26 @@ class ApiCall:
     # object with no stripped field): serializing the body again for every request
     # costs as much as parsing it, and most requests name the model that serves them.
     raw: bytes | None = None
+    size: int = 0  # of the client's body, in bytes
 
     @property
     def path(self) -> str:
         return API_PATHS[self.api]
+
+    def tokens_to_hold(self, unbounded_answer: int) -> int:
+        """The most tokens this request may plausibly use, held from a key's budget
+        until its usage is known: the prompt at about 4 bytes a token (the body's
+        JSON counts, so this errs high), plus ``max_completion_tokens`` or
+        ``max_tokens`` (else ``unbounded_answer``) for each of its ``n`` choices."""
+        prompt = -(-self.size // BYTES_PER_TOKEN)
+        if self.api is Api.EMBEDDINGS:
+            return prompt
+        cap = self.body.get("max_completion_tokens")
+        if cap is None:
+            cap = self.body.get("max_tokens")
+        answer = cap if isinstance(cap, int) else unbounded_answer
+        choices = self.body.get("n")
+        return prompt + max(0, answer) * (choices if isinstance(choices, int) and choices > 1 else 1)
 
     def upstream_body(self, model: str, *, force_usage: bool) -> bytes:
         """The JSON the engine gets. ``force_usage`` asks a stream for its usage chunk
@@ -153,6 +172,7 @@ def parse_call(api: Api, raw: bytes) -> ApiCall:
         include_usage=include_usage,
         body=body,
         raw=raw if passable else None,
+        size=len(raw),
     )
 
 

@@ -72,6 +72,7 @@ class Served:
 
     resolved: str = ""  # the catalog model the request named (itself or by alias), once resolved
     model: str = ""  # the model that answered (the resolved one or a fallback)
+    engine_status: int = 0  # the status its engine answered with (0: no engine answered)
     usage: dict[str, object] | None = None
     refusal: routing.Refusal | None = None  # the router's refusal that ended a stream already started
 
@@ -174,6 +175,7 @@ class Dispatcher:
             raise
         with opened.lease:
             served.model = opened.model
+            served.engine_status = opened.response.status
             self._demand.record_use(opened.model)
             if opened.model != model:
                 self._metrics.fallbacks.labels(model, opened.model).inc()
@@ -181,7 +183,7 @@ class Dispatcher:
             upstream = opened.response
             try:
                 if not call.stream or upstream.status != 200:
-                    return await self._answer_whole(route, opened, headers, served, on_usage)
+                    return await self._answer_whole(route, opened, headers, served, on_usage, force_usage)
                 if route.keepalive is not None and route.keepalive.response is not None:
                     response = route.keepalive.response
                     # Headers are gone: say who answers in a comment the chat page reads.
@@ -216,9 +218,13 @@ class Dispatcher:
         headers: dict[str, str],
         served: Served,
         on_usage: Callable[[dict[str, object] | None], None],
+        usage_now: bool,
     ) -> web.StreamResponse:
         upstream = opened.response
-        if upstream.status == 200:
+        if upstream.status == 200 and usage_now:
+            # A token-limited key's hold is settled before the request ends.
+            self._count_body_usage(opened.model, opened.head, served, on_usage)
+        elif upstream.status == 200:
             # After the answer went out (the next loop step): finding the usage in a body
             # and counting it is not the client's wait.
             asyncio.get_running_loop().call_soon(

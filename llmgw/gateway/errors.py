@@ -89,13 +89,15 @@ def cross_site_request(why: str) -> ApiError:
     )
 
 
-def rate_limited(kind: str, limit: int, retry_after: int) -> ApiError:
-    """``kind`` is ``requests`` or ``tokens``, OpenAI's error type for RPM and TPM limits."""
+def rate_limited(kind: str, limit: int, retry_after: int, *, requested: int | None = None) -> ApiError:
+    """``kind`` is ``requests`` or ``tokens``, OpenAI's error type for RPM and TPM limits;
+    ``requested``, the tokens the request would hold."""
     unit = "RPM" if kind == "requests" else "TPM"
+    asked = f", Requested {requested}" if requested else ""
     return ApiError(
         Refusal(
             429,
-            f"Rate limit reached on {kind} per min ({unit}): Limit {limit}. "
+            f"Rate limit reached on {kind} per min ({unit}): Limit {limit}{asked}. "
             f"Please try again in {retry_after}s.",
             kind,
             "rate_limit_exceeded",

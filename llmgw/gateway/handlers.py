@@ -20,6 +20,7 @@ from llmgw.core.routing import Api, Refusal
 from llmgw.gateway.calls import parse_call
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
 from llmgw.gateway.errors import ApiError
+from llmgw.gateway.keys import TokenHold
 from llmgw.gateway.upstream import token_counts
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -51,29 +52,42 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
     request[SERVED].resolved = model  # from here on, a refusal counts under the model
     if not routing.serves_api(catalog.models[model], api):
         raise ApiError(routing.refusal_for(routing.Unserved.WRONG_API, call.model, retry_after=0, api=api))
+    hold = None
     if key is not None:
-        context.limiter.admit(key, loop.time())
-    request_id = request[REQUEST_ID]
-    async with context.gates.admit(model):
-        chain = routing.fallback_chain(catalog, model, api, key.models if key is not None else None)
-        call = await context.guard.screen(call, chain, catalog, request_id)
-        return await context.dispatcher.serve(
-            request,
-            call,
-            chain,
-            catalog,
-            request[SERVED],
-            request_id,
-            started=request[STARTED],
-            force_usage=key is not None and key.tokens_per_minute is not None,
-            on_usage=lambda usage: _charge(request, key, usage),
+        hold = context.limiter.admit(
+            key, loop.time(), call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
         )
+    request_id = request[REQUEST_ID]
+    try:
+        async with context.gates.admit(model):
+            chain = routing.fallback_chain(catalog, model, api, key.models if key is not None else None)
+            call = await context.guard.screen(call, chain, catalog, request_id)
+            return await context.dispatcher.serve(
+                request,
+                call,
+                chain,
+                catalog,
+                request[SERVED],
+                request_id,
+                started=request[STARTED],
+                force_usage=hold is not None,
+                on_usage=lambda usage: _settle(hold, usage),
+            )
+    finally:
+        if hold is not None and hold.open:
+            # No usage came. An engine that began a 200 answer was generating (the
+            # client may have left mid-stream): it pays what was held. Otherwise
+            # (queue, guard, no replica, an engine's error) it pays nothing.
+            if request[SERVED].engine_status == 200:
+                hold.keep()
+            else:
+                hold.release()
 
 
-def _charge(request: web.Request, key: ApiKeyRecord | None, usage: dict[str, object] | None) -> None:
-    if key is not None:
-        prompt, completion = token_counts(usage)
-        request.app[CONTEXT].limiter.charge(key, prompt + completion, asyncio.get_running_loop().time())
+def _settle(hold: TokenHold | None, usage: dict[str, object] | None) -> None:
+    prompt, completion = token_counts(usage)
+    if hold is not None and prompt + completion > 0:  # a usage without counts settles nothing
+        hold.settle(prompt + completion)
 
 
 async def _read_body(request: web.Request) -> bytes:

@@ -9,8 +9,9 @@ Owns:
   by id, and by digest for keys issued without an id in them.
 - ``authenticate``: the ``Authorization`` header to a record, or OpenAI's 401.
 - ``RateLimiter``: requests and tokens per minute per key, token buckets on the
-  event loop's clock (``now`` is a parameter). Limits are per router: with N
-  routers a key may use up to N times its limit.
+  event loop's clock (``now`` is a parameter), with a ``TokenHold`` per admitted
+  request. Limits are per router: with N routers a key may use up to N times its
+  limit.
 
 Must not: log or keep a presented key (errors show its id and a mask only), or
 talk to Consul (the admin API stores what ``new_api_key`` returns).
@@ -129,32 +130,70 @@ class _Bucket:
         return max(1, math.ceil((level - self.level) * 60.0 / self.limit))
 
 
+class TokenHold:
+    """Tokens set aside from a key's budget for one admitted request until its usage
+    is known. Without it, concurrent requests all start on one positive balance, and
+    a client that leaves mid-stream (no usage event ever comes) pays nothing."""
+
+    __slots__ = ("_bucket", "held")
+
+    def __init__(self, bucket: _Bucket, held: int) -> None:
+        self._bucket: _Bucket | None = bucket
+        self.held = held
+
+    @property
+    def open(self) -> bool:
+        return self._bucket is not None
+
+    def settle(self, used: int) -> None:
+        """The answer's usage is known: charge that instead of what was held."""
+        bucket = self._bucket
+        if bucket is not None:
+            self._bucket = None
+            bucket.level = min(float(bucket.limit), bucket.level + self.held - max(0, used))
+
+    def release(self) -> None:
+        """No engine generated anything for the request: the budget gets it all back."""
+        self.settle(0)
+
+    def keep(self) -> None:
+        """An engine generated but its usage never came: charge what was held."""
+        self._bucket = None
+
+
 class RateLimiter:
-    """Per key: a request needs one request token and a non-negative token balance;
-    tokens are charged after the answer, from its ``usage`` (a stream that reports no
-    usage is not charged)."""
+    """Per key: a request needs one request token, and the tokens it may use (its
+    prompt's estimate and its ``max_tokens``, at most the whole per-minute limit) are
+    held from the token budget at admission; ``TokenHold`` settles them once the
+    answer's ``usage`` is known."""
 
     def __init__(self) -> None:
         self._requests: dict[str, _Bucket] = {}
         self._tokens: dict[str, _Bucket] = {}
 
-    def admit(self, record: ApiKeyRecord, now: float) -> None:
-        """Take one request, or raise the 429 to answer (with Retry-After)."""
+    def admit(self, record: ApiKeyRecord, now: float, tokens: int = 0) -> TokenHold | None:
+        """Take one request and hold ``tokens`` (None for a key without a token limit),
+        or raise the 429 to answer (with Retry-After); a refused request takes nothing."""
+        hold_from: _Bucket | None = None
+        held = 0
         if record.tokens_per_minute is not None:
-            bucket = self._bucket(self._tokens, record.key_id, record.tokens_per_minute, now)
-            if bucket.level < 0:
-                raise errors.rate_limited("tokens", record.tokens_per_minute, bucket.seconds_until(0.0))
+            hold_from = self._bucket(self._tokens, record.key_id, record.tokens_per_minute, now)
+            # A request may hold at most the whole limit, so a large max_tokens waits for
+            # a full budget instead of never fitting.
+            held = min(max(0, tokens), record.tokens_per_minute)
+            if hold_from.level < held or hold_from.level < 0:
+                raise errors.rate_limited(
+                    "tokens", record.tokens_per_minute, hold_from.seconds_until(float(held)), requested=held
+                )
         if record.requests_per_minute is not None:
             bucket = self._bucket(self._requests, record.key_id, record.requests_per_minute, now)
             if bucket.level < 1:
                 raise errors.rate_limited("requests", record.requests_per_minute, bucket.seconds_until(1.0))
             bucket.level -= 1
-
-    def charge(self, record: ApiKeyRecord, tokens: int, now: float) -> None:
-        if record.tokens_per_minute is None or tokens <= 0:
-            return
-        bucket = self._bucket(self._tokens, record.key_id, record.tokens_per_minute, now)
-        bucket.level -= tokens
+        if hold_from is None:
+            return None
+        hold_from.level -= held
+        return TokenHold(hold_from, held)
 
     @staticmethod
     def _bucket(buckets: dict[str, _Bucket], key_id: str, limit: int, now: float) -> _Bucket:

@@ -141,6 +141,12 @@ class RouterSettings:
     # Retry-After of queue-full answers.
     queue_retry_after: int = field(default=1, metadata=_help("Retry-After seconds when a queue is full"))
 
+    # A key with a tokens-per-minute limit holds its request's prompt estimate plus
+    # max_tokens until the usage comes; a request without max_tokens holds this much.
+    hold_for_unbounded_answer: int = field(
+        default=1024, metadata=_help("tokens a token-limited key holds for an answer without max_tokens")
+    )
+
     # --- guard ---------------------------------------------------------------------------------
     # The judge's whole answer (it is short: "safe" or "unsafe\nS1").
     guard_timeout: float = field(default=10.0, metadata=_help("seconds the guard judge may take"))
@@ -240,6 +246,8 @@ def validate(settings: RouterSettings) -> list[str]:
     ):  # fmt: skip
         if getattr(settings, name) < 1:
             problems.append(f"{flag(name)} must be >= 1, got {getattr(settings, name)}")
+    if settings.hold_for_unbounded_answer < 0:
+        problems.append(f"--hold-for-unbounded-answer must be >= 0, got {settings.hold_for_unbounded_answer}")
     if settings.max_queue_per_model < 0:
         problems.append(f"--max-queue-per-model must be >= 0, got {settings.max_queue_per_model}")
     if settings.no_auth and not settings.on_loopback:

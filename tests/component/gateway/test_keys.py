@@ -10,13 +10,15 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
+from aiohttp import web
 
 from llmgw.core.records import ApiKeyRecord
 from llmgw.gateway.app import create_app
+from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.keys import KeyRing, new_api_key
 from llmgw.gateway.settings import RouterSettingsError
 
-from .conftest import Cluster, OpenAIFor, StartRouter, router_settings
+from .conftest import Cluster, OpenAIFor, StartRouter, eventually, router_settings
 
 MESSAGES: Any = [{"role": "user", "content": "hello there"}]
 
@@ -194,6 +196,144 @@ async def test_tokens_per_minute_counts_usage_even_of_streams_that_did_not_ask(
     with pytest.raises(openai.RateLimitError) as caught:
         await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
     assert caught.value.body["type"] == "tokens"  # type: ignore[index]
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_concurrent_requests_cannot_all_start_on_one_positive_token_balance(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    # The dodge: with tokens charged only after answers, every request sent at once
+    # got in while the balance was still positive. Each now holds its prompt's
+    # estimate plus max_tokens (~430 here) until its usage comes.
+    engine = await cluster.add_sim("sim-chat", token_rate=20.0)
+    key, _ = _issue(cluster, tokens_per_minute=1000)
+    router = await start_router(with_keys=True)
+    body = {"model": "sim-chat", "messages": MESSAGES, "max_tokens": 400, "stream": True}
+    responses = [
+        await http.post(router.url + "/v1/chat/completions", json=body, headers=_auth(key)) for _ in range(4)
+    ]
+    try:
+        assert [r.status for r in responses] == [200, 200, 429, 429]
+        for refused in responses[2:]:
+            error = (await refused.json())["error"]
+            assert error["type"] == "tokens" and error["code"] == "rate_limit_exceeded"
+            assert "Limit 1000, Requested 4" in error["message"]  # the hold, ~430
+            assert int(refused.headers["Retry-After"]) >= 1
+        assert (await engine.stats(http))["running"] == 2
+    finally:
+        for response in responses:
+            response.close()
+
+
+async def test_leaving_a_stream_midway_pays_what_it_held(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    # The dodge: a client that reads what it wants and hangs up before the usage
+    # event was charged nothing. Now it pays its hold (prompt estimate + max_tokens).
+    engine = await cluster.add_sim("sim-chat", token_rate=20.0)
+    key, _ = _issue(cluster, tokens_per_minute=500)
+    router = await start_router(with_keys=True)
+    body = {"model": "sim-chat", "messages": MESSAGES, "max_tokens": 400, "stream": True}
+    async with http.post(router.url + "/v1/chat/completions", json=body, headers=_auth(key)) as response:
+        assert response.status == 200
+        await response.content.readline()
+    assert await eventually(lambda: not router.app[CONTEXT].book.in_flight())
+    assert (await engine.stats(http))["completed"] == 0
+    async with http.post(router.url + "/v1/chat/completions", json=body, headers=_auth(key)) as response:
+        assert response.status == 429
+        assert (await response.json())["error"]["type"] == "tokens"
+
+
+def _short_answers_engine() -> web.Application:
+    """Answers every chat request with one word and a usage of 12 tokens."""
+    usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if not body.get("stream"):
+            choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+            return web.json_response({"id": "x", "object": "chat.completion", "model": "chat-a",
+                                      "choices": [choice], "usage": usage})  # fmt: skip
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        delta = {"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}
+        chunk = {"id": "x", "object": "chat.completion.chunk", "model": "chat-a", "choices": [delta]}
+        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            last = {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "model": "chat-a",
+                "choices": [],
+                "usage": usage,
+            }
+            await response.write(b"data: " + json.dumps(last).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    return app
+
+
+async def test_an_answer_charges_its_usage_not_its_hold(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    await cluster.add_app("chat-a", _short_answers_engine())
+    key, _ = _issue(cluster, tokens_per_minute=400)
+    client = openai_for(await start_router(with_keys=True), api_key=key)
+    # Each holds ~230 tokens and uses 12: without settling by usage the second would
+    # be refused; with it, ten use 120 and the last still finds its 230.
+    for stream in (False, True) * 5:
+        if stream:
+            chunks = await client.chat.completions.create(
+                model="chat-a", messages=MESSAGES, max_tokens=200, stream=True
+            )
+            assert [c.choices[0].delta.content async for c in chunks] == ["hi"]
+        else:
+            answer = await client.chat.completions.create(model="chat-a", messages=MESSAGES, max_tokens=200)
+            assert answer.choices[0].message.content == "hi"
+
+
+async def test_requests_no_engine_generated_for_give_their_hold_back(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    async def refuse(request: web.Request) -> web.Response:
+        await request.read()
+        error = {"message": "bad", "type": "BadRequestError", "param": None, "code": 400}
+        return web.json_response({"error": error, "object": "error"}, status=400)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", refuse)
+    await cluster.add_app("chat-a", app)
+    key, _ = _issue(cluster, tokens_per_minute=500)
+    client = openai_for(await start_router(with_keys=True), api_key=key)
+    for _ in range(4):  # each holds ~430: only a released hold lets the next one in
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(model="chat-a", messages=MESSAGES, max_tokens=400)
+
+
+async def test_an_engine_that_reports_no_usage_is_charged_the_hold(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    async def no_usage(request: web.Request) -> web.Response:
+        await request.read()
+        choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+        return web.json_response(
+            {"id": "x", "object": "chat.completion", "created": 0, "model": "chat-a", "choices": [choice]}
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", no_usage)
+    await cluster.add_app("chat-a", app)
+    key, _ = _issue(cluster, tokens_per_minute=500)
+    client = openai_for(await start_router(with_keys=True), api_key=key)
+    await client.chat.completions.create(model="chat-a", messages=MESSAGES, max_tokens=400)
+    with pytest.raises(openai.RateLimitError):
+        await client.chat.completions.create(model="chat-a", messages=MESSAGES, max_tokens=400)
 
 
 def test_serving_without_keys_is_refused_off_loopback(cluster: Cluster) -> None:

@@ -78,12 +78,80 @@ def test_rate_limits_refill_over_a_minute() -> None:
     with pytest.raises(errors.ApiError) as caught:
         limiter.admit(record, now=1.0)
     assert caught.value.refusal.retry_after == 29  # half a minute refills one request; one second passed
-    limiter.admit(record, now=30.0)
-    limiter.charge(record, 150, now=30.0)  # over the token budget: the next request waits
+    hold = limiter.admit(record, now=30.0, tokens=10)
+    assert hold is not None
+    hold.settle(150)  # used more than it held: the budget goes below zero, the next request waits
     with pytest.raises(errors.ApiError) as caught:
         limiter.admit(record, now=31.0)
     assert caught.value.refusal.type == "tokens"
     limiter.admit(record, now=90.0)
+
+
+def test_a_token_hold_is_taken_at_admission_and_settled_once() -> None:
+    record = new_api_key("t", now=0.0, tokens_per_minute=1000).record
+    limiter = RateLimiter()
+    first = limiter.admit(record, now=0.0, tokens=400)
+    second = limiter.admit(record, now=0.0, tokens=400)
+    assert first is not None and second is not None and first.held == 400
+    with pytest.raises(errors.ApiError) as caught:  # 200 left, 400 wanted
+        limiter.admit(record, now=0.0, tokens=400)
+    refusal = caught.value.refusal
+    assert refusal.type == "tokens" and "Limit 1000, Requested 400" in refusal.message
+    assert refusal.retry_after == 12  # 200 more tokens at 1000 a minute
+    first.settle(50)  # 350 back
+    first.settle(0)  # a second settlement changes nothing
+    first.release()
+    assert not first.open
+    third = limiter.admit(record, now=0.0, tokens=400)
+    assert third is not None
+    third.keep()  # a client that left mid-stream pays the whole hold
+    second.release()
+    with pytest.raises(errors.ApiError):  # 1000 - 50 - 400 = 550 left
+        limiter.admit(record, now=0.0, tokens=600)
+    assert limiter.admit(record, now=0.0, tokens=550) is not None
+
+
+def test_a_hold_larger_than_the_limit_waits_for_a_full_budget() -> None:
+    record = new_api_key("t", now=0.0, tokens_per_minute=100).record
+    limiter = RateLimiter()
+    big = limiter.admit(record, now=0.0, tokens=10_000)
+    assert big is not None and big.held == 100  # never more than the limit, so it can fit
+    with pytest.raises(errors.ApiError):
+        limiter.admit(record, now=0.0, tokens=1)
+    big.settle(30)
+    assert limiter.admit(record, now=0.0, tokens=70) is not None
+    refund = limiter.admit(record, now=60.0, tokens=10_000)
+    assert refund is not None
+    refund.release()
+    assert limiter.admit(record, now=60.0, tokens=100) is not None  # a release never overfills
+
+
+def test_a_refused_request_holds_nothing_and_keys_without_a_token_limit_hold_nothing() -> None:
+    both = new_api_key("t", now=0.0, requests_per_minute=1, tokens_per_minute=100).record
+    limiter = RateLimiter()
+    limiter.admit(both, now=0.0, tokens=10)
+    with pytest.raises(errors.ApiError) as caught:
+        limiter.admit(both, now=0.0, tokens=10)
+    assert caught.value.refusal.type == "requests"
+    assert limiter.admit(both, now=60.0, tokens=90) is not None  # the refused one took no tokens
+    assert limiter.admit(new_api_key("u", now=0.0).record, now=0.0, tokens=10**9) is None
+
+
+def test_the_tokens_a_request_holds() -> None:
+    chat = parse_call(Api.CHAT, b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100}')
+    prompt = -(-chat.size // 4)
+    assert chat.tokens_to_hold(1024) == prompt + 100
+    newer = parse_call(
+        Api.CHAT,
+        b'{"model":"m","messages":[{"role":"user","content":"a"}],"max_tokens":9,"max_completion_tokens":50,"n":3}',
+    )
+    assert newer.tokens_to_hold(1024) == -(-newer.size // 4) + 150
+    unbounded = parse_call(Api.COMPLETIONS, b'{"model":"m","prompt":"' + b"x" * 4000 + b'"}')
+    assert unbounded.tokens_to_hold(1024) == -(-unbounded.size // 4) + 1024 > 2000
+    negative = parse_call(Api.COMPLETIONS, b'{"model":"m","prompt":"x","max_tokens":-5,"n":-2}')
+    assert negative.tokens_to_hold(1024) == -(-negative.size // 4)
+    embedding = parse_call(Api.EMBEDDINGS, b'{"model":"m","input":"hello","max_tokens":1000}')
+    assert embedding.tokens_to_hold(1024) == -(-embedding.size // 4)
 
 
 def test_usage_is_found_at_the_end_of_answers() -> None:
