@@ -14,7 +14,10 @@ engine client (``gateway/transport.py``):
   the ``asyncio`` floor is what aiohttp's server costs; the router's difference to it
   is what the router's own work costs.
 
-    .venv/bin/python bench/proxy_floors.py asyncio ENGINE_PORT   # prints "router listening port=N"
+    .venv/bin/python bench/proxy_floors.py asyncio ENGINE_PORT [LOOP]   # prints "router listening port=N"
+
+LOOP is the event loop, as ``llmgw serve --event-loop`` takes it (default auto: uvloop
+when installed, as the router runs).
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import json
 import re
 import signal
 import sys
+from typing import cast
 
 from aiohttp import web
 
+from llmgw.cli import event_loop
 from llmgw.gateway.transport import EnginePool, EngineResponse
 
 TARGET = "/v1/chat/completions"
@@ -50,8 +55,8 @@ class _BareProxy(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (uvloop's are not asyncio.Transport subclasses).
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -142,6 +147,8 @@ async def main(kind: str, engine_port: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("asyncio", "aiohttp"):
+    if len(sys.argv) not in (3, 4) or sys.argv[1] not in ("asyncio", "aiohttp"):
         sys.exit(__doc__)
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    event_loop.run(
+        main(sys.argv[1], int(sys.argv[2])), event_loop.resolve(sys.argv[3] if len(sys.argv) > 3 else "auto")
+    )

@@ -48,6 +48,8 @@ from pathlib import Path
 
 import aiohttp
 
+from llmgw.cli import event_loop
+
 MODEL = "bench"
 CATALOG = f"""
 models:
@@ -100,7 +102,7 @@ async def start_sim(token_rate: float, max_tokens: int) -> tuple[asyncio.subproc
     )  # fmt: skip
 
 
-async def start_router(engine_port: int, loop: str = "asyncio") -> tuple[asyncio.subprocess.Process, int]:
+async def start_router(engine_port: int, loop: str) -> tuple[asyncio.subprocess.Process, int]:
     return await _start(
         [
             sys.executable,
@@ -115,10 +117,11 @@ async def start_router(engine_port: int, loop: str = "asyncio") -> tuple[asyncio
     )
 
 
-async def start_floor(kind: str, engine_port: int) -> tuple[asyncio.subprocess.Process, int]:
+async def start_floor(kind: str, engine_port: int, loop: str) -> tuple[asyncio.subprocess.Process, int]:
     """A featureless proxy (``proxy_floors.py``): what any router on ``kind`` costs at least."""
     return await _start(
-        [sys.executable, str(SELF.parent / "proxy_floors.py"), kind, str(engine_port)], b"router listening"
+        [sys.executable, str(SELF.parent / "proxy_floors.py"), kind, str(engine_port), loop],
+        b"router listening",
     )
 
 
@@ -450,18 +453,29 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"router proxy bench: {args.concurrency} concurrent clients, {args.max_tokens} tokens at "
         f"{args.token_rate:g} tokens/s per stream, {args.rounds} rounds of {args.seconds:g} s per target, "
-        f"{os.cpu_count()} cores, router on the {args.router_loop} event loop"
+        f"{os.cpu_count()} cores, the router and the bare proxies on "
+        f"{event_loop.resolve(args.router_loop)}"
+        + (f", router-{args.compare_loop} on {args.compare_loop}" if args.compare_loop else "")
     )
     sim, sim_port = await start_sim(args.token_rate, args.max_tokens)
     router, router_port = await start_router(sim_port, args.router_loop)
-    floors = [] if args.no_floors else [await start_floor(kind, sim_port) for kind in ("aiohttp", "asyncio")]
+    floors = (
+        []
+        if args.no_floors
+        else [await start_floor(kind, sim_port, args.router_loop) for kind in ("aiohttp", "asyncio")]
+    )
+    if args.compare_loop:
+        floors.append(await start_router(sim_port, args.compare_loop))
     try:
         async with nginx(sim_port) as nginx_port:
             targets = {"direct": sim_port, "router": router_port}
             if nginx_port is not None:
                 targets["nginx"] = nginx_port
-            for (_, port), kind in zip(floors, ("aiohttp", "asyncio"), strict=False):
-                targets[f"bare-{kind}"] = port
+            kinds = ([] if args.no_floors else ["bare-aiohttp", "bare-asyncio"]) + (
+                [f"router-{args.compare_loop}"] if args.compare_loop else []
+            )
+            for (_, port), kind in zip(floors, kinds, strict=True):
+                targets[kind] = port
             for stream in (True, False):
                 report(await measure(args, targets, stream=stream), stream=stream)
     finally:
@@ -545,12 +559,17 @@ def parse_args() -> argparse.Namespace:
         "--warmup", type=float, default=1.0, help="seconds of unmeasured load per target first"
     )
     parser.add_argument(
-        "--router-loop", choices=("asyncio", "uvloop"), default="asyncio",
-        help="the router process's event loop (uvloop must be installed)",
+        "--router-loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+        help="the event loop of the router and the bare proxies, as llmgw serve --event-loop "
+        "(default auto: uvloop when installed, as llmgw serve runs)",
     )  # fmt: skip
     parser.add_argument(
         "--no-floors", action="store_true",
         help="skip the featureless reference proxies (bench/proxy_floors.py)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compare-loop", choices=("asyncio", "uvloop"),
+        help="also run a second router on this event loop (the target router-LOOP), in the same rounds",
     )  # fmt: skip
     parser.add_argument("--serve-router", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine-port", type=int, default=0, help=argparse.SUPPRESS)
@@ -563,13 +582,10 @@ if __name__ == "__main__":
         import logging
 
         logging.basicConfig(level=logging.ERROR)
-        if arguments.router_loop == "uvloop":
-            try:
-                import uvloop
-            except ImportError:
-                sys.exit("--router-loop uvloop: uvloop is not installed (pip install uvloop)")
-            uvloop.run(serve_router(arguments.engine_port))
-        else:
-            asyncio.run(serve_router(arguments.engine_port))
+        try:
+            loop = event_loop.resolve(arguments.router_loop)
+        except event_loop.EventLoopError as exc:
+            sys.exit(str(exc))
+        event_loop.run(serve_router(arguments.engine_port), loop)
     else:
         asyncio.run(main(arguments))

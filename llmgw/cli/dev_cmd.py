@@ -16,6 +16,8 @@ import argparse
 import os
 from pathlib import Path
 
+from llmgw.cli.event_loop import add_event_loop_argument
+
 DEFAULT_STATE_DIR = Path(".llmgw-dev")
 EXIT_NOT_RUNNING = 3
 # A fault request the stand-ins have not answered in this long: they are hung, exit 3.
@@ -87,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=DEFAULT_STATE_DIR,
         help="where allocations, logs and dev.json live (default .llmgw-dev)",
     )
+    add_event_loop_argument(parser)
     parser.add_argument(
         "--log-level",
         default=os.environ.get("LLMGW_LOG_LEVEL", "WARNING"),

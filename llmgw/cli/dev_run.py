@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from dataclasses import replace
@@ -23,7 +24,7 @@ import aiohttp
 from llmgw.adapters.consul import ConsulClient
 from llmgw.admin import AdminSettings
 from llmgw.bundled import bundled_path, read_security_policy
-from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, event_loop
 from llmgw.cli.catalog_cmd import load_catalog_file
 from llmgw.cli.dev_cmd import EXIT_NOT_RUNNING, FAULT_TIMEOUT
 from llmgw.cli.serve_run import configure_logging
@@ -77,6 +78,11 @@ def dev_control_settings() -> ControlSettings:
 
 def run_dev(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    try:
+        loop = event_loop.resolve(args.event_loop)
+    except event_loop.EventLoopError as exc:
+        print(f"llmgw dev: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     policy = read_security_policy()
     catalog_path = args.catalog or bundled_path("examples") / "catalog.yaml"
     loaded = load_catalog_file(str(catalog_path), policy)
@@ -97,13 +103,14 @@ def run_dev(args: argparse.Namespace) -> int:
     text = catalog_path.read_text(encoding="utf-8")
     args.state_dir = args.state_dir.resolve()
     args.state_dir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(_dev(args, nomad_config, text, str(catalog_path), policy))
+    return event_loop.run(_dev(args, nomad_config, text, str(catalog_path), policy), loop)
 
 
 async def _dev(
     args: argparse.Namespace, nomad_config: StandInConfig, catalog_text: str, catalog_name: str, policy: Any
 ) -> int:
     state_dir: Path = args.state_dir
+    logging.getLogger("llmgw").info("event loop: %s", event_loop.running_loop_name())
     async with DevCluster(DevClusterConfig(nomad=nomad_config, state_dir=state_dir / "nomad")) as cluster:
         settings = ServiceSettings(
             role=Role.ALL,

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from llmgw.admin.settings import add_admin_arguments
+from llmgw.cli.event_loop import add_event_loop_argument
 from llmgw.gateway.settings import add_router_arguments
 
 ROLES = ("all", "control-plane", "router")
@@ -61,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=os.environ.get("LLMGW_LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING or ERROR (default $LLMGW_LOG_LEVEL or INFO)",
     )
+    add_event_loop_argument(parser)
     group = parser.add_argument_group("control plane")
     group.add_argument(
         "--control-metrics-host",

@@ -10,14 +10,13 @@ the catalog comes from Consul, where `llmgw ctl apply` puts it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
 
 from llmgw.admin import AdminSettings, AdminSettingsError, check_settings
 from llmgw.bundled import read_security_policy
-from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, event_loop
 from llmgw.cli.catalog_cmd import load_catalog_file
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.control.metrics_server import MetricsListenerSettings
@@ -35,12 +34,16 @@ def configure_logging(level: str) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
+        loop = event_loop.resolve(args.event_loop)
         nomad = NomadConnection.from_env(os.environ)
         consul = ConsulConnection.from_env(os.environ)
         router = RouterSettings.from_env_and_args(os.environ, args)
         admin = AdminSettings.from_env_and_args(os.environ, args)
         render = render_settings_from_env(os.environ)
-    except (SettingsError, RouterSettingsError, AdminSettingsError, RenderSettingsError) as exc:
+    except (
+        SettingsError, RouterSettingsError, AdminSettingsError, RenderSettingsError,
+        event_loop.EventLoopError,
+    ) as exc:  # fmt: skip
         print(f"llmgw serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.role != Role.ROUTER.value:
@@ -70,10 +73,11 @@ def run_serve(args: argparse.Namespace) -> int:
         admin=admin,
         control_metrics=MetricsListenerSettings(args.control_metrics_host, args.control_metrics_port),
     )
-    return asyncio.run(_run(settings, catalog_text))
+    return event_loop.run(_run(settings, catalog_text), loop)
 
 
 async def _run(settings: ServiceSettings, catalog_text: str | None) -> int:
+    logging.getLogger("llmgw").info("event loop: %s", event_loop.running_loop_name())
     async with Services(settings) as services:
         if catalog_text is not None and services.consul is not None:
             applied = await publish_catalog(services.consul, catalog_text, applied_by="llmgw serve --catalog")

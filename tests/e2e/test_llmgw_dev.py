@@ -112,6 +112,7 @@ def test_llmgw_dev_serves_streams_survives_a_node_and_stops_clean(
 
     text = wait_for(streamed, 60, "a streamed answer from sim-chat")
     assert len(text.split()) == 8 and all(word.isalpha() for word in text.split())
+    assert "event loop: uvloop" in dev.log.read_text()  # as llmgw serve runs, by default
     models = {m.id: m.owned_by for m in client.models.list()}
     assert models["sim-chat"] == "llmgw-sim"
 

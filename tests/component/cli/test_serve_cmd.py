@@ -7,6 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from llmgw.cli import event_loop
+from llmgw.cli.event_loop import EventLoop
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -34,3 +39,24 @@ def test_unusable_connection_settings_name_their_variable() -> None:
     assert result.returncode == 2 and "NOMAD_ADDR" in result.stderr and "Traceback" not in result.stderr
     result = serve(LLMGW_ALLOWED_IMAGES="not a ref")
     assert result.returncode == 2 and "LLMGW_ALLOWED_IMAGES" in result.stderr
+
+
+def test_the_long_running_commands_run_on_uvloop_unless_told_otherwise() -> None:
+    assert event_loop.resolve("auto") is EventLoop.UVLOOP  # a dependency wherever llmgw installs
+    assert event_loop.run(_loop_name(), event_loop.resolve("auto")) == "uvloop"
+    assert event_loop.run(_loop_name(), event_loop.resolve("asyncio")) == "asyncio"
+    assert event_loop.resolve("auto", uvloop_installed=False) is EventLoop.ASYNCIO
+    with pytest.raises(event_loop.EventLoopError, match="pip install uvloop"):
+        event_loop.resolve("uvloop", uvloop_installed=False)
+
+
+async def _loop_name() -> str:
+    return event_loop.running_loop_name()
+
+
+def test_an_unknown_event_loop_is_refused_up_front_from_the_flag_or_the_environment() -> None:
+    result = serve("--event-loop", "trio")
+    assert result.returncode == 2 and "invalid choice: 'trio'" in result.stderr
+    result = serve(LLMGW_EVENT_LOOP="trio")
+    assert result.returncode == 2 and "LLMGW_EVENT_LOOP" in result.stderr and "'trio'" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 
 import aiohttp
 import pytest
+import uvloop
 from aiohttp import web
 from openai import AsyncOpenAI
 
@@ -337,6 +338,12 @@ def router_settings(**changes: Any) -> RouterSettings:
 
 
 StartRouter = Callable[..., Awaitable[RouterServer]]
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
+    """The router runs on uvloop in production (``llmgw/cli/event_loop.py``), so its
+    tests do too; the rest of the suite covers asyncio's own loop."""
+    return {"uvloop": uvloop.new_event_loop}
 
 
 @pytest.fixture

@@ -274,3 +274,7 @@ async def test_queued_requests_get_the_slot_in_turn_or_429_after_the_queue_timeo
     with pytest.raises(openai.RateLimitError):
         await short.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
     await busy.close()
+
+
+async def test_the_router_tests_run_on_the_production_event_loop() -> None:
+    assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
