@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,14 @@ def multi_group_job(job_id: str = "llm") -> dict[str, Any]:
             group("small", count=2, devices=GPU),
         ],
     }
+
+
+def _get_json(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return json.load(response)
+    except OSError:
+        return None
 
 
 def running(client: nomad.Nomad, job_id: str, n: int) -> Any:
@@ -74,8 +84,10 @@ async def test_multi_group_job_lands_on_distinct_hosts_with_its_own_gpus(
         port = int(env["NOMAD_PORT_http"])
         shared_ports = alloc["AllocatedResources"]["Shared"]["Ports"]
         assert shared_ports[0]["Label"] == "http" and shared_ports[0]["Value"] == port
-        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/") as resp:
-            assert (await resp.json())["alloc"] == stub["ID"]
+        # "running" means the task's process started, as in Nomad, not that it listens yet.
+        url = f"http://127.0.0.1:{port}/"
+        answer = await wait_for(functools.partial(_get_json, url), f"the task at {url}")
+        assert answer["alloc"] == stub["ID"]
         assert Path(env["NOMAD_ALLOC_DIR"]).name == "alloc" and env["NOMAD_TASK_DIR"].endswith("server/local")
 
     job = await call(client.job.get_job, "llm")
