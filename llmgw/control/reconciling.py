@@ -239,7 +239,14 @@ class Reconciler:
         report = replace(decision.status, leader=self._leader_id, note=note or decision.status.note)
         await self._publish(report)
         await self._publish_unavailable(
-            unavailable_models(desired, self.state, observed.capacity_version, self._clock.time())
+            unavailable_models(
+                desired,
+                self.state,
+                observed.capacity_version,
+                self._clock.time(),
+                unplaceable=decision.unplaceable,
+                previous=self._published_unavailable[0] if self._published_unavailable else None,
+            )
         )
         self._metrics.observe_status(report.models)
         self._metrics.pass_seconds.observe(time.perf_counter() - started)

@@ -205,7 +205,7 @@ class UnavailableModel:
     model: str
     why: Unavailability
     reason: str  # in words, shown to clients: Nomad's explanation, or who drained it
-    since: float  # unix seconds: when placing first failed, or when it was drained
+    since: float  # unix seconds: when placing first failed (or was judged hopeless), or was drained
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,10 @@ models:
     roles: [chat]
     profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200, load_seconds: 0.2}}]
     scaling: {min: 1, max: 1}
+  too-wide:
+    roles: [chat]
+    profiles: [{engine: sim, tp: 48, nodes: 6}]
+    scaling: {min: 0, max: 1}
 """
 MESSAGES: Any = [{"role": "user", "content": "x"}]
 
@@ -71,6 +75,12 @@ def test_unplaceable_and_drained_models_are_refused_at_once_saying_why(
         client.chat.completions.create(model="nowhere", messages=MESSAGES, stream=True)
     assert streamed.value.code == "model_unavailable"
     assert states(dev)["nowhere"]["state"] == "unavailable"
+
+    # Six nodes on one fabric, on four dev nodes: the control plane knows without asking
+    # Nomad, and says so the same way.
+    wide, waited = refused(client, "too-wide")
+    assert (wide.code, waited < 15) == ("model_unavailable", True), (wide.message, waited)
+    assert "needs 6 ready nodes on one fabric" in wide.message
 
     # An operator drains a serving model: refused at once, not to be retried.
     deadline = time.monotonic() + 60

@@ -32,7 +32,7 @@ The rules, in the order a pass applies them per model:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from llmgw.core.catalog.model import ScalingMode
@@ -83,6 +83,9 @@ class Decision:
     state: PlannerState  # remember this; fold the executor's outcomes in (``record_outcomes``)
     status: StatusReport
     next_pass_at: float | None  # the earliest time a timer changes a judgement, with no event
+    # Models that want a replica for which no profile is even worth asking Nomad about
+    # (a multi-node profile without enough ready nodes on one fabric): why, by model.
+    unplaceable: Mapping[str, str] = field(default_factory=dict)
 
 
 def decide(
@@ -171,6 +174,7 @@ class _Pass:
         self.replica_memos: dict[JobId, ReplicaMemo] = {}
         self.model_memos: dict[str, ModelMemo] = {}
         self.waiting: dict[str, str] = {}
+        self.unplaceable: dict[str, str] = {}
         self.by_model: dict[str, list[_Replica]] = {}
         self.node_down_since: dict[NodeId, float] = {}
         self._fabric_counts: dict[str, int] | None = None
@@ -210,6 +214,7 @@ class _Pass:
                 models=statuses,
             ),
             next_pass_at=max(self.now, min(future)) if future else None,
+            unplaceable=self.unplaceable,
         )
 
     def _idle(self, replicas: list[_Replica]) -> Decision:
@@ -570,6 +575,7 @@ class _Pass:
         candidates, why_none = self._candidates(target)
         if not candidates:
             self.waiting[name] = why_none
+            self.unplaceable[name] = why_none
             return
         for why, reason in wanted:
             self.requests.append(_Request(why, name, target, candidates, reason))

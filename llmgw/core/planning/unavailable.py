@@ -9,7 +9,11 @@ Owns the rule that turns the planner's memory and the operator's commands into t
   version) and the cluster's capacity has not changed since. Any capacity change (a
   node, an allocation that ended) drops the claim, so routers wait for a load again
   until Nomad is asked again. A hold after a failed register (no capacity version) is
-  a passing error, not "cannot place", and is left out.
+  a passing error, not "cannot place", and is left out;
+- unplaceable too: the pass found no profile worth a plan at all (``Decision.unplaceable``:
+  a multi-node profile and no fabric with enough ready nodes). Its ``since`` is kept
+  from the last document while the reason holds, so an unchanged claim is not a new
+  document every pass.
 
 Must not: do I/O or read a clock (``now`` is the publication time the caller passes).
 What a router does with the document is ``llmgw.core.routing``'s.
@@ -17,16 +21,26 @@ What a router does with the document is ``llmgw.core.routing``'s.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from llmgw.core.planning.desired import Desired
 from llmgw.core.planning.state import PlannerState
 from llmgw.core.records import MAX_TEXT_CHARS, Unavailability, UnavailableModel, UnavailableModels
 
 
 def unavailable_models(
-    desired: Desired | None, state: PlannerState, capacity_version: int, now: float
+    desired: Desired | None,
+    state: PlannerState,
+    capacity_version: int,
+    now: float,
+    *,
+    unplaceable: Mapping[str, str] | None = None,
+    previous: UnavailableModels | None = None,
 ) -> UnavailableModels:
     """The document to publish after a pass (``now``: unix seconds). Without a catalog
-    (``desired`` None) it lists nothing: routers then wait for loads as they always did."""
+    (``desired`` None) it lists nothing: routers then wait for loads as they always did.
+    ``unplaceable`` is the pass's ``Decision.unplaceable``; ``previous`` the document
+    published last."""
     if desired is None:
         return UnavailableModels(catalog_sha256="", published_at=now, models=())
     out: list[UnavailableModel] = []
@@ -44,10 +58,20 @@ def unavailable_models(
             and hold.capacity_version is not None
             and hold.capacity_version == capacity_version
         ):
-            reason = (
-                hold.reason
-                if len(hold.reason) <= MAX_TEXT_CHARS
-                else hold.reason[: MAX_TEXT_CHARS - 3] + "..."
-            )
-            out.append(UnavailableModel(name, Unavailability.UNPLACEABLE, reason, hold.since))
+            out.append(UnavailableModel(name, Unavailability.UNPLACEABLE, _clip(hold.reason), hold.since))
+        elif unplaceable and name in unplaceable:
+            reason = _clip(unplaceable[name])
+            since = now
+            for before in previous.models if previous is not None else ():
+                if (
+                    before.model == name
+                    and before.why is Unavailability.UNPLACEABLE
+                    and before.reason == reason
+                ):
+                    since = before.since
+            out.append(UnavailableModel(name, Unavailability.UNPLACEABLE, reason, since))
     return UnavailableModels(catalog_sha256=desired.catalog_hash, published_at=now, models=tuple(out))
+
+
+def _clip(reason: str) -> str:
+    return reason if len(reason) <= MAX_TEXT_CHARS else reason[: MAX_TEXT_CHARS - 3] + "..."

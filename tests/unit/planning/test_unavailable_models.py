@@ -94,3 +94,49 @@ def test_no_catalog_lists_nothing_and_a_failed_register_is_not_unplaceable() -> 
     hold = PlacementHold("register failed: 500", since=1.0, retry_at=9.0, attempts=1, capacity_version=None)
     state = PlannerState(models={"fits": ModelMemo(hold=hold)})
     assert unavailable_models(desired(sim), state, 0, sim.now).models == ()
+
+
+def test_a_multi_node_model_with_no_fabric_to_run_on_is_listed_without_asking_nomad() -> None:
+    cluster = FakeCluster()
+    for i in range(2):
+        cluster.add_node(f"n{i}", gpus=8, gpu_model="H100")  # no llmgw_fabric: no two-node replica
+    two_node = {
+        "profiles": [{"engine": "sim", "tp": 8, "pp": 2, "nodes": 2, "gpu": {"model": "H100"}}],
+        "scaling": {"min": 1, "max": 1},
+    }
+    catalog = Catalog.model_validate(
+        {"models": {"big": two_node, "idle": {**two_node, "scaling": {"min": 0, "max": 1}}}}
+    )
+    sim = Simulation(catalog, cluster, catalog_hash="c" * 64)
+    planned: list[object] = []
+    plan = cluster.plan
+    cluster.plan = lambda job: planned.append(job) or plan(job)  # type: ignore[method-assign]
+    decision = sim.step()
+    assert set(decision.unplaceable) == {"big"}  # the on-demand one wants nothing yet
+    assert "needs 2 ready nodes on one fabric" in decision.unplaceable["big"]
+    assert planned == []  # judged without asking Nomad
+    first = unavailable_models(
+        desired(sim), sim.state, sim.capacity_version, sim.now, unplaceable=decision.unplaceable
+    )
+    (listed,) = first.models
+    assert (listed.model, listed.why) == ("big", Unavailability.UNPLACEABLE)
+    assert listed.reason == decision.unplaceable["big"] and listed.since == sim.now
+
+    # Later passes with the same reason keep the first "since": the document does not change.
+    sim.run(30)
+    later = unavailable_models(
+        desired(sim), sim.state, sim.capacity_version, sim.now,
+        unplaceable=sim.decisions[-1].unplaceable, previous=first,
+    )  # fmt: skip
+    assert later.models == first.models
+
+    # A fabric with room: the claim is gone and the replica is placed.
+    for i in range(2):
+        cluster.add_node(f"f{i}", gpus=8, gpu_model="H100", fabric="ib-0")
+    sim.run(30)
+    assert sim.decisions[-1].unplaceable == {}
+    assert unavailable_models(
+        desired(sim), sim.state, sim.capacity_version, sim.now,
+        unplaceable=sim.decisions[-1].unplaceable, previous=later,
+    ).models == ()  # fmt: skip
+    assert sim.cluster.healthy_jobs("big")
