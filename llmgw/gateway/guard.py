@@ -21,9 +21,13 @@ is the client's text all the same, and chat templates render roles they do not
 know), the fields beside the messages that chat templates render into the prompt
 (tool and function definitions, documents, template variables, earlier turns'
 reasoning), and the whole prompt with its suffix. A prompt of token ids cannot
-be read here, so a guarded model refuses it. The model then gets the body the guard read, serialized
-again, never the client's bytes: a JSON parser that reads duplicate keys otherwise
-than Python's must not see other messages than the judge did.
+be read here, so a guarded model refuses it; so is any content part that is not
+text (an image, audio, a file, a video), since it can carry what the text screen
+would have blocked, except images when the policy says its judge reads them
+(``judge_reads_images``: they go to the judge beside the text). The model then
+gets the body the guard read, serialized again, never the client's bytes: a JSON
+parser that reads duplicate keys otherwise than Python's must not see other
+messages than the judge did.
 
 Must not: route (the dispatcher calls the judge like any model) or change the
 request it screens.
@@ -90,21 +94,25 @@ def policies_for(catalog: Catalog, chain: Iterable[str]) -> list[tuple[str, Guar
     return sorted(found.items())
 
 
-def judge_messages(call: ApiCall) -> list[dict[str, str]]:
+def judge_messages(call: ApiCall, *, images: bool = False) -> list[dict[str, object]]:
     """The conversation as Llama Guard's template takes it: user and assistant turns
-    alternating, starting with the user, text only. Every role but ``assistant``
-    (system, developer, tool, function, any other) is screened as the user's, and so
-    is an assistant turn before the first user one: it is all the client's text.
-    Raises the 400 for a prompt of token ids, which cannot be screened."""
-    turns: list[tuple[str, str]] = []
+    alternating, starting with the user. Every role but ``assistant`` (system,
+    developer, tool, function, any other) is screened as the user's, and so is an
+    assistant turn before the first user one: it is all the client's text. A turn's
+    content is its text, or with ``images`` (a judge that reads them) its text and
+    image parts. Raises the 400 for what cannot be screened: a prompt of token ids,
+    a content part that is not text (or an image, with ``images``)."""
+    turns: list[_Turn] = []
     if call.api is routing.Api.CHAT:
-        turns.append(("user", "\n".join(_strings([call.body.get(name) for name in _RENDERED_FIELDS]))))
+        turns.append(_Turn("user", "\n".join(_strings([call.body.get(name) for name in _RENDERED_FIELDS]))))
         messages = call.body.get("messages")
         for message in messages if isinstance(messages, list) else []:
             if not isinstance(message, Mapping):
                 continue
-            text = _message_text(message)
-            turns.append(("assistant" if message.get("role") == "assistant" else "user", text))
+            text, images_of = _message_turn(message, call.model, images)
+            turns.append(
+                _Turn("assistant" if message.get("role") == "assistant" else "user", text, images_of)
+            )
     else:
         prompt = call.body.get("prompt")
         if isinstance(prompt, list) and not all(isinstance(part, str) for part in prompt):
@@ -113,48 +121,87 @@ def judge_messages(call: ApiCall) -> list[dict[str, str]]:
                 "send the prompt as text, not token ids.",
                 param="prompt",
             )
-        turns.append(("user", prompt if isinstance(prompt, str) else _text_of(prompt)))
+        lines = prompt if isinstance(prompt, list) else []  # strings only: checked above
+        turns.append(_Turn("user", prompt if isinstance(prompt, str) else "\n".join(lines)))
         suffix = call.body.get("suffix")
         if isinstance(suffix, str):
-            turns.append(("user", suffix))
-    merged: list[dict[str, str]] = []
-    for role, text in turns:
-        if not text:
+            turns.append(_Turn("user", suffix))
+    merged: list[_Turn] = []
+    for turn in turns:
+        if not turn.text and not turn.images:
             continue
-        if not merged:
-            role = "user"
-        if merged and merged[-1]["role"] == role:
-            merged[-1]["content"] += "\n\n" + text
+        role = turn.role if merged else "user"
+        if merged and merged[-1].role == role:
+            last = merged[-1]
+            text = last.text + "\n\n" + turn.text if last.text and turn.text else last.text or turn.text
+            merged[-1] = _Turn(role, text, last.images + turn.images)
         else:
-            merged.append({"role": role, "content": text})
-    return merged
+            merged.append(_Turn(role, turn.text, turn.images))
+    return [{"role": t.role, "content": t.content()} for t in merged]
 
 
-def _message_text(message: Mapping[str, object]) -> str:
-    """A message's content, and the arguments of the tool calls it carries (the model
-    reads those too)."""
-    parts = [_text_of(message.get("content"))]
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    role: str
+    text: str
+    images: tuple[Mapping[str, object], ...] = ()
+
+    def content(self) -> object:
+        if not self.images:
+            return self.text
+        text = [{"type": "text", "text": self.text}] if self.text else []
+        return [*text, *({"type": "image_url", "image_url": image} for image in self.images)]
+
+
+def _message_turn(
+    message: Mapping[str, object], model: str, images: bool
+) -> tuple[str, tuple[Mapping[str, object], ...]]:
+    """A message's text (its content, and the arguments of the tool calls it carries:
+    the model reads those too) and its images."""
+    text, found = _content(message.get("content"), model, images)
+    parts = [text]
     parts.extend(_strings([message.get(name) for name in _RENDERED_MESSAGE_FIELDS]))
     calls = message.get("tool_calls")
     for tool_call in calls if isinstance(calls, list) else []:
         function = tool_call.get("function") if isinstance(tool_call, Mapping) else None
         if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
             parts.append(function["arguments"])
-    return "\n".join(part for part in parts if part)
+    return "\n".join(part for part in parts if part), found
 
 
-def _text_of(content: object) -> str:
+def _content(content: object, model: str, images: bool) -> tuple[str, tuple[Mapping[str, object], ...]]:
+    """A message content's text and image parts; raises the 400 for a part the judge cannot read."""
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "\n".join(parts)
-    return ""
+        return content, ()
+    if not isinstance(content, list):
+        return "", ()
+    texts: list[str] = []
+    found: list[Mapping[str, object]] = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if isinstance(part, Mapping) and kind in ("text", None) and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif isinstance(part, Mapping) and kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])  # an earlier assistant turn's refusal, as text
+        elif (
+            images
+            and isinstance(part, Mapping)
+            and kind == "image_url"
+            and isinstance(part.get("image_url"), Mapping)
+        ):
+            found.append(part["image_url"])
+        else:
+            shown = kind[:40] if isinstance(kind, str) else type(part).__name__
+            reads = "text and images" if images else "text"
+            raise errors.bad_request(
+                f"The model `{model}` screens requests with a guard policy whose judge reads {reads}: "
+                f"it cannot screen a `{shown}` content part, so the request is refused.",
+                param="messages",
+            )
+    return "\n".join(texts), tuple(found)
 
 
 def _strings(value: object) -> list[str]:
@@ -202,7 +249,7 @@ class Guard:
     async def _screen_one(
         self, call: ApiCall, name: str, policy: GuardPolicy, catalog: Catalog, request_id: str
     ) -> None:
-        messages = judge_messages(call)
+        messages = judge_messages(call, images=policy.judge_reads_images)
         if not messages:
             return  # nothing the client wrote to screen
         judge = catalog.resolve(policy.judge)

@@ -295,6 +295,12 @@ class GuardPolicy(_Strict):
     on_error: GuardErrorPolicy = Field(
         GuardErrorPolicy.BLOCK, description="when the judge is unavailable: block (default) or allow"
     )
+    judge_reads_images: StrictBool = Field(
+        False,
+        description="the judge screens images too (Llama Guard 4, Llama Guard 3 Vision): image parts go "
+        "to it with the text. Otherwise a request with an image for a model it screens is refused, "
+        "since an image can carry what the text screen would have blocked",
+    )
 
 
 class Catalog(_Strict):

@@ -317,3 +317,56 @@ async def test_a_token_id_prompt_to_a_guarded_model_is_refused(
         error = (await response.json())["error"]
     assert error["param"] == "prompt" and "token ids" in error["message"]
     assert engine.bodies == []
+
+
+IMAGE = {"url": "data:image/png;base64,iVBORw0KGgo="}  # an image could say what the text screen blocks
+WITH_IMAGE: Any = [
+    {
+        "role": "user",
+        "content": [{"type": "text", "text": "do what it says"}, {"type": "image_url", "image_url": IMAGE}],
+    }
+]
+
+
+async def test_an_image_for_a_guarded_model_is_refused_when_its_judge_reads_text_only(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    engine = await _screening(cluster)
+    client = openai_for(await start_router())
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model="guarded", messages=WITH_IMAGE)
+    assert (
+        caught.value.param == "messages"
+        and "cannot screen a `image_url` content part" in caught.value.message
+    )
+    assert engine.bodies == []  # the model never saw it
+
+
+async def test_a_judge_that_reads_images_screens_them_with_the_text(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    cluster.set_catalog(guard_catalog() + "    judge_reads_images: true\n")
+    judge = FakeJudge("safe")
+    await cluster.add_app("judge", judge.app())
+    engine = RecordingEngine()
+    await cluster.add_app("guarded", engine.app())
+    client = openai_for(await start_router())
+    await client.chat.completions.create(model="guarded", messages=WITH_IMAGE)
+    [screened] = judge.seen
+    assert screened["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "do what it says"},
+                {"type": "image_url", "image_url": IMAGE},
+            ],
+        }
+    ]
+    [sent] = engine.bodies
+    assert json.loads(sent)["messages"] == WITH_IMAGE
+
+    judge.verdict = "unsafe\nS1"
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model="guarded", messages=WITH_IMAGE)
+    assert caught.value.code == "content_policy_violation"
+    assert len(engine.bodies) == 1

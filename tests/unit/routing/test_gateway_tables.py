@@ -181,25 +181,78 @@ def test_the_judge_sees_alternating_text_turns_from_the_user() -> None:
         [
             {"role": "assistant", "content": "first: screened as the user's"},
             {"role": "system", "content": "sys"},
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {}}],
-            },
+            {"role": "user", "content": [{"type": "text", "text": "look"}, "and"]},
             {"role": "tool", "content": "a tool result the client wrote", "tool_call_id": "1"},
-            {"role": "assistant", "content": "ok"},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
             {"role": "user", "content": "then"},
         ]
     )
     assert judge_messages(call) == [
         {
             "role": "user",
-            "content": "first: screened as the user's\n\nsys\n\nlook\n\na tool result the client wrote",
+            "content": "first: screened as the user's\n\nsys\n\nlook\nand\n\na tool result the client wrote",
         },
-        {"role": "assistant", "content": "ok"},
+        {"role": "assistant", "content": "no"},
         {"role": "user", "content": "then"},
     ]
     completion = parse_call(Api.COMPLETIONS, b'{"model":"m","prompt":["a","b"]}')
     assert judge_messages(completion) == [{"role": "user", "content": "a\nb"}]
+
+
+IMAGE = {"url": "data:image/png;base64,iVBORw0KGgo="}
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "image_url", "image_url": IMAGE},
+        {"type": "input_audio", "input_audio": {"data": "UklGR", "format": "wav"}},
+        {"type": "file", "file": {"file_data": "JVBERi0"}},
+        {"type": "video_url", "video_url": {"url": "https://example.com/v.mp4"}},
+        {"type": "text", "text": 5},  # not text after all
+        {"image_url": IMAGE},  # no type: not readable as text
+        ["nested"],
+    ],
+)
+def test_content_the_judge_cannot_read_is_refused_not_dropped(part: object) -> None:
+    # An image (or audio, a file...) can carry the words the text screen would block:
+    # dropping it from the screen and sending it on would let it past the guard.
+    call = _chat([{"role": "user", "content": [{"type": "text", "text": "read this"}, part]}])
+    with pytest.raises(ApiError) as caught:
+        judge_messages(call)
+    assert caught.value.refusal.status == 400 and caught.value.refusal.param == "messages"
+    assert "cannot screen" in caught.value.refusal.message
+
+
+def test_a_judge_that_reads_images_gets_them_beside_the_text() -> None:
+    call = _chat(
+        [
+            {"role": "system", "content": "sys"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this"},
+                    {"type": "image_url", "image_url": IMAGE},
+                ],
+            },
+            {"role": "assistant", "content": "a cat"},
+            {"role": "user", "content": [{"type": "image_url", "image_url": IMAGE}]},
+        ]
+    )
+    assert judge_messages(call, images=True) == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "sys\n\nwhat is this"},
+                {"type": "image_url", "image_url": IMAGE},
+            ],
+        },
+        {"role": "assistant", "content": "a cat"},
+        {"role": "user", "content": [{"type": "image_url", "image_url": IMAGE}]},
+    ]
+    audio = _chat([{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "x"}}]}])
+    with pytest.raises(ApiError):
+        judge_messages(audio, images=True)  # images only
 
 
 @pytest.mark.parametrize(
