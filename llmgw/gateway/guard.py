@@ -173,8 +173,14 @@ def _content(content: object, model: str, images: bool) -> tuple[str, tuple[Mapp
     """A message content's text and image parts; raises the 400 for a part the judge cannot read."""
     if isinstance(content, str):
         return content, ()
-    if not isinstance(content, list):
+    if content is None:
         return "", ()
+    if not isinstance(content, list):  # an engine that reads it some other way must not get it unscreened
+        raise errors.bad_request(
+            f"The model `{model}` screens requests with a guard policy: a message's content must be "
+            "text or a list of content parts.",
+            param="messages",
+        )
     texts: list[str] = []
     found: list[Mapping[str, object]] = []
     for part in content:

@@ -181,7 +181,7 @@ class RateLimiter:
             # A request may hold at most the whole limit, so a large max_tokens waits for
             # a full budget instead of never fitting.
             held = min(max(0, tokens), record.tokens_per_minute)
-            if hold_from.level < held or hold_from.level < 0:
+            if hold_from.level < held:  # held >= 0: a budget below zero admits nothing
                 raise errors.rate_limited(
                     "tokens", record.tokens_per_minute, hold_from.seconds_until(float(held)), requested=held
                 )

@@ -224,6 +224,14 @@ def test_content_the_judge_cannot_read_is_refused_not_dropped(part: object) -> N
     assert "cannot screen" in caught.value.refusal.message
 
 
+@pytest.mark.parametrize("content", [{"type": "text", "text": "EVIL"}, 5, True])
+def test_content_that_is_neither_text_nor_parts_is_refused(content: object) -> None:
+    call = _chat([{"role": "user", "content": content}])  # the router passes it on unscreened
+    with pytest.raises(ApiError) as caught:
+        judge_messages(call)
+    assert caught.value.refusal.param == "messages"
+
+
 def test_a_judge_that_reads_images_gets_them_beside_the_text() -> None:
     call = _chat(
         [
