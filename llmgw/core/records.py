@@ -198,6 +198,7 @@ class Unavailability(StrEnum):
 
     UNPLACEABLE = "unplaceable"  # Nomad said no profile fits, and capacity has not changed since
     DRAINED = "drained"  # an operator drained it (``llmgw ctl drain``)
+    FAILING = "failing"  # its replicas kept failing; no new one before ``until`` (rebuild backoff)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +207,7 @@ class UnavailableModel:
     why: Unavailability
     reason: str  # in words, shown to clients: Nomad's explanation, or who drained it
     since: float  # unix seconds: when placing first failed (or was judged hopeless), or was drained
+    until: float | None = None  # unix seconds: when the control plane tries again (failing only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +331,13 @@ def to_dict(record: Record) -> dict[str, Any]:
             "revoked_at": record.revoked_at,
         }
     if isinstance(record, UnavailableModel):
-        return {"model": record.model, "why": str(record.why), "reason": record.reason, "since": record.since}
+        entry = {
+            "model": record.model,
+            "why": str(record.why),
+            "reason": record.reason,
+            "since": record.since,
+        }
+        return entry if record.until is None else {**entry, "until": record.until}
     if isinstance(record, UnavailableModels):
         return {
             "catalog_sha256": record.catalog_sha256,
@@ -574,9 +582,14 @@ def _decode_unavailable_model(f: _Fields) -> UnavailableModel:
     try:
         kind = Unavailability(why)
     except ValueError:
-        raise RecordDecodeError(f"{f.path}.why: {why!r} is not unplaceable or drained") from None
+        raise RecordDecodeError(f"{f.path}.why: {why!r} is not unplaceable, drained or failing") from None
     return UnavailableModel(
-        model=f.text("model"), why=kind, reason=f.text("reason", nonempty=False), since=f.seconds("since")
+        model=f.text("model"),
+        why=kind,
+        reason=f.text("reason", nonempty=False),
+        since=f.seconds("since"),
+        # Absent from documents of leaders older than the failing kind.
+        until=f.optional_seconds("until") if "until" in f.raw else None,
     )
 
 

@@ -19,8 +19,9 @@ The four answers when nothing serves are deliberately different, because clients
 - ``LOADING`` 503 with ``Retry-After``: an on-demand model is being started;
 - ``NO_CAPACITY`` 503 with ``Retry-After``: a running model has no healthy replica now;
 - ``UNAVAILABLE`` 503 ``model_unavailable`` at once, no wait: the control plane says it
-  cannot serve the model now (Nomad found no place for it: ``Retry-After``; an operator
-  drained it: not to be retried), and the message says why and since when.
+  cannot serve the model now (Nomad found no place for it: ``Retry-After``; its
+  replicas kept failing: ``Retry-After`` until the control plane tries again; an
+  operator drained it: not to be retried), and the message says why and since when.
 """
 
 from __future__ import annotations
@@ -411,6 +412,17 @@ def _unavailable(requested: str, why: UnavailableModel | None, retry_after: int)
             type="server_error",
             code="model_unavailable",
             retryable=False,
+        )
+    if why is not None and why.why is Unavailability.FAILING:
+        again = f" at {_utc(why.until)}" if why.until is not None else ""
+        return Refusal(
+            status=503,
+            message=f"The model {which} cannot be served now: its replicas kept failing "
+            f"({why.reason}){since}. The control plane tries again{again}; retry in {retry_after} "
+            "seconds or ask the operator.",
+            type="server_error",
+            code="model_unavailable",
+            retry_after=retry_after,
         )
     detail = f": the cluster has no place for it ({why.reason}){since}" if why is not None else ""
     return Refusal(

@@ -121,6 +121,14 @@ class EndpointBook:
             return self._unavailable_by_model
         return {}
 
+    def seconds_until_retry(self, model: str) -> float | None:
+        """Until the control plane tries ``model`` again, when its word says (a failing model's
+        backoff), else None."""
+        why = self.unavailable().get(model)
+        if why is None or why.until is None:
+            return None
+        return why.until - self._wall()
+
     def state(
         self, name: str, model: Model, unavailable: Mapping[str, UnavailableModel] | None = None
     ) -> routing.ModelState:

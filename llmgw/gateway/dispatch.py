@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -360,7 +361,10 @@ class Dispatcher:
         if reason is routing.Unserved.LOADING:
             retry_after = self._settings.loading_retry_after
         elif reason is routing.Unserved.UNAVAILABLE:
-            retry_after = self._settings.unplaceable_retry_after
+            until = self._book.seconds_until_retry(requested_model)
+            retry_after = (
+                self._settings.unplaceable_retry_after if until is None else max(1, math.ceil(until))
+            )
         else:
             retry_after = self._settings.unavailable_retry_after
         raise ApiError(

@@ -153,7 +153,7 @@ def _model_object(request: web.Request, name: str, model_name: str, model: Model
             # Why the control plane cannot serve it now (state "unavailable"), else null.
             "unavailable": None
             if why is None
-            else {"why": str(why.why), "reason": why.reason, "since": why.since},
+            else {"why": str(why.why), "reason": why.reason, "since": why.since, "until": why.until},
             "description": model.description,
         },
     }

@@ -13,7 +13,10 @@ Owns the rule that turns the planner's memory and the operator's commands into t
 - unplaceable too: the pass found no profile worth a plan at all (``Decision.unplaceable``:
   a multi-node profile and no fabric with enough ready nodes). Its ``since`` is kept
   from the last document while the reason holds, so an unchanged claim is not a new
-  document every pass.
+  document every pass;
+- failing: its replicas failed in a row and its rebuild backoff holds (``Backoff``):
+  no replica before ``until``, the backoff's end. Routers say so, and when to retry,
+  instead of "loading".
 
 Must not: do I/O or read a clock (``now`` is the publication time the caller passes).
 What a router does with the document is ``llmgw.core.routing``'s.
@@ -61,17 +64,25 @@ def unavailable_models(
             out.append(UnavailableModel(name, Unavailability.UNPLACEABLE, _clip(hold.reason), hold.since))
         elif unplaceable and name in unplaceable:
             reason = _clip(unplaceable[name])
-            since = now
-            for before in previous.models if previous is not None else ():
-                if (
-                    before.model == name
-                    and before.why is Unavailability.UNPLACEABLE
-                    and before.reason == reason
-                ):
-                    since = before.since
+            since = _since(previous, name, Unavailability.UNPLACEABLE, reason, now)
             out.append(UnavailableModel(name, Unavailability.UNPLACEABLE, reason, since))
+        elif memo is not None and memo.backoff is not None and now < memo.backoff.retry_at:
+            backoff = memo.backoff
+            reason = _clip(f"{backoff.failures} failure(s) in a row; the last: {backoff.last_failure}")
+            since = _since(previous, name, Unavailability.FAILING, reason, now)
+            out.append(UnavailableModel(name, Unavailability.FAILING, reason, since, until=backoff.retry_at))
     return UnavailableModels(catalog_sha256=desired.catalog_hash, published_at=now, models=tuple(out))
 
 
 def _clip(reason: str) -> str:
     return reason if len(reason) <= MAX_TEXT_CHARS else reason[: MAX_TEXT_CHARS - 3] + "..."
+
+
+def _since(
+    previous: UnavailableModels | None, model: str, why: Unavailability, reason: str, now: float
+) -> float:
+    """When the last document first said the same thing about ``model``, else ``now``."""
+    for before in previous.models if previous is not None else ():
+        if before.model == model and before.why is why and before.reason == reason:
+            return before.since
+    return now

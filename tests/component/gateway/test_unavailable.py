@@ -164,6 +164,7 @@ async def test_the_model_list_shows_the_state_and_why(
         "why": "unplaceable",
         "reason": NO_DRIVER,
         "since": 1_699_999_000.0,
+        "until": None,  # only a failing model's backoff has an end
     }
     assert (models["sleepy-fallback"]["state"], models["sleepy-fallback"]["unavailable"]) == (
         "startable",
@@ -233,3 +234,25 @@ async def test_a_guarded_model_whose_judge_cannot_be_placed_is_refused_without_t
         await openai_for(router).chat.completions.create(model="guarded", messages=MESSAGES)
     assert loop.time() - started < 1.0
     assert (caught.value.status_code, caught.value.code) == (503, "guard_unavailable")
+
+
+async def test_a_failing_model_is_refused_until_its_backoff_ends_with_retry_after_to_match(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    crashing = UnavailableModel(
+        "sleepy",
+        Unavailability.FAILING,
+        "3 failure(s) in a row; the last: the engine exited with code 137",
+        cluster.clock.now - 60,
+        until=cluster.clock.now + 90,
+    )
+    publish(cluster, crashing)
+    router = await start_router(load_wait=5.0)
+    await applied(router, "sleepy")
+    with pytest.raises(openai.APIStatusError) as caught:
+        await openai_for(router).chat.completions.create(model="sleepy", messages=MESSAGES)
+    error = caught.value
+    assert (error.status_code, error.code) == (503, "model_unavailable")
+    assert "kept failing" in error.message and "exited with code 137" in error.message
+    assert 89 <= int(error.response.headers["Retry-After"]) <= 90  # when the control plane tries again
+    assert cluster.sink.wakes("sleepy") == []

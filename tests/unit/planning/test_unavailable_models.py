@@ -140,3 +140,20 @@ def test_a_multi_node_model_with_no_fabric_to_run_on_is_listed_without_asking_no
         unplaceable=sim.decisions[-1].unplaceable, previous=later,
     ).models == ()  # fmt: skip
     assert sim.cluster.healthy_jobs("big")
+
+
+def test_a_model_whose_replicas_keep_failing_is_listed_until_its_backoff_ends() -> None:
+    sim = simulation()
+    sim.run(30)
+    assert "fits" not in published(sim)
+    for _ in range(2):  # crash the fresh replica each time one runs: the backoff grows
+        (job,) = sim.cluster.running_jobs("fits")
+        sim.cluster.crash(job, "rank0")
+        sim.run(1)
+        memo = sim.state.models["fits"]
+        assert memo.backoff is not None
+        listed = published(sim)["fits"]
+        assert listed.why is Unavailability.FAILING and listed.until == memo.backoff.retry_at
+        assert listed.reason.startswith(f"{memo.backoff.failures} failure(s) in a row; the last: ")
+        sim.run(memo.backoff.retry_at - sim.now + 15)  # the backoff ends: a new replica is placed
+        assert "fits" not in published(sim)

@@ -111,6 +111,26 @@ def test_unplaceable_answer_says_why_and_since_when_and_when_to_retry() -> None:
     assert refusal.body()["error"]["code"] == "model_unavailable"
 
 
+FAILING = UnavailableModel(
+    "crashy", Unavailability.FAILING, "3 failure(s) in a row; the last: exited 137", T0, until=T0 + 120
+)
+
+
+def test_failing_answer_says_why_and_when_the_control_plane_tries_again() -> None:
+    refusal = refusal_for(Unserved.UNAVAILABLE, "crashy", retry_after=95, unavailable=FAILING)
+    assert (refusal.status, refusal.code, refusal.retry_after, refusal.retryable) == (
+        503,
+        "model_unavailable",
+        95,
+        True,
+    )
+    assert refusal.message == (
+        "The model `crashy` cannot be served now: its replicas kept failing (3 failure(s) in a row; "
+        "the last: exited 137) since 2026-11-30T00:53:20Z. The control plane tries again at "
+        "2026-11-30T00:55:20Z; retry in 95 seconds or ask the operator."
+    )
+
+
 def test_drained_answer_is_not_to_be_retried_and_names_the_alias_and_the_model() -> None:
     refusal = refusal_for(Unserved.UNAVAILABLE, "gpt-x", retry_after=30, unavailable=DRAINED)
     assert (refusal.status, refusal.code, refusal.retry_after, refusal.retryable) == (
@@ -142,11 +162,18 @@ def test_the_router_trusts_only_a_fresh_document_about_its_own_catalog() -> None
 
 
 def test_the_document_round_trips_and_bad_ones_are_refused() -> None:
-    doc = _document(UNPLACEABLE, DRAINED)
+    doc = _document(UNPLACEABLE, DRAINED, FAILING)
     assert from_json(UnavailableModels, to_json(doc)) == doc
+    # A document from a leader older than the failing kind has no "until".
+    assert '"until"' not in to_json(_document(UNPLACEABLE))
+    assert from_json(UnavailableModels, to_json(_document(UNPLACEABLE))).models == (UNPLACEABLE,)
+    with pytest.raises(RecordDecodeError, match="until"):
+        from_json(
+            UnavailableModels, to_json(_document(FAILING)).replace(f'"until":{T0 + 120}', '"until":"soon"')
+        )
     # A kind only a newer leader knows is skipped (that model is waited for as before).
     newer = from_json(UnavailableModels, to_json(doc).replace('"drained"', '"quarantined"'))
-    assert newer.models == (UNPLACEABLE,)
+    assert newer.models == (UNPLACEABLE, FAILING)
     with pytest.raises(RecordDecodeError, match="why"):
         from_json(UnavailableModels, to_json(doc).replace('"why":"drained"', '"why":7'))
     with pytest.raises(RecordDecodeError, match="catalog_sha256"):
