@@ -486,36 +486,42 @@ async def main(args: argparse.Namespace) -> None:
 
     # An engine as fast as it goes: the bare per-request cost, then the router's CPU per SSE event.
     sim, sim_port = await start_sim(100_000.0, args.max_tokens)
-    router, router_port = await start_router(sim_port, args.router_loop)
+    routers = {"router": await start_router(sim_port, args.router_loop)}
+    if args.compare_loop:
+        routers[f"router-{args.compare_loop}"] = await start_router(sim_port, args.compare_loop)
     try:
         async with nginx(sim_port) as nginx_port:
-            targets = {"direct": sim_port, "router": router_port}
+            targets = {"direct": sim_port, "router": routers["router"][1]}
             if nginx_port is not None:
                 targets["nginx"] = nginx_port
-            await unloaded(args, targets, router.pid)
-        url = f"http://127.0.0.1:{router_port}"
-        await load(
-            "router", url, concurrency=args.concurrency, seconds=args.warmup, max_tokens=args.max_tokens,
-            stream=True,
-        )  # fmt: skip
-        per_event: list[float] = []
-        rates: list[float] = []
-        cores: list[float] = []
-        for _ in range(args.rounds):
-            before = cpu_seconds(router.pid)
-            run = await load("router", url, concurrency=args.concurrency, seconds=args.seconds,
-                             max_tokens=args.max_tokens, stream=True)  # fmt: skip
-            used = cpu_seconds(router.pid) - before
-            per_event.append(used / max(run.events, 1) * 1e6)
-            rates.append(run.events / run.seconds)
-            cores.append(used / run.seconds * 100)
-        print(
-            f"\nsaturation: {spread(rates, '.0f')} SSE events/s through the router, router CPU "
-            f"{spread(cores, '.0f')}% of a core, {spread(per_event, '.1f')} us of router CPU "
-            "per forwarded event"
-        )
+            await unloaded(args, targets, routers["router"][0].pid)
+        print()
+        for name, (_, port) in routers.items():
+            await load(
+                name, f"http://127.0.0.1:{port}", concurrency=args.concurrency, seconds=args.warmup,
+                max_tokens=args.max_tokens, stream=True,
+            )  # fmt: skip
+        per_event: dict[str, list[float]] = {name: [] for name in routers}
+        rates: dict[str, list[float]] = {name: [] for name in routers}
+        cores: dict[str, list[float]] = {name: [] for name in routers}
+        for _ in range(args.rounds):  # the routers alternate within each round: the same minute's noise
+            for name, (process, port) in routers.items():
+                before = cpu_seconds(process.pid)
+                run = await load(name, f"http://127.0.0.1:{port}", concurrency=args.concurrency,
+                                 seconds=args.seconds, max_tokens=args.max_tokens, stream=True)  # fmt: skip
+                used = cpu_seconds(process.pid) - before
+                per_event[name].append(used / max(run.events, 1) * 1e6)
+                rates[name].append(run.events / run.seconds)
+                cores[name].append(used / run.seconds * 100)
+        for name in routers:
+            print(
+                f"saturation, {name}: {spread(rates[name], '.0f')} SSE events/s, CPU "
+                f"{spread(cores[name], '.0f')}% of a core, {spread(per_event[name], '.1f')} us of CPU "
+                "per forwarded event"
+            )
     finally:
-        await _stop(router)
+        for process, _ in routers.values():
+            await _stop(process)
         await _stop(sim)
 
 
