@@ -67,11 +67,24 @@ FLOOR = "bare-asyncio"  # the reference no asyncio proxy goes under (proxy_floor
 # --- the processes ----------------------------------------------------------------------------------
 
 
-async def _start(args: list[str], pattern: bytes) -> tuple[asyncio.subprocess.Process, int]:
+# --pin: the CPUs the proxies (router, nginx, bare proxies) run on; the load generator
+# and the engine keep the others. None: everything shares every CPU.
+PROXY_CPUS: set[int] | None = None
+
+
+def _pin_proxy() -> None:
+    if PROXY_CPUS is not None:
+        os.sched_setaffinity(0, PROXY_CPUS)
+
+
+async def _start(
+    args: list[str], pattern: bytes, *, proxy: bool = True
+) -> tuple[asyncio.subprocess.Process, int]:
     """Start a process that prints ``... port=N`` on stdout once it listens."""
     process = await asyncio.create_subprocess_exec(
-        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, cwd=ROOT
-    )
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, cwd=ROOT,
+        preexec_fn=_pin_proxy if proxy else None,
+    )  # fmt: skip
     assert process.stdout is not None
     while True:
         line = await asyncio.wait_for(process.stdout.readline(), 30)
@@ -99,6 +112,7 @@ async def start_sim(token_rate: float, max_tokens: int) -> tuple[asyncio.subproc
             "--max-model-len", str(max_tokens + 1000), "--log-level", "WARNING",
         ],
         b"llmgw-sim listening",
+        proxy=False,
     )  # fmt: skip
 
 
@@ -194,7 +208,7 @@ http {{
         )
         process = await asyncio.create_subprocess_exec(
             binary, "-p", tmp, "-c", f"{tmp}/nginx.conf", "-g", "daemon off;",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, preexec_fn=_pin_proxy,
         )  # fmt: skip
         try:
             for _ in range(100):
@@ -450,12 +464,20 @@ async def unloaded(args: argparse.Namespace, targets: dict[str, int], router_pid
 
 
 async def main(args: argparse.Namespace) -> None:
+    global PROXY_CPUS
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            sys.exit("--pin needs at least two CPUs")
+        PROXY_CPUS = {cpus[-1]}
+        os.sched_setaffinity(0, set(cpus[:-1]))  # the load generator, and the engines it starts
     print(
         f"router proxy bench: {args.concurrency} concurrent clients, {args.max_tokens} tokens at "
         f"{args.token_rate:g} tokens/s per stream, {args.rounds} rounds of {args.seconds:g} s per target, "
         f"{os.cpu_count()} cores, the router and the bare proxies on "
         f"{event_loop.resolve(args.router_loop)}"
         + (f", router-{args.compare_loop} on {args.compare_loop}" if args.compare_loop else "")
+        + (f"; proxies pinned to CPU {sorted(PROXY_CPUS)}, the rest elsewhere" if PROXY_CPUS else "")
     )
     sim, sim_port = await start_sim(args.token_rate, args.max_tokens)
     router, router_port = await start_router(sim_port, args.router_loop)
@@ -576,6 +598,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--compare-loop", choices=("asyncio", "uvloop"),
         help="also run a second router on this event loop (the target router-LOOP), in the same rounds",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pin", action="store_true",
+        help="give the proxies (router, nginx, bare proxies) the last CPU and the load generator and "
+        "the engine the others, as when the router has a host of its own",
     )  # fmt: skip
     parser.add_argument("--serve-router", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine-port", type=int, default=0, help=argparse.SUPPRESS)
