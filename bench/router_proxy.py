@@ -26,6 +26,8 @@ machine's cores, so figures on a 2-core box are upper bounds of the overhead.
 
     .venv/bin/python bench/router_proxy.py                  # 64 streams, 50 tokens/s, 7 rounds of 3 s
     .venv/bin/python bench/router_proxy.py --concurrency 16 --rounds 3 --seconds 2
+    .venv/bin/python bench/router_proxy.py --compare-loop asyncio   # + a router on asyncio's loop
+    .venv/bin/python bench/router_proxy.py --pin   # the proxies on a CPU of their own
 """
 
 from __future__ import annotations
