@@ -37,7 +37,12 @@ safe_args = st.lists(
 )
 safe_env = st.dictionaries(
     st.sampled_from(["NCCL_DEBUG", "OMP_NUM_THREADS", "VLLM_ATTENTION_BACKEND", "TOKENIZERS_PARALLELISM"]),
-    st.one_of(text.filter(lambda s: "\x00" not in s), st.integers(0, 64).map(str)),
+    # Without what the catalog refuses in engine text (NUL, Nomad's ${, the renderer's @@):
+    # tests/unit/catalog/test_rules.py has a catalog for each of those.
+    st.one_of(
+        text.filter(lambda s: "\x00" not in s and "${" not in s and "@@" not in s),
+        st.integers(0, 64).map(str),
+    ),
     max_size=3,
 )
 
