@@ -262,6 +262,7 @@ Record = (
     | UnavailableModel
     | UnavailableModels
 )
+E = TypeVar("E", bound=StrEnum)
 R = TypeVar(
     "R",
     Endpoint,
@@ -419,9 +420,21 @@ class _Fields:
     def seconds(self, key: str) -> float:
         return _seconds(self._where(key), self._get(key))
 
-    def optional_seconds(self, key: str) -> float | None:
-        value = self._get(key)
+    def optional_seconds(self, key: str, *, may_be_absent: bool = False) -> float | None:
+        """``may_be_absent``: a key newer than some writers (absent reads as null)."""
+        value = self.raw.get(key) if may_be_absent else self._get(key)
         return None if value is None else _seconds(self._where(key), value)
+
+    def member(self, key: str, kind: type[E]) -> E:
+        """A string that must be one of ``kind``'s values."""
+        value = self.text(key)
+        try:
+            return kind(value)
+        except ValueError:
+            *first, last = [str(member.value) for member in kind]
+            raise RecordDecodeError(
+                f"{self._where(key)}: {value!r} is not {', '.join(first)} or {last}"
+            ) from None
 
     def boolean(self, key: str) -> bool:
         value = self._get(key)
@@ -494,11 +507,7 @@ def _seconds(where: str, value: object) -> float:
 
 
 def _decode_endpoint(f: _Fields) -> Endpoint:
-    status = f.text("status")
-    try:
-        health = HealthStatus(status)
-    except ValueError:
-        raise RecordDecodeError(f"{f.path}.status: {status!r} is not passing, warning or critical") from None
+    health = f.member("status", HealthStatus)
     return Endpoint(
         service_id=f.text("service_id"),
         node=f.text("node"),
@@ -578,18 +587,13 @@ def _decode_catalog(f: _Fields) -> CatalogVersion:
 
 
 def _decode_unavailable_model(f: _Fields) -> UnavailableModel:
-    why = f.text("why")
-    try:
-        kind = Unavailability(why)
-    except ValueError:
-        raise RecordDecodeError(f"{f.path}.why: {why!r} is not unplaceable, drained or failing") from None
     return UnavailableModel(
         model=f.text("model"),
-        why=kind,
+        why=f.member("why", Unavailability),
         reason=f.text("reason", nonempty=False),
         since=f.seconds("since"),
         # Absent from documents of leaders older than the failing kind.
-        until=f.optional_seconds("until") if "until" in f.raw else None,
+        until=f.optional_seconds("until", may_be_absent=True),
     )
 
 
