@@ -13,12 +13,12 @@ import pytest
 from aiohttp import web
 
 from llmgw.core.records import ApiKeyRecord
-from llmgw.gateway.app import create_app
+from llmgw.gateway.app import RouterServer, create_app
 from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.keys import KeyRing, new_api_key
 from llmgw.gateway.settings import RouterSettingsError
 
-from .conftest import Cluster, OpenAIFor, StartRouter, eventually, router_settings
+from .conftest import Cluster, Engine, OpenAIFor, StartRouter, eventually, router_settings
 
 MESSAGES: Any = [{"role": "user", "content": "hello there"}]
 
@@ -202,18 +202,29 @@ def _auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+# A stream that asks for 400 tokens at 20 tokens/s: it holds ~430 of a key's budget.
+SLOW_STREAM = {"model": "sim-chat", "messages": MESSAGES, "max_tokens": 400, "stream": True}
+
+
+async def _slow_streams(
+    cluster: Cluster, start_router: StartRouter, *, tokens_per_minute: int
+) -> tuple[Engine, str, RouterServer]:
+    """A slow simulated engine, a key with this token limit, and a router that checks keys."""
+    engine = await cluster.add_sim("sim-chat", token_rate=20.0)
+    key, _ = _issue(cluster, tokens_per_minute=tokens_per_minute)
+    return engine, key, await start_router(with_keys=True)
+
+
 async def test_concurrent_requests_cannot_all_start_on_one_positive_token_balance(
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
 ) -> None:
     # The dodge: with tokens charged only after answers, every request sent at once
     # got in while the balance was still positive. Each now holds its prompt's
     # estimate plus max_tokens (~430 here) until its usage comes.
-    engine = await cluster.add_sim("sim-chat", token_rate=20.0)
-    key, _ = _issue(cluster, tokens_per_minute=1000)
-    router = await start_router(with_keys=True)
-    body = {"model": "sim-chat", "messages": MESSAGES, "max_tokens": 400, "stream": True}
+    engine, key, router = await _slow_streams(cluster, start_router, tokens_per_minute=1000)
     responses = [
-        await http.post(router.url + "/v1/chat/completions", json=body, headers=_auth(key)) for _ in range(4)
+        await http.post(router.url + "/v1/chat/completions", json=SLOW_STREAM, headers=_auth(key))
+        for _ in range(4)
     ]
     try:
         assert [r.status for r in responses] == [200, 200, 429, 429]
@@ -233,44 +244,45 @@ async def test_leaving_a_stream_midway_pays_what_it_held(
 ) -> None:
     # The dodge: a client that reads what it wants and hangs up before the usage
     # event was charged nothing. Now it pays its hold (prompt estimate + max_tokens).
-    engine = await cluster.add_sim("sim-chat", token_rate=20.0)
-    key, _ = _issue(cluster, tokens_per_minute=500)
-    router = await start_router(with_keys=True)
-    body = {"model": "sim-chat", "messages": MESSAGES, "max_tokens": 400, "stream": True}
-    async with http.post(router.url + "/v1/chat/completions", json=body, headers=_auth(key)) as response:
+    engine, key, router = await _slow_streams(cluster, start_router, tokens_per_minute=500)
+    async with http.post(
+        router.url + "/v1/chat/completions", json=SLOW_STREAM, headers=_auth(key)
+    ) as response:
         assert response.status == 200
         await response.content.readline()
     assert await eventually(lambda: not router.app[CONTEXT].book.in_flight())
     assert (await engine.stats(http))["completed"] == 0
-    async with http.post(router.url + "/v1/chat/completions", json=body, headers=_auth(key)) as response:
+    async with http.post(
+        router.url + "/v1/chat/completions", json=SLOW_STREAM, headers=_auth(key)
+    ) as response:
         assert response.status == 429
         assert (await response.json())["error"]["type"] == "tokens"
 
 
-def _short_answers_engine() -> web.Application:
-    """Answers every chat request with one word and a usage of 12 tokens."""
-    usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+USAGE = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+
+
+def _short_answers_engine(usage: dict[str, int] | None = USAGE) -> web.Application:
+    """Answers every chat request with one word and ``usage`` (None: no usage at all)."""
+
+    def message(kind: str, choices: list[Any], **more: Any) -> dict[str, Any]:
+        return {"id": "x", "object": kind, "created": 0, "model": "chat-a", "choices": choices, **more}
+
+    with_usage = {} if usage is None else {"usage": usage}
 
     async def answer(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         if not body.get("stream"):
             choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
-            return web.json_response({"id": "x", "object": "chat.completion", "model": "chat-a",
-                                      "choices": [choice], "usage": usage})  # fmt: skip
+            return web.json_response(message("chat.completion", [choice], **with_usage))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         delta = {"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}
-        chunk = {"id": "x", "object": "chat.completion.chunk", "model": "chat-a", "choices": [delta]}
-        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        if (body.get("stream_options") or {}).get("include_usage"):
-            last = {
-                "id": "x",
-                "object": "chat.completion.chunk",
-                "model": "chat-a",
-                "choices": [],
-                "usage": usage,
-            }
-            await response.write(b"data: " + json.dumps(last).encode() + b"\n\n")
+        events = [message("chat.completion.chunk", [delta])]
+        if with_usage and (body.get("stream_options") or {}).get("include_usage"):
+            events.append(message("chat.completion.chunk", [], **with_usage))
+        for event in events:
+            await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         return response
 
@@ -319,16 +331,7 @@ async def test_requests_no_engine_generated_for_give_their_hold_back(
 async def test_an_engine_that_reports_no_usage_is_charged_the_hold(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
 ) -> None:
-    async def no_usage(request: web.Request) -> web.Response:
-        await request.read()
-        choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
-        return web.json_response(
-            {"id": "x", "object": "chat.completion", "created": 0, "model": "chat-a", "choices": [choice]}
-        )
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", no_usage)
-    await cluster.add_app("chat-a", app)
+    await cluster.add_app("chat-a", _short_answers_engine(usage=None))
     key, _ = _issue(cluster, tokens_per_minute=500)
     client = openai_for(await start_router(with_keys=True), api_key=key)
     await client.chat.completions.create(model="chat-a", messages=MESSAGES, max_tokens=400)
