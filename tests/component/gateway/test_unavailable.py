@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
+from openai import AsyncOpenAI
 
 from llmgw.core.records import Unavailability, UnavailableModel, UnavailableModels
 from llmgw.gateway.app import RouterServer
@@ -47,6 +48,13 @@ def drained(model: str) -> UnavailableModel:
     return UnavailableModel(model, Unavailability.DRAINED, "drained by alice", 1_699_999_900.0)
 
 
+async def refusal(client: AsyncOpenAI, model: str) -> openai.APIStatusError:
+    """The error a chat completion for ``model`` gets."""
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.chat.completions.create(model=model, messages=MESSAGES)
+    return caught.value
+
+
 async def applied(router: RouterServer, *models: str) -> None:
     book = router.app[CONTEXT].book
     assert await eventually(lambda: set(book.unavailable()) == set(models))
@@ -61,10 +69,8 @@ async def test_an_unplaceable_on_demand_model_is_refused_at_once_saying_why(
     client = openai_for(router)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    with pytest.raises(openai.APIStatusError) as caught:
-        await client.chat.completions.create(model="sleepy", messages=MESSAGES)
+    error = await refusal(client, "sleepy")
     assert loop.time() - started < 1.0  # no load wait (5 s here)
-    error = caught.value
     assert (error.status_code, error.code, error.type) == (503, "model_unavailable", "server_error")
     assert error.response.headers["Retry-After"] == "30"
     assert "cannot be served now" in error.message and "missing drivers: docker" in error.message
@@ -132,10 +138,9 @@ async def test_an_alias_of_an_unplaceable_running_model_says_so_instead_of_no_he
     publish(cluster, unplaceable("chat-a"))
     router = await start_router(load_wait=5.0)
     await applied(router, "chat-a")
-    with pytest.raises(openai.APIStatusError) as caught:
-        await openai_for(router).chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)
-    assert caught.value.code == "model_unavailable"
-    assert "`gpt-4o-mini` (`chat-a`)" in caught.value.message
+    error = await refusal(openai_for(router), "gpt-4o-mini")
+    assert error.code == "model_unavailable"
+    assert "`gpt-4o-mini` (`chat-a`)" in error.message
 
 
 async def test_fallbacks_are_still_tried_first(
@@ -185,9 +190,8 @@ async def test_an_untrusted_word_changes_nothing_the_model_is_loading_as_before(
     publish(cluster, unplaceable("sleepy"), **untrusted)
     router = await start_router(load_wait=0.3)
     await asyncio.sleep(0.05)
-    with pytest.raises(openai.APIStatusError) as caught:
-        await openai_for(router).chat.completions.create(model="sleepy", messages=MESSAGES)
-    assert caught.value.code == "model_loading"
+    error = await refusal(openai_for(router), "sleepy")
+    assert error.code == "model_loading"
     assert len(cluster.sink.wakes("sleepy")) == 1
 
 
@@ -199,13 +203,11 @@ async def test_a_consul_outage_keeps_the_last_word_until_it_goes_stale(
     await applied(router, "sleepy")
     cluster.unavailable.fail("Consul unreachable")
     client = openai_for(router)
-    with pytest.raises(openai.APIStatusError) as caught:
-        await client.chat.completions.create(model="sleepy", messages=MESSAGES)
-    assert caught.value.code == "model_unavailable"
+    error = await refusal(client, "sleepy")
+    assert error.code == "model_unavailable"
     cluster.clock.now += 91.0  # no refresh came: the word is stale, the model loadable again
-    with pytest.raises(openai.APIStatusError) as caught:
-        await client.chat.completions.create(model="sleepy", messages=MESSAGES)
-    assert caught.value.code == "model_loading"
+    error = await refusal(client, "sleepy")
+    assert error.code == "model_loading"
 
 
 GUARDED = """
@@ -230,10 +232,9 @@ async def test_a_guarded_model_whose_judge_cannot_be_placed_is_refused_without_t
     await applied(router, "judge")
     loop = asyncio.get_running_loop()
     started = loop.time()
-    with pytest.raises(openai.APIStatusError) as caught:
-        await openai_for(router).chat.completions.create(model="guarded", messages=MESSAGES)
+    error = await refusal(openai_for(router), "guarded")
     assert loop.time() - started < 1.0
-    assert (caught.value.status_code, caught.value.code) == (503, "guard_unavailable")
+    assert (error.status_code, error.code) == (503, "guard_unavailable")
 
 
 async def test_a_failing_model_is_refused_until_its_backoff_ends_with_retry_after_to_match(
@@ -249,9 +250,7 @@ async def test_a_failing_model_is_refused_until_its_backoff_ends_with_retry_afte
     publish(cluster, crashing)
     router = await start_router(load_wait=5.0)
     await applied(router, "sleepy")
-    with pytest.raises(openai.APIStatusError) as caught:
-        await openai_for(router).chat.completions.create(model="sleepy", messages=MESSAGES)
-    error = caught.value
+    error = await refusal(openai_for(router), "sleepy")
     assert (error.status_code, error.code) == (503, "model_unavailable")
     assert "kept failing" in error.message and "exited with code 137" in error.message
     assert 89 <= int(error.response.headers["Retry-After"]) <= 90  # when the control plane tries again
