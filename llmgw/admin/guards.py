@@ -32,7 +32,6 @@ Must not: read bodies, or answer CORS preflights (there is no cross-origin use).
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -43,6 +42,7 @@ from llmgw.admin import errors
 from llmgw.admin.context import ACTOR, SETTINGS
 from llmgw.admin.errors import AdminError
 from llmgw.admin.settings import AdminSettings
+from llmgw.core.addresses import is_ip_or_localhost
 
 log = logging.getLogger("llmgw.admin")
 
@@ -111,13 +111,7 @@ def host_refusal(header: str | None, allowed_hosts: tuple[str, ...]) -> str | No
     if parts is None:
         return "the Host header is malformed"
     host = parts[0]
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    else:
-        return None
-    if host.lower() == "localhost" or host.lower() in allowed_hosts:
+    if is_ip_or_localhost(host) or host.lower() in allowed_hosts:
         return None
     return (
         f"the admin API answers only to an IP address or localhost in Host, not {host!r} "

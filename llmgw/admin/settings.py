@@ -16,12 +16,11 @@ Must not: import aiohttp or ssl, read files (the TLS files are opened by
 from __future__ import annotations
 
 import argparse
-import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from llmgw.core.addresses import url_of
+from llmgw.core.addresses import is_loopback, url_of
 from llmgw.flags import Flag, add_flags, parse_bool, read_flags
 
 ENV_PREFIX = "LLMGW_ADMIN_"
@@ -105,15 +104,6 @@ class AdminSettings:
         if problems:
             raise AdminSettingsError("; ".join(problems))
         return cls(**values)
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True, slots=True)

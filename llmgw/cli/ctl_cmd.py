@@ -32,12 +32,13 @@ from typing import Any, TextIO
 from urllib.parse import quote, urlsplit
 
 from llmgw import __version__
-from llmgw.admin.settings import DEFAULT_URL, TOKEN_ENV, URL_ENV, is_loopback
+from llmgw.admin.settings import DEFAULT_URL, TOKEN_ENV, URL_ENV
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from llmgw.cli.output import UnknownModel
 from llmgw.cli.output import format_when as _when
 from llmgw.cli.output import print_json as _print_json
 from llmgw.cli.output import print_table as _table
+from llmgw.core.addresses import is_loopback
 from llmgw.core.catalog_diff import CatalogDiff, DiffDecodeError, diff_from_dict
 
 EXIT_UNREACHABLE = 3

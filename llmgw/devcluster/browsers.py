@@ -20,31 +20,22 @@ Must not: know either stand-in's API (each adds this middleware to its app).
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from llmgw.core.addresses import host_of_header, is_ip_or_localhost
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _host_name(header: str) -> str | None:
-    if header.startswith("["):
-        end = header.find("]")
-        return header[1:end] if end > 0 else None
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 def browser_refusal(host: str | None, origin: str | None, fetch_site: str | None) -> tuple[int, str] | None:
     """(status, why) for a request a web page may have sent, or None for a program's."""
-    name = _host_name(host) if host else None
+    name = host_of_header(host) if host else None
     if name is None:
         return 421, "the request has no usable Host header"
-    if name.lower() != "localhost":
-        try:
-            ipaddress.ip_address(name)
-        except ValueError:
-            return 421, f"the dev stand-ins answer to an IP address or localhost in Host, not {name[:100]!r}"
+    if not is_ip_or_localhost(name):
+        return 421, f"the dev stand-ins answer to an IP address or localhost in Host, not {name[:100]!r}"
     if origin is not None:
         return 403, f"the request comes from a web page at {origin[:100]!r}; the dev stand-ins serve programs"
     if fetch_site is not None and fetch_site.lower() != "none":

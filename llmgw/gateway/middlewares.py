@@ -25,13 +25,13 @@ Must not: route, or read bodies.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from llmgw.core.addresses import host_of_header, is_ip_or_localhost
 from llmgw.core.routing import Refusal
 from llmgw.gateway import errors, keys
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
@@ -155,13 +155,7 @@ def browser_refusal(host: str | None, origin: str | None, fetch_site: str | None
     host = host or ""
     if origin is not None and origin.lower().partition("://")[2] != host.lower():
         return f"the request comes from a page at {origin[:100]!r}"
-    if host.startswith("["):
-        name = host[1 : host.find("]")]  # [::1]:port
-    else:
-        name = host.partition(":")[0] if host.count(":") == 1 else host
-    if name.lower() != "localhost":
-        try:
-            ipaddress.ip_address(name)
-        except ValueError:
-            return f"the Host {host[:100]!r} is a name, not an IP address or localhost (DNS rebinding)"
+    name = host_of_header(host)
+    if name is None or not is_ip_or_localhost(name):
+        return f"the Host {host[:100]!r} is a name, not an IP address or localhost (DNS rebinding)"
     return None

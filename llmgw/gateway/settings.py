@@ -12,12 +12,12 @@ Consul is ``llmgw.settings.ConsulConnection``, not here.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from llmgw.core.addresses import is_loopback
 from llmgw.flags import Flag, add_flags, parse_bool, read_flags
 
 ENV_PREFIX = "LLMGW_ROUTER_"
@@ -179,15 +179,6 @@ class RouterSettings:
         if problems:
             raise RouterSettingsError("; ".join(problems))
         return settings
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _flag_table() -> tuple[Flag, ...]:

@@ -8,13 +8,14 @@ import json
 
 import pytest
 
+from llmgw.core.addresses import is_loopback
 from llmgw.core.routing import Api
 from llmgw.gateway import errors
 from llmgw.gateway.calls import ApiCall, parse_call
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.guard import judge_messages
 from llmgw.gateway.keys import KeyRing, RateLimiter, authenticate, key_id_of, masked, new_api_key
-from llmgw.gateway.settings import RouterSettings, RouterSettingsError, add_router_arguments, is_loopback
+from llmgw.gateway.settings import RouterSettings, RouterSettingsError, add_router_arguments
 from llmgw.gateway.upstream import token_counts, usage_of_body, usage_of_stream_tail
 
 
