@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 
 from llmgw.adapters.consul.client import ConsulClient, ConsulError, KvEntry
-from llmgw.adapters.consul.kv import decode_entry
+from llmgw.adapters.consul.kv import decode_entry, watch_key
 from llmgw.adapters.consul.settings import WatchSettings
 from llmgw.adapters.consul.watch import Watch
 from llmgw.core.conventions import KV_CATALOG_CURRENT, KV_CATALOG_HISTORY_PREFIX
@@ -133,10 +133,4 @@ class CatalogStore:
     def watch(self, settings: WatchSettings | None = None) -> Watch[CatalogVersion | None]:
         """A watch (not yet started) of the current catalog (None before the first apply).
         A corrupt value leaves the watch unhealthy with the last good version kept."""
-        settings = settings or WatchSettings()
-
-        async def fetch(index: int, wait: float) -> tuple[CatalogVersion | None, int]:
-            entry, meta = await self._client.kv_get(KV_CATALOG_CURRENT, index=index, wait=wait)
-            return (None if entry is None else decode_entry(CatalogVersion, entry)), meta.index
-
-        return Watch(f"kv/{KV_CATALOG_CURRENT}", fetch, settings)
+        return watch_key(self._client, KV_CATALOG_CURRENT, CatalogVersion, settings)

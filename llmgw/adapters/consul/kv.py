@@ -86,6 +86,20 @@ def decode_prefix(
     return out
 
 
+def watch_key(
+    client: ConsulClient, key: str, kind: type[R], settings: WatchSettings | None = None
+) -> Watch[R | None]:
+    """A watch (not yet started) of the one ``kind`` record at ``key`` (None while there
+    is none). A corrupt value leaves the watch unhealthy with the last good record kept."""
+    settings = settings or WatchSettings()
+
+    async def fetch(index: int, wait: float) -> tuple[R | None, int]:
+        entry, meta = await client.kv_get(key, index=index, wait=wait, stale=settings.stale)
+        return (None if entry is None else decode_entry(kind, entry)), meta.index
+
+    return Watch(f"kv/{key}", fetch, settings)
+
+
 def watch_prefix(
     client: ConsulClient,
     prefix: str,

@@ -12,7 +12,7 @@ or whether a router may trust the document (``llmgw.core.records.unavailable_now
 from __future__ import annotations
 
 from llmgw.adapters.consul.client import ConsulClient
-from llmgw.adapters.consul.kv import decode_entry
+from llmgw.adapters.consul.kv import decode_entry, watch_key
 from llmgw.adapters.consul.settings import WatchSettings
 from llmgw.adapters.consul.watch import Watch
 from llmgw.core.conventions import KV_UNAVAILABLE
@@ -35,12 +35,4 @@ class UnavailableStore:
     def watch(self, settings: WatchSettings | None = None) -> Watch[UnavailableModels | None]:
         """A watch (not yet started) of the document. A corrupt value leaves the watch
         unhealthy with the last good document kept, which then ages out in routers."""
-        settings = settings or WatchSettings()
-
-        async def fetch(index: int, wait: float) -> tuple[UnavailableModels | None, int]:
-            entry, meta = await self._client.kv_get(
-                KV_UNAVAILABLE, index=index, wait=wait, stale=settings.stale
-            )
-            return (None if entry is None else decode_entry(UnavailableModels, entry)), meta.index
-
-        return Watch(f"kv/{KV_UNAVAILABLE}", fetch, settings)
+        return watch_key(self._client, KV_UNAVAILABLE, UnavailableModels, settings)
