@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
+
+from llmgw.core.durations import format_utc
 
 if TYPE_CHECKING:
     from llmgw.core.planning.status import ModelStatus, ReplicaStatus, StatusReport
@@ -46,7 +47,7 @@ def format_when(seconds: object) -> str:
     """Unix seconds as an RFC 3339 UTC time; ``-`` for anything that is not a number."""
     if not isinstance(seconds, int | float) or isinstance(seconds, bool):
         return "-"
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_utc(seconds)
 
 
 def format_age(seconds: float) -> str:

@@ -1,8 +1,10 @@
-"""Durations as operators write them in the catalog: ``30s``, ``15m``, ``2h`` or integer seconds."""
+"""Durations as operators write them in the catalog (``30s``, ``15m``, ``2h`` or
+integer seconds), and instants as llmgw shows them (RFC 3339, UTC)."""
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 _DURATION = re.compile(r"^(\d+)(s|m|h)$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
@@ -32,3 +34,8 @@ def format_duration(seconds: int) -> str:
     if seconds and seconds % 60 == 0:
         return f"{seconds // 60}m"
     return f"{seconds}s"
+
+
+def format_utc(unix_seconds: float) -> str:
+    """Unix seconds as an RFC 3339 UTC time to the second: ``2026-11-30T00:53:20Z``."""
+    return datetime.fromtimestamp(unix_seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 
 from llmgw.core.catalog import Catalog, Model, Role, ScalingMode
+from llmgw.core.durations import format_utc
 from llmgw.core.records import Unavailability, UnavailableModel
 
 # --- which API a request came to, and which models may answer it ----------------------------------
@@ -402,7 +402,7 @@ def refusal_for(
 
 def _unavailable(requested: str, why: UnavailableModel | None, retry_after: int) -> Refusal:
     which = f"`{requested}`" if why is None or why.model == requested else f"`{requested}` (`{why.model}`)"
-    since = "" if why is None else " since " + _utc(why.since)
+    since = "" if why is None else " since " + format_utc(why.since)
     if why is not None and why.why is Unavailability.DRAINED:
         drained = why.reason or "an operator drained it"
         return Refusal(
@@ -414,7 +414,7 @@ def _unavailable(requested: str, why: UnavailableModel | None, retry_after: int)
             retryable=False,
         )
     if why is not None and why.why is Unavailability.FAILING:
-        again = f" at {_utc(why.until)}" if why.until is not None else ""
+        again = f" at {format_utc(why.until)}" if why.until is not None else ""
         return Refusal(
             status=503,
             message=f"The model {which} cannot be served now: its replicas kept failing "
@@ -434,7 +434,3 @@ def _unavailable(requested: str, why: UnavailableModel | None, retry_after: int)
         code="model_unavailable",
         retry_after=retry_after,
     )
-
-
-def _utc(unix_seconds: float) -> str:
-    return datetime.fromtimestamp(unix_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
