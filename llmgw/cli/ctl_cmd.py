@@ -646,7 +646,10 @@ def _warn_unknown_models(connection: Connection, models: list[str]) -> None:
         names: set[str] = set()
         where = "no catalog has been applied yet"
     elif answer.ok and isinstance(answer.body.get("text"), str):
-        names = catalog_names(str(answer.body["text"]))
+        applied = catalog_names(str(answer.body["text"]))
+        if applied is None:
+            return
+        names = applied
         where = f"the applied catalog (version {answer.body.get('version')}) has no such model or alias"
     else:
         return
@@ -659,22 +662,15 @@ def _warn_unknown_models(connection: Connection, models: list[str]) -> None:
         )
 
 
-def catalog_names(text: str) -> set[str]:
-    """The model names and aliases of an applied catalog's YAML (what a key's models may name)."""
-    import yaml
+def catalog_names(text: str) -> set[str] | None:
+    """The model names and aliases of an applied catalog's YAML (what a key's models may
+    name), read with the catalog's own hardened loader: the text comes from whatever
+    server --admin-url names. None when it does not load here."""
+    from llmgw.bundled import read_security_policy
+    from llmgw.core.catalog import load_catalog
 
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return set()
-    if not isinstance(data, dict):
-        return set()
-    names: set[str] = set()
-    for section in ("models", "aliases"):
-        entries = data.get(section)
-        if isinstance(entries, dict):
-            names.update(str(name) for name in entries)
-    return names
+    catalog = load_catalog(text, filename="the applied catalog", policy=read_security_policy()).catalog
+    return None if catalog is None else {*catalog.models, *catalog.aliases}
 
 
 def _limit(value: object) -> str:
