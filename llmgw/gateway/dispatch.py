@@ -148,11 +148,13 @@ class Dispatcher:
         request_id: str,
         *,
         started: float,
-        force_usage: bool,
-        on_usage: Callable[[dict[str, object] | None], None],
+        on_usage: Callable[[int], None] | None,
     ) -> web.StreamResponse:
         """Answer ``call`` with the first model of ``chain`` that can (the model it
-        resolved to, already allowed, then its ``routing.fallback_chain``)."""
+        resolved to, already allowed, then its ``routing.fallback_chain``).
+        ``on_usage`` (a token-limited key's) gets the tokens the answer used, before
+        this returns; the router then asks a stream for its usage on the key's behalf."""
+        force_usage = on_usage is not None
         loop = asyncio.get_running_loop()
         model = chain[0]
         common = {"x-request-id": request_id}
@@ -184,7 +186,7 @@ class Dispatcher:
             upstream = opened.response
             try:
                 if not call.stream or upstream.status != 200:
-                    return await self._answer_whole(route, opened, headers, served, on_usage, force_usage)
+                    return await self._answer_whole(route, opened, headers, served, on_usage)
                 if route.keepalive is not None and route.keepalive.response is not None:
                     response = route.keepalive.response
                     # Headers are gone: say who answers in a comment the chat page reads.
@@ -218,11 +220,10 @@ class Dispatcher:
         opened: _Opened,
         headers: dict[str, str],
         served: Served,
-        on_usage: Callable[[dict[str, object] | None], None],
-        usage_now: bool,
+        on_usage: Callable[[int], None] | None,
     ) -> web.StreamResponse:
         upstream = opened.response
-        if upstream.status == 200 and usage_now:
+        if upstream.status == 200 and on_usage is not None:
             # A token-limited key's hold is settled before the request ends.
             self._count_body_usage(opened.model, opened.head, served, on_usage)
         elif upstream.status == 200:
@@ -247,7 +248,7 @@ class Dispatcher:
         model: str,
         body: bytes,
         served: Served,
-        on_usage: Callable[[dict[str, object] | None], None],
+        on_usage: Callable[[int], None] | None,
     ) -> None:
         self._count_usage(model, usage_of_body(body), served, on_usage)
 
@@ -256,7 +257,7 @@ class Dispatcher:
         model: str,
         usage: dict[str, object] | None,
         served: Served,
-        on_usage: Callable[[dict[str, object] | None], None],
+        on_usage: Callable[[int], None] | None,
     ) -> None:
         served.usage = usage
         prompt, completion = token_counts(usage)
@@ -264,7 +265,8 @@ class Dispatcher:
             self._metrics.counter(self._metrics.tokens, model, "prompt").inc(prompt)
         if completion:
             self._metrics.counter(self._metrics.tokens, model, "completion").inc(completion)
-        on_usage(usage)
+        if on_usage is not None and prompt + completion > 0:  # a usage without counts settles nothing
+            on_usage(prompt + completion)
 
     async def _stream_failed(
         self, request: web.Request, response: web.StreamResponse, model: str, end: PumpEnd, detail: str

@@ -20,8 +20,6 @@ from llmgw.core.routing import Api, Refusal
 from llmgw.gateway.calls import parse_call
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
 from llmgw.gateway.errors import ApiError
-from llmgw.gateway.keys import TokenHold
-from llmgw.gateway.upstream import token_counts
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 OWNED_BY_REAL = "llmgw"
@@ -70,8 +68,7 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
                 request[SERVED],
                 request_id,
                 started=request[STARTED],
-                force_usage=hold is not None,
-                on_usage=lambda usage: _settle(hold, usage),
+                on_usage=hold.settle if hold is not None else None,
             )
     finally:
         if hold is not None and hold.open:
@@ -82,12 +79,6 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
                 hold.keep()
             else:
                 hold.release()
-
-
-def _settle(hold: TokenHold | None, usage: dict[str, object] | None) -> None:
-    prompt, completion = token_counts(usage)
-    if hold is not None and prompt + completion > 0:  # a usage without counts settles nothing
-        hold.settle(prompt + completion)
 
 
 async def _read_body(request: web.Request) -> bytes:
