@@ -483,27 +483,23 @@ async def main(args: argparse.Namespace) -> None:
     )
     sim, sim_port = await start_sim(args.token_rate, args.max_tokens)
     router, router_port = await start_router(sim_port, args.router_loop)
-    floors = (
-        []
-        if args.no_floors
-        else [await start_floor(kind, sim_port, args.router_loop) for kind in ("aiohttp", "asyncio")]
-    )
+    # The other targets beside direct, router and nginx, by name.
+    others: dict[str, tuple[asyncio.subprocess.Process, int]] = {}
+    if not args.no_floors:
+        for kind in ("aiohttp", "asyncio"):
+            others[f"bare-{kind}"] = await start_floor(kind, sim_port, args.router_loop)
     if args.compare_loop:
-        floors.append(await start_router(sim_port, args.compare_loop))
+        others[f"router-{args.compare_loop}"] = await start_router(sim_port, args.compare_loop)
     try:
         async with nginx(sim_port) as nginx_port:
             targets = {"direct": sim_port, "router": router_port}
             if nginx_port is not None:
                 targets["nginx"] = nginx_port
-            kinds = ([] if args.no_floors else ["bare-aiohttp", "bare-asyncio"]) + (
-                [f"router-{args.compare_loop}"] if args.compare_loop else []
-            )
-            for (_, port), kind in zip(floors, kinds, strict=True):
-                targets[kind] = port
+            targets.update({name: port for name, (_, port) in others.items()})
             for stream in (True, False):
                 report(await measure(args, targets, stream=stream), stream=stream)
     finally:
-        for process, _ in floors:
+        for process, _ in others.values():
             await _stop(process)
         await _stop(router)
         await _stop(sim)
