@@ -10,7 +10,7 @@ job "llmgw-bge-m3-8c041954-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "85d05a30514191ef3709706d45d410309a1b8689b5fa3cd1004deb51a8e9dd8e"
+    "llmgw_catalog_hash" = "1ae617e2816b5d36d7fbe1199adfcdbd14c404ed9f049983fdeb462527f73994"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "bge-m3"
