@@ -96,13 +96,30 @@ def _pin_proxy() -> None:
         os.sched_setaffinity(0, PROXY_CPUS)
 
 
+# --stages: the folder the proxies write their stage timings to (stages/sitecustomize.py).
+STAGES_DIR: Path | None = None
+
+
+def _stages_env(label: str | None, *, router: bool = False) -> dict[str, str] | None:
+    if STAGES_DIR is None or label is None:
+        return None
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(SELF.parent / "stages"),
+        "LLMGW_BENCH_STAGES": str(STAGES_DIR / f"{label}.json"),
+    }
+    if router:
+        env["LLMGW_BENCH_STAGES_ROUTER"] = "1"
+    return env
+
+
 async def _start(
-    args: list[str], pattern: bytes, *, proxy: bool = True
+    args: list[str], pattern: bytes, *, proxy: bool = True, env: dict[str, str] | None = None
 ) -> tuple[asyncio.subprocess.Process, int]:
     """Start a process that prints ``... port=N`` on stdout once it listens."""
     process = await asyncio.create_subprocess_exec(
         *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, cwd=ROOT,
-        preexec_fn=_pin_proxy if proxy else None,
+        preexec_fn=_pin_proxy if proxy else None, env=env,
     )  # fmt: skip
     assert process.stdout is not None
     while True:
@@ -135,7 +152,9 @@ async def start_sim(token_rate: float, max_tokens: int) -> tuple[asyncio.subproc
     )  # fmt: skip
 
 
-async def start_router(engine_port: int, loop: str) -> tuple[asyncio.subprocess.Process, int]:
+async def start_router(
+    engine_port: int, loop: str, *, stages: str | None = None
+) -> tuple[asyncio.subprocess.Process, int]:
     return await _start(
         [
             sys.executable,
@@ -147,6 +166,7 @@ async def start_router(engine_port: int, loop: str) -> tuple[asyncio.subprocess.
             loop,
         ],
         b"router listening",
+        env=_stages_env(stages, router=True),
     )
 
 
@@ -155,6 +175,7 @@ async def start_floor(kind: str, engine_port: int, loop: str) -> tuple[asyncio.s
     return await _start(
         [sys.executable, str(SELF.parent / "proxy_floors.py"), kind, str(engine_port), loop],
         b"router listening",
+        env=_stages_env(f"bare-{kind}" if kind == "aiohttp" else None),
     )
 
 
@@ -462,6 +483,31 @@ def verdicts(streaming: dict[str, float], whole: dict[str, float]) -> None:
             )
 
 
+def stages_report(folder: Path) -> None:
+    """The stage timings the router and the plain aiohttp proxy wrote at exit (--stages)."""
+    figures = {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+    if "router" not in figures:
+        print("\nstages: the router wrote no timings")
+        return
+    names = list(figures)
+    print(
+        "\nstages of a non-streamed request inside each proxy "
+        "(medians, us; the timestamps' own cost included):"
+    )
+    print(f"  {'':<44}" + "".join(f"{name:>14}" for name in names))
+    for stage in figures["router"]["coarse"]:
+        cells = "".join(f"{_us(figures[name]['coarse'].get(stage)):>14}" for name in names)
+        print(f"  {stage:<44}{cells}")
+    print("  the router, from its task to the engine write:")
+    for step, value in figures["router"]["fine"].items():
+        print(f"    {step:<42}{_us(value):>14}")
+    print("  requests timed: " + ", ".join(f"{name} {figures[name]['requests']}" for name in names))
+
+
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
 async def measure(
     args: argparse.Namespace, targets: dict[str, int], *, stream: bool
 ) -> list[dict[str, Figures]]:
@@ -510,7 +556,9 @@ async def unloaded(args: argparse.Namespace, targets: dict[str, int], router_pid
 
 
 async def main(args: argparse.Namespace) -> None:
-    global PROXY_CPUS
+    global PROXY_CPUS, STAGES_DIR
+    if args.stages:
+        STAGES_DIR = Path(tempfile.mkdtemp(prefix="llmgw-bench-stages-"))
     cpus = sorted(os.sched_getaffinity(0))
     if not args.shared and len(cpus) < 2:
         print("one CPU: every process shares it (as --shared)")
@@ -530,7 +578,7 @@ async def main(args: argparse.Namespace) -> None:
         )
     )
     sim, sim_port = await start_sim(args.token_rate, args.max_tokens)
-    router, router_port = await start_router(sim_port, args.router_loop)
+    router, router_port = await start_router(sim_port, args.router_loop, stages="router")
     # The other targets beside direct, router and nginx, by name.
     others: dict[str, tuple[asyncio.subprocess.Process, int]] = {}
     if not args.no_floors:
@@ -551,6 +599,9 @@ async def main(args: argparse.Namespace) -> None:
             await _stop(process)
         await _stop(router)
         await _stop(sim)
+    if STAGES_DIR is not None:
+        stages_report(STAGES_DIR)
+        shutil.rmtree(STAGES_DIR, ignore_errors=True)
 
     # An engine as fast as it goes: the bare per-request cost, then the router's CPU per SSE event.
     sim, sim_port = await start_sim(100_000.0, args.max_tokens)
@@ -650,6 +701,12 @@ def parse_args() -> argparse.Namespace:
         "--shared", action="store_true",
         help="let every process (proxies, engine, load generator) run on every CPU, instead of the "
         "proxies on a CPU of their own; figures are then upper bounds of the overhead",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stages", action="store_true",
+        help="time each stage of a non-streamed request inside the router and the plain aiohttp "
+        "proxy (bench/stages/sitecustomize.py) and print them; the timestamps cost a little "
+        "themselves, so the other figures of such a run are not comparable to a run without",
     )  # fmt: skip
     parser.add_argument("--serve-router", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine-port", type=int, default=0, help=argparse.SUPPRESS)
