@@ -427,3 +427,14 @@ def metric_value(text: str, name: str, **labels: str) -> float | None:
         if all(f'{k}="{v}"' in head for k, v in labels.items()):
             return float(value)
     return None
+
+
+async def replicas_answering(client: AsyncOpenAI, requests: int, model: str = "sim-chat") -> set[str]:
+    """The replicas (``x-llmgw-replica``) that answered ``requests`` chat completions, one after another."""
+    replicas = set()
+    for _ in range(requests):
+        raw = await client.chat.completions.with_raw_response.create(
+            model=model, messages=[{"role": "user", "content": "hello there"}], max_tokens=1
+        )
+        replicas.add(raw.headers["x-llmgw-replica"])
+    return replicas

@@ -30,7 +30,7 @@ from llmgw.settings import ConsulConnection
 from llmgw.sim.app import create_app as create_sim_app
 from llmgw.sim.testing import fast_settings
 
-from .conftest import CATALOG, EngineServer, eventually, metric_value, router_settings
+from .conftest import CATALOG, EngineServer, eventually, metric_value, replicas_answering, router_settings
 
 MESSAGES: Any = [{"role": "user", "content": "hello there"}]
 WATCH = WatchSettings(wait=2.0, min_interval=0.0, backoff_initial=0.05, backoff_max=0.2)
@@ -134,16 +134,6 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def _replicas_answering(client: AsyncOpenAI, n: int) -> set[str]:
-    seen = set()
-    for _ in range(n):
-        raw = await client.chat.completions.with_raw_response.create(
-            model="sim-chat", messages=MESSAGES, max_tokens=1
-        )
-        seen.add(raw.headers["x-llmgw-replica"])
-    return seen
-
-
 async def test_endpoints_come_from_consul_and_leave_with_a_failing_check(
     standin: ConsulStandIn,
     consul: ConsulClient,
@@ -156,11 +146,11 @@ async def test_endpoints_come_from_consul_and_leave_with_a_failing_check(
     book = router.app[CONTEXT].book
     assert await eventually(lambda: book.usable_count("sim-chat") == 2, within=5.0)
     async with AsyncOpenAI(base_url=router.url + "/v1", api_key="x", max_retries=0) as client:
-        assert await _replicas_answering(client, 4) == {a.replica, b.replica}
+        assert await replicas_answering(client, 4) == {a.replica, b.replica}
 
         a.toggle.healthy = False  # its next check fails; the blocking query returns at once
         assert await eventually(lambda: book.usable_count("sim-chat") == 1, within=5.0)
-        assert await _replicas_answering(client, 4) == {b.replica}
+        assert await replicas_answering(client, 4) == {b.replica}
 
         await DrainingMarks(consul).set(DrainMark(b.replica, "sim-chat", 1.0, "upgrade"))
         a.toggle.healthy = True
@@ -171,7 +161,7 @@ async def test_endpoints_come_from_consul_and_leave_with_a_failing_check(
             ),
             within=5.0,
         )
-        assert await _replicas_answering(client, 4) == {a.replica}
+        assert await replicas_answering(client, 4) == {a.replica}
 
 
 async def test_a_consul_outage_keeps_the_last_endpoints(
@@ -186,7 +176,7 @@ async def test_a_consul_outage_keeps_the_last_endpoints(
         endpoints_watch = dict(context.watches())["endpoints"]
         assert await eventually(lambda: not endpoints_watch.healthy, within=5.0)
         async with AsyncOpenAI(base_url=router.url + "/v1", api_key="x", max_retries=0) as client:
-            assert await _replicas_answering(client, 3) == {a.replica}
+            assert await replicas_answering(client, 3) == {a.replica}
         async with http.get(router.url + "/metrics") as response:
             text = await response.text()
         assert metric_value(text, "llmgw_router_consul_watch_up", watch="endpoints") == 0

@@ -9,11 +9,10 @@ import aiohttp
 import openai
 import pytest
 from aiohttp import web
-from openai import AsyncOpenAI
 
 from llmgw.core.records import HealthStatus
 
-from .conftest import Cluster, OpenAIFor, StartRouter, endpoint_for, metric_value
+from .conftest import Cluster, OpenAIFor, StartRouter, endpoint_for, metric_value, replicas_answering
 
 MESSAGES: Any = [{"role": "user", "content": "hello there"}]
 
@@ -21,17 +20,6 @@ MESSAGES: Any = [{"role": "user", "content": "hello there"}]
 async def _metrics(http: aiohttp.ClientSession, url: str) -> str:
     async with http.get(url + "/metrics") as response:
         return await response.text()
-
-
-async def _replicas_answering(client: AsyncOpenAI, requests: int) -> set[str]:
-    """The replicas that answered ``requests`` chat completions for sim-chat, one after another."""
-    replicas = set()
-    for _ in range(requests):
-        raw = await client.chat.completions.with_raw_response.create(
-            model="sim-chat", messages=MESSAGES, max_tokens=2
-        )
-        replicas.add(raw.headers["x-llmgw-replica"])
-    return replicas
 
 
 async def test_least_outstanding_spreads_concurrent_streams(
@@ -91,7 +79,7 @@ async def test_503_before_the_first_byte_is_retried_on_another_endpoint(
     good = await cluster.add_sim("sim-chat")
     router = await start_router()
     client = openai_for(router)
-    assert await _replicas_answering(client, 3) == {good.endpoint.replica}
+    assert await replicas_answering(client, 3) == {good.endpoint.replica}
     assert (await good.stats(http))["requests_total"] == 3
     retried = metric_value(
         await _metrics(http, router.url), "llmgw_router_retries_total", reason="unavailable"
@@ -116,7 +104,7 @@ async def test_connection_refused_is_retried_elsewhere(
     cluster.add_endpoint(endpoint_for("sim-chat", unused_tcp_port, 7))
     good = await cluster.add_sim("sim-chat")
     client = openai_for(await start_router())
-    assert await _replicas_answering(client, 3) == {good.endpoint.replica}
+    assert await replicas_answering(client, 3) == {good.endpoint.replica}
 
 
 async def test_an_endpoint_that_refused_a_connection_is_tried_last_until_consul_catches_up(
@@ -132,7 +120,7 @@ async def test_an_endpoint_that_refused_a_connection_is_tried_last_until_consul_
     good = await cluster.add_sim("sim-chat")
     router = await start_router()
     client = openai_for(router)
-    assert await _replicas_answering(client, 10) == {good.endpoint.replica}
+    assert await replicas_answering(client, 10) == {good.endpoint.replica}
     text = await _metrics(http, router.url)
     assert metric_value(text, "llmgw_router_retries_total", model="sim-chat", reason="connect") == 1
     assert (await good.stats(http))["requests_total"] == 10
@@ -319,7 +307,7 @@ async def test_an_engine_that_drops_new_connections_is_left_for_another_endpoint
         good = await cluster.add_sim("sim-chat")
         router = await start_router()
         client = openai_for(router)
-        assert await _replicas_answering(client, 4) == {good.endpoint.replica}
+        assert await replicas_answering(client, 4) == {good.endpoint.replica}
         text = await _metrics(http, router.url)
         assert metric_value(text, "llmgw_router_retries_total", reason="stale-connection") is None
         dropped = metric_value(text, "llmgw_router_retries_total", reason="unavailable")
