@@ -136,7 +136,13 @@ if os.environ.get("LLMGW_BENCH_STAGES"):
             return wrapper
 
         _mark_middleware("observe", "observe")
-        _mark_middleware("authenticate", "auth")
+        original_authenticate = middlewares.authenticate
+
+        def authenticate(request: web.Request, ring: Any) -> None:
+            _mark("auth")
+            original_authenticate(request, ring)
+
+        middlewares.authenticate = authenticate
         _mark_async(handlers, "chat_completions", "handler")
         setattr(handlers, "parse_call", _mark_parse(calls.parse_call))  # noqa: B010 - rebinding the name handlers calls
         _mark_async(dispatch.Dispatcher, "serve", "serve")

@@ -107,7 +107,7 @@ def create_app(
 
     app = web.Application(
         client_max_size=settings.max_body_bytes,
-        middlewares=[middlewares.observe, middlewares.authenticate],
+        middlewares=[middlewares.observe],
     )
     app[CONTEXT] = context
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)

@@ -1,16 +1,18 @@
 """Cross-cutting work around every handler: request id, error envelope, metrics, auth.
 
-Owns:
+Owns ``observe``, the one middleware (one, not a chain of them: every request
+runs it, and each extra layer is code a cold request has to touch):
 
-- ``observe`` (outermost): gives the request its id and arrival time, turns every
+- it gives the request its id and arrival time, turns every
   ``ApiError``, aiohttp HTTP exception (unknown URL, wrong method, body too
   large) and unexpected exception into OpenAI's error shape (never a traceback
   to the client; the traceback goes to the log), and counts the request: under
   the model that answered, else the model it resolved to (``Served``), else
   ``""``; a refusal of the router's own also by its error code
-  (``metrics.rejection_reason``).
-- ``authenticate``: ``Authorization: Bearer`` for everything but the public
-  paths (the chat page, its static files, ``/health``, ``/metrics``). The
+  (``metrics.rejection_reason``);
+- before the handler, ``authenticate``: ``Authorization: Bearer`` for everything
+  but the public paths (the chat page, its static files, ``/health``,
+  ``/metrics``). The
   decision uses the request line's path (``request.path``), which is also what
   the router matches; never a URL rebuilt from the Host header. Without keys
   (``--no-auth``, loopback only, as ``llmgw dev`` runs) nothing else stops a web
@@ -66,6 +68,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     status = 500
     refusal: Refusal | None = None  # the router's own error answer, if it gave one
     try:
+        authenticate(request, context.keys)
         response = await handler(request)
         status = response.status
         return response
@@ -124,22 +127,22 @@ def _refusal_of_http(exc: web.HTTPException, request: web.Request) -> Refusal:
     return Refusal(exc.status, exc.reason, kind, None, retryable=exc.status >= 500)
 
 
-@web.middleware
-async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    ring = request.app[CONTEXT].keys
-    if not is_public(request.path):
-        if ring is not None:
-            request[API_KEY] = keys.authenticate(request.headers.get("Authorization"), ring)
-        else:
-            why = browser_refusal(
-                request.headers.get("Host"),
-                request.headers.get("Origin"),
-                request.headers.get("Sec-Fetch-Site"),
-            )
-            if why is not None:
-                log.warning("request refused path=%s peer=%s: %s", request.path, request.remote, why)
-                raise errors.cross_site_request(why)
-    return await handler(request)
+def authenticate(request: web.Request, ring: keys.KeyRing | None) -> None:
+    """Sets the request's ``API_KEY``, or raises the refusal (see the module's docstring).
+    ``ring`` is None when the router serves without keys."""
+    if is_public(request.path):
+        return
+    if ring is not None:
+        request[API_KEY] = keys.authenticate(request.headers.get("Authorization"), ring)
+        return
+    why = browser_refusal(
+        request.headers.get("Host"),
+        request.headers.get("Origin"),
+        request.headers.get("Sec-Fetch-Site"),
+    )
+    if why is not None:
+        log.warning("request refused path=%s peer=%s: %s", request.path, request.remote, why)
+        raise errors.cross_site_request(why)
 
 
 def browser_refusal(host: str | None, origin: str | None, fetch_site: str | None) -> str | None:
