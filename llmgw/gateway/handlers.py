@@ -18,8 +18,9 @@ from llmgw.core.catalog import Catalog, Model
 from llmgw.core.records import ApiKeyRecord
 from llmgw.core.routing import Api, Refusal
 from llmgw.gateway.calls import parse_call
-from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
+from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
 from llmgw.gateway.errors import ApiError
+from llmgw.gateway.settings import RouterSettings
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 OWNED_BY_REAL = "llmgw"
@@ -40,49 +41,56 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
 
 async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
     context = request.app[CONTEXT]
-    loop = asyncio.get_running_loop()
-    call = parse_call(api, await _read_body(request))
-    catalog = _catalog(request)
+    call = parse_call(api, await _read_body(request, context.settings))
+    catalog = _catalog(context)
     key = request.get(API_KEY)
-    model = routing.resolve(catalog, call.model, key.models if key is not None else None)
-    if model is None:
+    route = context.catalogs.route(call.model, api, key.models if key is not None else None)
+    if route is None:
         raise ApiError(routing.model_not_found(call.model))
-    request[SERVED].resolved = model  # from here on, a refusal counts under the model
-    if not routing.serves_api(catalog.models[model], api):
+    model = route.model
+    served = request[SERVED]
+    served.resolved = model  # from here on, a refusal counts under the model
+    if not route.serves_api:
         raise ApiError(routing.refusal_for(routing.Unserved.WRONG_API, call.model, retry_after=0, api=api))
     hold = None
     if key is not None:
         hold = context.limiter.admit(
-            key, loop.time(), call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
+            key,
+            asyncio.get_running_loop().time(),
+            call.tokens_to_hold(context.settings.hold_for_unbounded_answer),
         )
     request_id = request[REQUEST_ID]
+    gates = context.gates
     try:
-        async with context.gates.admit(model):
-            chain = routing.fallback_chain(catalog, model, api, key.models if key is not None else None)
-            call = await context.guard.screen(call, chain, catalog, request_id)
+        if not gates.enter_now(model):
+            await gates.enter(model)
+        try:
+            if route.guarded:
+                call = await context.guard.screen(call, route.chain, catalog, request_id)
             return await context.dispatcher.serve(
                 request,
                 call,
-                chain,
+                route.chain,
                 catalog,
-                request[SERVED],
+                served,
                 request_id,
                 started=request[STARTED],
                 on_usage=hold.settle if hold is not None else None,
             )
+        finally:
+            gates.release(model)
     finally:
         if hold is not None and hold.open:
             # No usage came. An engine that began a 200 answer was generating (the
             # client may have left mid-stream): it pays what was held. Otherwise
             # (queue, guard, no replica, an engine's error) it pays nothing.
-            if request[SERVED].engine_status == 200:
+            if served.engine_status == 200:
                 hold.keep()
             else:
                 hold.release()
 
 
-async def _read_body(request: web.Request) -> bytes:
-    settings = request.app[CONTEXT].settings
+async def _read_body(request: web.Request, settings: RouterSettings) -> bytes:
     content = request.content
     if content.is_eof():
         # The whole body came with the head: take it as it is (request.read() would
@@ -102,8 +110,8 @@ async def _read_body(request: web.Request) -> bytes:
         ) from None
 
 
-def _catalog(request: web.Request) -> Catalog:
-    catalog = request.app[CONTEXT].catalogs.catalog
+def _catalog(context: RouterContext) -> Catalog:
+    catalog = context.catalogs.catalog
     if catalog is None:
         raise ApiError(
             Refusal(
@@ -151,7 +159,7 @@ def _model_object(request: web.Request, name: str, model_name: str, model: Model
 
 
 async def list_models(request: web.Request) -> web.StreamResponse:
-    catalog = _catalog(request)
+    catalog = _catalog(request.app[CONTEXT])
     key = request.get(API_KEY)
     entries: list[tuple[tuple[bool, bool, int], dict[str, object]]] = []
     for position, (name, model) in enumerate(catalog.models.items()):
@@ -168,7 +176,7 @@ async def list_models(request: web.Request) -> web.StreamResponse:
 
 
 async def get_model(request: web.Request) -> web.StreamResponse:
-    catalog = _catalog(request)
+    catalog = _catalog(request.app[CONTEXT])
     name = request.match_info["model"]
     key = request.get(API_KEY)
     model_name = routing.resolve(catalog, name, key.models if key is not None else None)

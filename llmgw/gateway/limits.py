@@ -22,27 +22,19 @@ class _Gate:
     waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
 
 
-class _Admission:
-    """The ``async with`` of ``ModelGates.admit``: a class, not a generator context
-    manager, since every request enters one."""
-
-    __slots__ = ("_gate", "_gates", "_model")
-
-    def __init__(self, gates: ModelGates, model: str) -> None:
-        self._gates = gates
-        self._model = model
-        self._gate: _Gate | None = None
-
-    async def __aenter__(self) -> None:
-        self._gate = await self._gates._enter(self._model)
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._gate is not None:
-            gate, self._gate = self._gate, None
-            self._gates._release(self._model, gate)
-
-
 class ModelGates:
+    """Every admitted request releases its slot once::
+
+        if not gates.enter_now(model):
+            await gates.enter(model)
+        try:
+            ...
+        finally:
+            gates.release(model)
+
+    Two steps, not one ``async with``: most requests find a free slot, and taking it
+    is then one plain call, with no coroutine (every request enters a gate)."""
+
     def __init__(self, concurrency: int, queue: int, queue_timeout: float, retry_after: int) -> None:
         self._concurrency = concurrency
         self._queue = queue
@@ -58,22 +50,22 @@ class ModelGates:
         gate = self._gates.get(model)
         return len(gate.waiters) if gate else 0
 
-    def admit(self, model: str) -> _Admission:
-        """``async with gates.admit(model):`` holds one of the model's slots, waiting in
-        the FIFO queue (bounded in length and time) when all are taken."""
-        return _Admission(self, model)
-
-    async def _enter(self, model: str) -> _Gate:
+    def enter_now(self, model: str) -> bool:
+        """Takes one of the model's slots if one is free and nobody waits for it."""
         gate = self._gates.get(model)
         if gate is None:
             gate = self._gates[model] = _Gate()
         if gate.running < self._concurrency and not gate.waiters:
             gate.running += 1
-        else:
-            await self._wait(model, gate)
-        return gate
+            return True
+        return False
 
-    async def _wait(self, model: str, gate: _Gate) -> None:
+    async def enter(self, model: str) -> None:
+        """Takes one of the model's slots, waiting for one in the FIFO queue (bounded in
+        length and time: ``queue_full`` beyond either) when none is free."""
+        if self.enter_now(model):
+            return
+        gate = self._gates[model]
         if len(gate.waiters) >= self._queue:
             raise errors.queue_full(model, self._retry_after)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -84,7 +76,7 @@ class ModelGates:
         except BaseException as exc:
             if waiter.done() and not waiter.cancelled():
                 # The slot was handed over as we were cancelled or timed out: pass it on.
-                self._release(model, gate)
+                self.release(model)
             else:
                 waiter.cancel()
                 gate.waiters.remove(waiter)
@@ -92,7 +84,9 @@ class ModelGates:
                 raise errors.queue_full(model, self._retry_after) from None
             raise
 
-    def _release(self, model: str, gate: _Gate) -> None:
+    def release(self, model: str) -> None:
+        """Gives back a slot taken by ``enter_now`` or ``enter``: to the longest waiter, if any."""
+        gate = self._gates[model]
         while gate.waiters:
             waiter = gate.waiters.popleft()
             if not waiter.done():
