@@ -196,7 +196,10 @@ class Dispatcher:
                 else:
                     response = _SseResponse(status=200, headers={**SSE_HEADERS, **headers})
                     await response.prepare(request)
-                self._metrics.histogram(self._metrics.ttft, opened.model).observe(loop.time() - started)
+                # Observed in the next loop step: the first chunk goes out first.
+                loop.call_soon(
+                    self._metrics.histogram(self._metrics.ttft, opened.model).observe, loop.time() - started
+                )
                 result = await pump(
                     upstream,
                     response,

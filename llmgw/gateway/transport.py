@@ -586,6 +586,17 @@ class EngineResponse:
         """``read`` would return at once."""
         return bool(self._parts) or self._complete or self._error is not None
 
+    def whole_now(self) -> bytes | None:
+        """The body not read yet, when all of it has arrived (most answers come whole
+        with their head): no read, no wait. Else None."""
+        if not self._complete:
+            return None
+        parts = self._parts
+        data = b"" if not parts else parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        self._buffered = 0
+        return data
+
     def at_eof(self) -> bool:
         """The whole body was received and read."""
         return self._complete and not self._parts

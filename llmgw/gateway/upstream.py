@@ -110,6 +110,12 @@ class Upstream:
         limit = self._settings.max_response_bytes
         if response.content_length is not None and response.content_length > limit:
             raise UpstreamBroken(f"answer of {response.content_length} bytes is over the {limit} allowed")
+        whole = response.whole_now()
+        if whole is not None:
+            if len(whole) > limit:
+                raise UpstreamBroken(f"answer over the {limit} bytes allowed")
+            response.release()
+            return whole
         parts: list[bytes] = []
         size = 0
         try:
