@@ -40,8 +40,7 @@ if os.environ.get("LLMGW_BENCH_STAGES"):
     COARSE = (
         ("bytes in to the request's task", "in", "task"),
         ("the task to the engine write", "task", "write"),
-        ("the engine's answer to the task resuming", "head", "resumed"),
-        ("the task resuming to the client write", "resumed", "out"),
+        ("the engine's answer to the client write", "head", "out"),
     )
     # The router's steps from its task to the engine write (marks set by the wrappers below).
     FINE = ("task", "observe", "auth", "handler", "parse", "parsed", "serve", "attempt", "post", "write")
@@ -64,17 +63,34 @@ if os.environ.get("LLMGW_BENCH_STAGES"):
         return await original_handle(self, request, start_time, request_handler)
 
     original_exchange = transport._Connection.exchange
+    _direct_sent: dict[int, float] = {}  # per armed on_head hook: when it sent the answer
 
-    async def exchange(self: Any, head: bytes, body: bytes, *, reused: bool) -> Any:
+    async def exchange(self: Any, head: bytes, body: bytes, *, reused: bool, on_head: Any = None) -> Any:
         marks = _marks.get()
         if marks is not None:
             marks["write"] = _now()
             marks["stream"] = float(b'"stream":true' in body or b'"stream": true' in body)
-        response = await original_exchange(self, head, body, reused=reused)
+        hook = None if on_head is None else _timed_hook(on_head)
+        response = await original_exchange(self, head, body, reused=reused, on_head=hook)
         if marks is not None:
             marks["head"] = _answered.get(id(self), _now())
             marks["resumed"] = _now()
+            sent_at = _direct_sent.pop(id(hook), None)
+            if sent_at is not None:  # the router wrote the answer from the engine's callback
+                marks["out"] = sent_at
+                if not marks["stream"]:
+                    _whole.append(marks)
         return response
+
+    def _timed_hook(on_head: Callable[[Any], None]) -> Callable[[Any], None]:
+        # The hook runs in the engine connection's callback, outside the request's
+        # context: its time is kept by the hook's id and read back in the task.
+        def hook(response: Any) -> None:
+            on_head(response)
+            if getattr(on_head, "sent", False):
+                _direct_sent[id(hook)] = _now()
+
+        return hook
 
     original_head_data = transport._Connection._head_data
 

@@ -27,10 +27,14 @@ import asyncio
 import json
 import logging
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
 
 from llmgw.core import routing
 from llmgw.core.catalog import Catalog
@@ -57,6 +61,8 @@ log = logging.getLogger("llmgw.gateway.dispatch")
 
 LOADING_COMMENT = b": loading model\n\n"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
+_UNSENDABLE = re.compile(r"[\r\n\x00]")
 
 
 class _SseResponse(web.StreamResponse):
@@ -64,6 +70,73 @@ class _SseResponse(web.StreamResponse):
     ``Response`` does: the first chunk is always at hand when the head is ready."""
 
     _send_headers_immediately = False
+
+
+class _DirectAnswer:
+    """Writes a non-streamed answer to the client from the engine connection's callback
+    (``EnginePool.post``'s ``on_head``) the moment it has arrived whole. No task wakes
+    between the engine's bytes and the client's: on a proxy running on asyncio, that
+    wake-up and the walk back up the handler's awaits are most of what it adds to an
+    answer. The handler's task resumes afterwards and settles the books (the lease,
+    the metrics, usage) off the client's path.
+
+    It sends only an answer that is final as it arrives: not a retryable status, the
+    whole body there and within the size limit, a header value that can be sent, the
+    client still connected, and the first-byte timeout not fired (it is switched off
+    as the answer goes, so it cannot fire after). Anything else it leaves alone, and
+    the task answers as it always does."""
+
+    __slots__ = ("_client", "_fields", "_limit", "sent", "timeout")
+
+    def __init__(self, client: asyncio.Transport, fields: str, limit: int) -> None:
+        self._client = client
+        self._fields = fields  # the router's own header lines, each ending in CRLF
+        self._limit = limit
+        self.timeout: asyncio.Timeout | None = None  # the attempt's first-byte timeout
+        self.sent = False
+
+    def __call__(self, response: EngineResponse) -> None:
+        status = response.status
+        timeout = self.timeout
+        if status in routing.RETRYABLE_STATUSES or timeout is None or timeout.expired():
+            return
+        body = response.peek_whole()
+        if body is None or len(body) > self._limit or self._client.is_closing():
+            return
+        content_type = response.headers.get("content-type", "application/json")
+        if _UNSENDABLE.search(content_type) or not content_type.isascii():
+            return
+        timeout.reschedule(None)
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nDate: {rfc822_formatted_time()}\r\n"
+            f"Server: {SERVER_SOFTWARE}\r\n{self._fields}\r\n"
+        )
+        self._client.write(head.encode("latin-1") + body)
+        self.sent = True
+
+
+def answer_fields(request_id: str, model: str, replica: str) -> str | None:
+    """The router's own header lines of an answer, or None when a value cannot go in
+    a head as it is (a replica name comes from a service registration)."""
+    values = (request_id, model, replica)
+    if any(_UNSENDABLE.search(value) or not value.isascii() for value in values):
+        return None
+    return f"x-request-id: {request_id}\r\nx-llmgw-model: {model}\r\nx-llmgw-replica: {replica}\r\n"
+
+
+class SentAnswer(web.StreamResponse):
+    """What a handler returns for an answer already on the client's socket
+    (``_DirectAnswer``): aiohttp's ``finish_response`` prepares and ends it, and both
+    return at once since it is marked ended (aiohttp's own ``_eof_sent``), so nothing
+    more is written; the connection then stays open for the client's next request
+    unless ``keep_alive`` is False."""
+
+    def __init__(self, status: int, length: int, *, keep_alive: bool = True) -> None:
+        super().__init__(status=status)
+        self._eof_sent = True
+        self._body_length = length
+        self._keep_alive = keep_alive
 
 
 @dataclass
@@ -76,6 +149,7 @@ class Served:
     engine_status: int = 0  # the status its engine answered with (0: no engine answered)
     usage: dict[str, object] | None = None
     refusal: routing.Refusal | None = None  # the router's refusal that ended a stream already started
+    sent: bool = False  # the whole answer went from the engine's callback (``_DirectAnswer``)
 
 
 @dataclass
@@ -85,6 +159,7 @@ class _Opened:
     response: EngineResponse
     head: bytes  # a stream's first chunk, or a whole non-streamed body
     lease: Lease
+    sent: bool = False  # the client has the whole answer already (``_DirectAnswer``)
 
 
 @dataclass
@@ -114,6 +189,9 @@ class _Route:
     path: str
     request_id: str
     keepalive: _KeepAlive | None = None
+    # The client's connection, when a whole answer may be written to it from the engine
+    # connection's callback (``_DirectAnswer``); None: the handler answers.
+    client: asyncio.Transport | None = None
     attempts_total: int = 0
     failures: int = 0
     waited_for: str | None = None
@@ -167,6 +245,11 @@ class Dispatcher:
             path=call.path,
             request_id=request_id,
             keepalive=_KeepAlive(request, common) if call.stream else None,
+            # HTTP/1.1 keep-alive only: the head it writes is for that case (aiohttp's
+            # path handles HTTP/1.0 and Connection: close).
+            client=request.transport
+            if not call.stream and request.version == HttpVersion11 and request.keep_alive
+            else None,
         )
         try:
             opened = await self._open(route)
@@ -179,6 +262,7 @@ class Dispatcher:
         with opened.lease:
             served.model = opened.model
             served.engine_status = opened.response.status
+            served.sent = opened.sent
             self._demand.record_use(opened.model)
             if opened.model != model:
                 self._metrics.fallbacks.labels(model, opened.model).inc()
@@ -235,6 +319,8 @@ class Dispatcher:
             asyncio.get_running_loop().call_soon(
                 self._count_body_usage, opened.model, opened.head, served, on_usage
             )
+        if opened.sent:
+            return SentAnswer(upstream.status, len(opened.head))
         keepalive = route.keepalive
         if keepalive is not None and keepalive.response is not None:
             # A stream that waited for a load and then got a refusal from the engine.
@@ -437,10 +523,17 @@ class Dispatcher:
                 raise
 
     async def _attempt(self, route: _Route, model: str, endpoint: Endpoint, lease: Lease) -> _Opened:
+        direct = None
+        if route.client is not None:
+            fields = answer_fields(route.request_id, model, endpoint.replica)
+            if fields is not None:
+                direct = _DirectAnswer(route.client, fields, self._settings.max_response_bytes)
         try:
-            async with asyncio.timeout(self._settings.upstream_first_byte_timeout):
+            async with asyncio.timeout(self._settings.upstream_first_byte_timeout) as timeout:
+                if direct is not None:
+                    direct.timeout = timeout
                 response = await self._upstream.send(
-                    endpoint, route.path, route.make_body(model), route.request_id
+                    endpoint, route.path, route.make_body(model), route.request_id, on_head=direct
                 )
                 try:
                     if response.status in routing.RETRYABLE_STATUSES:
@@ -460,7 +553,14 @@ class Dispatcher:
             # The engine answered and then broke: it did the work, so no retry.
             log.warning("engine answer broke model=%s replica=%s: %s", model, endpoint.replica, exc)
             raise ApiError(errors.stream_broken(model)) from None
-        return _Opened(model=model, endpoint=endpoint, response=response, head=head, lease=lease)
+        return _Opened(
+            model=model,
+            endpoint=endpoint,
+            response=response,
+            head=head,
+            lease=lease,
+            sent=direct is not None and direct.sent,
+        )
 
     async def _wait_for_change(self, route: _Route, deadline: float) -> None:
         """Until a model of the chain can serve, or the deadline; streams get comments."""

@@ -3,23 +3,23 @@
 Owns ``observe``, the one middleware (one, not a chain of them: every request
 runs it, and each extra layer is code a cold request has to touch):
 
-- it gives the request its id and arrival time, turns every
-  ``ApiError``, aiohttp HTTP exception (unknown URL, wrong method, body too
-  large) and unexpected exception into OpenAI's error shape (never a traceback
-  to the client; the traceback goes to the log), and counts the request: under
-  the model that answered, else the model it resolved to (``Served``), else
-  ``""``; a refusal of the router's own also by its error code
+- it gives the request its id and arrival time, turns every ``ApiError``,
+  aiohttp HTTP exception (unknown URL, wrong method, body too large) and
+  unexpected exception into OpenAI's error shape (never a traceback to the
+  client; the traceback goes to the log), and counts the request: under the
+  model that answered, else the model it resolved to (``Served``), else ``""``;
+  a refusal of the router's own also by its error code
   (``metrics.rejection_reason``);
-- before the handler, ``authenticate``: ``Authorization: Bearer`` for everything
-  but the public paths (the chat page, its static files, ``/health``,
-  ``/metrics``). The
-  decision uses the request line's path (``request.path``), which is also what
-  the router matches; never a URL rebuilt from the Host header. Without keys
-  (``--no-auth``, loopback only, as ``llmgw dev`` runs) nothing else stops a web
-  page in the operator's browser, so the API then refuses a browser's request
-  that it marks as another site's (``Origin``, ``Sec-Fetch-Site``: a form or
-  ``text/plain`` POST needs no preflight) or whose ``Host`` is not an IP address
-  or ``localhost`` (a DNS-rebinding page reaches 127.0.0.1 under its own name).
+- before the handler it calls ``authenticate``: ``Authorization: Bearer`` for
+  everything but the public paths (the chat page, its static files,
+  ``/health``, ``/metrics``). The decision uses the request line's path
+  (``request.path``), which is also what the router matches; never a URL
+  rebuilt from the Host header. Without keys (``--no-auth``, loopback only, as
+  ``llmgw dev`` runs) nothing else stops a web page in the operator's browser,
+  so the API then refuses a browser's request that it marks as another site's
+  (``Origin``, ``Sec-Fetch-Site``: a form or ``text/plain`` POST needs no
+  preflight) or whose ``Host`` is not an IP address or ``localhost`` (a
+  DNS-rebinding page reaches 127.0.0.1 under its own name).
 
 Must not: route, or read bodies.
 """
@@ -37,7 +37,7 @@ from llmgw.core.addresses import host_of_header, is_ip_or_localhost
 from llmgw.core.routing import Refusal
 from llmgw.gateway import errors, keys
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
-from llmgw.gateway.dispatch import Served
+from llmgw.gateway.dispatch import SentAnswer, Served
 from llmgw.gateway.errors import ApiError, response_for
 from llmgw.gateway.metrics import RouterMetrics, rejection_reason
 
@@ -73,6 +73,9 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         status = response.status
         return response
     except ApiError as exc:
+        if served.sent:
+            status = served.engine_status
+            return _already_answered(served, request_id, exc)
         refusal = exc.refusal
         status = refusal.status
         return response_for(refusal, request_id)
@@ -86,7 +89,10 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     except (asyncio.CancelledError, ConnectionError):
         status = CLIENT_CLOSED
         raise
-    except Exception:
+    except Exception as exc:
+        if served.sent:
+            status = served.engine_status
+            return _already_answered(served, request_id, exc)
         log.exception("request failed request_id=%s path=%s", request_id, request.path)
         refusal = errors.internal_error()
         return response_for(refusal, request_id)
@@ -95,6 +101,13 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             # aiohttp sends the answer when this returns: the counting runs right after
             # (the next loop step), not while the client waits.
             loop.call_soon(_count, context.metrics, served, status, refusal, started, loop)
+
+
+def _already_answered(served: Served, request_id: str, exc: Exception) -> web.StreamResponse:
+    """A failure after the engine's whole answer went to the client from the engine's
+    callback: no second answer may follow it, so the connection closes after it."""
+    log.error("request failed after its answer was sent request_id=%s", request_id, exc_info=exc)
+    return SentAnswer(served.engine_status, 0, keep_alive=False)
 
 
 def _count(

@@ -112,11 +112,22 @@ class EnginePool:
     # --- the one request --------------------------------------------------------------------------
 
     async def post(
-        self, host: str, port: int, target: str, headers: Sequence[tuple[str, str]], body: bytes
+        self,
+        host: str,
+        port: int,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+        *,
+        on_head: Callable[[EngineResponse], None] | None = None,
     ) -> EngineResponse:
         """POST ``body`` to ``target`` and return once the answer's head arrived (any
         status). Raises ``ConnectFailed``, ``ConnectionLost`` or ``MalformedAnswer``. A
-        cancellation while waiting closes the connection (the engine sees the client go)."""
+        cancellation while waiting closes the connection (the engine sees the client go).
+
+        ``on_head`` is called with the answer from the connection's callback, as soon as
+        its head and the body bytes that came with it are in: before this returns, with
+        no task woken in between. It must not raise, read the body or end the answer."""
         if self._closed:
             raise ConnectFailed("the engine pool is closed")
         key = (host, port)
@@ -127,7 +138,7 @@ class EnginePool:
             reused = connection is not None
             if connection is None:
                 connection = await self._connect(key)
-            response = await connection.exchange(head, body, reused=reused)
+            response = await connection.exchange(head, body, reused=reused, on_head=on_head)
         except BaseException:
             self._give_slot()
             raise
@@ -289,6 +300,7 @@ class _Connection(asyncio.Protocol):
         self._reused = False
         self._head = bytearray()
         self._head_waiter: asyncio.Future[EngineResponse] | None = None
+        self._on_head: Callable[[EngineResponse], None] | None = None
         self._response: EngineResponse | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._in_pool = False
@@ -337,10 +349,18 @@ class _Connection(asyncio.Protocol):
 
     # --- one exchange -----------------------------------------------------------------------------
 
-    async def exchange(self, head: bytes, body: bytes, *, reused: bool) -> EngineResponse:
+    async def exchange(
+        self,
+        head: bytes,
+        body: bytes,
+        *,
+        reused: bool,
+        on_head: Callable[[EngineResponse], None] | None = None,
+    ) -> EngineResponse:
         transport = self._transport
         assert transport is not None and self._state == _READY
         self._reused = reused
+        self._on_head = on_head
         self._state = _HEAD
         self._head.clear()
         waiter: asyncio.Future[EngineResponse] = asyncio.get_running_loop().create_future()
@@ -358,6 +378,7 @@ class _Connection(asyncio.Protocol):
             raise
         finally:
             self._head_waiter = None
+            self._on_head = None
 
     def _head_data(self, data: bytes) -> None:
         buffer = self._head
@@ -396,6 +417,9 @@ class _Connection(asyncio.Protocol):
                 response._feed(rest)
             else:
                 self._state = _BROKEN  # bytes after a body-less answer
+        on_head, self._on_head = self._on_head, None
+        if on_head is not None and self._state != _BROKEN:
+            on_head(response)
 
     def _fail_head(self, exc: TransportError) -> None:
         self._state = _BROKEN
@@ -585,6 +609,16 @@ class EngineResponse:
     def ready(self) -> bool:
         """``read`` would return at once."""
         return bool(self._parts) or self._complete or self._error is not None
+
+    def peek_whole(self) -> bytes | None:
+        """The whole body, when all of it has arrived and none of it was read, left in
+        place (``whole_now`` or ``read`` still return it). Else None."""
+        if not self._complete or self._error is not None:
+            return None
+        parts = self._parts
+        if len(parts) > 1:
+            parts[:] = [b"".join(parts)]
+        return parts[0] if parts else b""
 
     def whole_now(self) -> bytes | None:
         """The body not read yet, when all of it has arrived (most answers come whole

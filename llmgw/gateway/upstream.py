@@ -84,12 +84,23 @@ class Upstream:
             await self._session.close()
             self._session = None
 
-    async def send(self, endpoint: Endpoint, path: str, body: bytes, request_id: str) -> EngineResponse:
-        """POST ``body`` and return once the response head arrived (any status)."""
+    async def send(
+        self,
+        endpoint: Endpoint,
+        path: str,
+        body: bytes,
+        request_id: str,
+        *,
+        on_head: Callable[[EngineResponse], None] | None = None,
+    ) -> EngineResponse:
+        """POST ``body`` and return once the response head arrived (any status);
+        ``on_head`` as ``EnginePool.post``'s."""
         assert self._session is not None, "Upstream.start() was not awaited"
         headers = (("Content-Type", _JSON), ("x-request-id", request_id))
         try:
-            return await self._session.post(endpoint.address, endpoint.port, path, headers, body)
+            return await self._session.post(
+                endpoint.address, endpoint.port, path, headers, body, on_head=on_head
+            )
         except ConnectFailed as exc:
             raise AttemptFailed(Failure.CONNECT, str(exc)) from None
         except ConnectionLost as exc:
