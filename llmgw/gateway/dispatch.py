@@ -73,47 +73,110 @@ class _SseResponse(web.StreamResponse):
 
 
 class _DirectAnswer:
-    """Writes a non-streamed answer to the client from the engine connection's callback
-    (``EnginePool.post``'s ``on_head``) the moment it has arrived whole. No task wakes
-    between the engine's bytes and the client's: on a proxy running on asyncio, that
-    wake-up and the walk back up the handler's awaits are most of what it adds to an
-    answer. The handler's task resumes afterwards and settles the books (the lease,
-    the metrics, usage) off the client's path.
+    """Writes an answer to the client from the engine connection's callbacks: a whole
+    non-streamed answer the moment it has arrived (``EnginePool.post``'s ``on_head``),
+    a stream's head with its first chunk the moment that chunk has
+    (``EngineResponse.call_when_ready``). No task wakes between the engine's bytes and
+    the client's: on a proxy running on asyncio, that wake-up and the walk back up the
+    handler's awaits are most of what it adds. The handler's task resumes afterwards:
+    for a whole answer it settles the books (lease, metrics, usage) off the client's
+    path; for a stream it relays the rest (``pump``, through ``_DirectStream``).
 
-    It sends only an answer that is final as it arrives: not a retryable status, the
-    whole body there and within the size limit, a header value that can be sent, the
+    It sends only what is final as it arrives: not a retryable status, a whole answer
+    there and within the size limit (a stream: a 200 and a first chunk, the point where
+    the router commits to an answer anyway), header values that can be sent, the
     client still connected, and the first-byte timeout not fired (it is switched off
     as the answer goes, so it cannot fire after). Anything else it leaves alone, and
     the task answers as it always does."""
 
-    __slots__ = ("_client", "_fields", "_limit", "sent", "timeout")
+    __slots__ = ("_client", "_fields", "_limit", "_stream", "sent", "timeout")
 
-    def __init__(self, client: asyncio.Transport, fields: str, limit: int) -> None:
+    def __init__(self, client: asyncio.Transport, fields: str, limit: int, *, stream: bool) -> None:
         self._client = client
         self._fields = fields  # the router's own header lines, each ending in CRLF
         self._limit = limit
+        self._stream = stream
         self.timeout: asyncio.Timeout | None = None  # the attempt's first-byte timeout
         self.sent = False
 
     def __call__(self, response: EngineResponse) -> None:
         status = response.status
-        timeout = self.timeout
-        if status in routing.RETRYABLE_STATUSES or timeout is None or timeout.expired():
+        if self._stream:
+            if status == 200:  # others are answered whole, by the handler
+                response.call_when_ready(self._first_chunk)
+            return
+        if status in routing.RETRYABLE_STATUSES or not self._may_send():
             return
         body = response.peek_whole()
-        if body is None or len(body) > self._limit or self._client.is_closing():
+        if body is None or len(body) > self._limit:
             return
         content_type = response.headers.get("content-type", "application/json")
         if _UNSENDABLE.search(content_type) or not content_type.isascii():
             return
-        timeout.reschedule(None)
-        head = (
+        self._send(
             f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nDate: {rfc822_formatted_time()}\r\n"
-            f"Server: {SERVER_SOFTWARE}\r\n{self._fields}\r\n"
+            f"Content-Length: {len(body)}\r\n",
+            body,
         )
-        self._client.write(head.encode("latin-1") + body)
+
+    def _first_chunk(self, response: EngineResponse) -> None:
+        chunk = response.peek()
+        if not chunk or not self._may_send():  # no chunk: the stream ended or broke first
+            return
+        self._send(_SSE_HEAD, b"%x\r\n%s\r\n" % (len(chunk), chunk))
+
+    def _may_send(self) -> bool:
+        timeout = self.timeout
+        return timeout is not None and not timeout.expired() and not self._client.is_closing()
+
+    def _send(self, start: str, payload: bytes) -> None:
+        assert self.timeout is not None
+        self.timeout.reschedule(None)
+        head = f"{start}Date: {rfc822_formatted_time()}\r\nServer: {SERVER_SOFTWARE}\r\n{self._fields}\r\n"
+        self._client.write(head.encode("latin-1") + payload)
         self.sent = True
+
+
+_SSE_HEAD = "HTTP/1.1 200 OK\r\n" + "".join(f"{name}: {value}\r\n" for name, value in SSE_HEADERS.items())
+_SSE_HEAD += "Transfer-Encoding: chunked\r\n"
+
+
+class _DirectStream(web.StreamResponse):
+    """The rest of a stream whose head and first chunk ``_DirectAnswer`` sent: written
+    straight to the client's transport in HTTP/1.1 chunks, as the relay writes its
+    chunks. aiohttp's ``finish_response`` then prepares and ends it, which sends
+    nothing (the head went long ago); a stream left without its end (the client went)
+    closes the connection."""
+
+    def __init__(self, client: asyncio.Transport) -> None:
+        super().__init__(status=200, headers={"Transfer-Encoding": "chunked"})
+        self._client = client
+        self._keep_alive = True
+        self._body_length = 0
+
+    async def prepare(self, request: web.BaseRequest) -> None:
+        if not self._eof_sent:  # aiohttp ends a stream the handler left unended
+            self._eof_sent = True
+            self._keep_alive = False
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._eof_sent:
+            raise RuntimeError("Cannot call write() after write_eof()")
+        if data:
+            self._write(b"%x\r\n%s\r\n" % (len(data), bytes(data)))
+
+    async def write_eof(self, data: bytes | bytearray | memoryview = b"") -> None:
+        if self._eof_sent:
+            return
+        self._eof_sent = True
+        self._write((b"%x\r\n%s\r\n" % (len(data), bytes(data)) if data else b"") + b"0\r\n\r\n")
+
+    def _write(self, frame: bytes) -> None:
+        if self._client.is_closing():
+            self._keep_alive = False
+            raise ConnectionResetError("the client closed its connection")
+        self._client.write(frame)
+        self._body_length += len(frame)
 
 
 def answer_fields(request_id: str, model: str, replica: str) -> str | None:
@@ -149,7 +212,9 @@ class Served:
     engine_status: int = 0  # the status its engine answered with (0: no engine answered)
     usage: dict[str, object] | None = None
     refusal: routing.Refusal | None = None  # the router's refusal that ended a stream already started
-    sent: bool = False  # the whole answer went from the engine's callback (``_DirectAnswer``)
+    # The answer (a stream: its head) went from the engine's callback (``_DirectAnswer``):
+    # nothing else may be sent as this request's answer.
+    sent: bool = False
 
 
 @dataclass
@@ -159,7 +224,8 @@ class _Opened:
     response: EngineResponse
     head: bytes  # a stream's first chunk, or a whole non-streamed body
     lease: Lease
-    sent: bool = False  # the client has the whole answer already (``_DirectAnswer``)
+    sent: bool = False  # the client has the whole answer, or a stream's head, already (``_DirectAnswer``)
+    client: asyncio.Transport | None = None  # the client's connection, when ``sent``
 
 
 @dataclass
@@ -246,9 +312,12 @@ class Dispatcher:
             request_id=request_id,
             keepalive=_KeepAlive(request, common) if call.stream else None,
             # HTTP/1.1 keep-alive only: the head it writes is for that case (aiohttp's
-            # path handles HTTP/1.0 and Connection: close).
+            # path handles HTTP/1.0 and Connection: close). Not for a stream whose usage
+            # event the router takes out: the first chunk may be it.
             client=request.transport
-            if not call.stream and request.version == HttpVersion11 and request.keep_alive
+            if request.version == HttpVersion11
+            and request.keep_alive
+            and not (call.stream and force_usage and not call.include_usage)
             else None,
         )
         try:
@@ -271,7 +340,10 @@ class Dispatcher:
             try:
                 if not call.stream or upstream.status != 200:
                     return await self._answer_whole(route, opened, headers, served, on_usage)
-                if route.keepalive is not None and route.keepalive.response is not None:
+                response: web.StreamResponse
+                if opened.sent and opened.client is not None:
+                    response = _DirectStream(opened.client)
+                elif route.keepalive is not None and route.keepalive.response is not None:
                     response = route.keepalive.response
                     # Headers are gone: say who answers in a comment the chat page reads.
                     await response.write(
@@ -291,6 +363,7 @@ class Dispatcher:
                     opened.head,
                     self._settings,
                     strip_usage=force_usage and not call.include_usage,
+                    first_sent=opened.sent,
                 )
                 if result.end is PumpEnd.COMPLETE:
                     self._count_usage(opened.model, result.usage, served, on_usage)
@@ -524,10 +597,13 @@ class Dispatcher:
 
     async def _attempt(self, route: _Route, model: str, endpoint: Endpoint, lease: Lease) -> _Opened:
         direct = None
-        if route.client is not None:
+        # Not once a load wait's comments sent a stream's head.
+        if route.client is not None and (route.keepalive is None or route.keepalive.response is None):
             fields = answer_fields(route.request_id, model, endpoint.replica)
             if fields is not None:
-                direct = _DirectAnswer(route.client, fields, self._settings.max_response_bytes)
+                direct = _DirectAnswer(
+                    route.client, fields, self._settings.max_response_bytes, stream=route.stream
+                )
         try:
             async with asyncio.timeout(self._settings.upstream_first_byte_timeout) as timeout:
                 if direct is not None:
@@ -560,6 +636,7 @@ class Dispatcher:
             head=head,
             lease=lease,
             sent=direct is not None and direct.sent,
+            client=route.client,
         )
 
     async def _wait_for_change(self, route: _Route, deadline: float) -> None:

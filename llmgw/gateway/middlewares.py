@@ -104,8 +104,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def _already_answered(served: Served, request_id: str, exc: Exception) -> web.StreamResponse:
-    """A failure after the engine's whole answer went to the client from the engine's
-    callback: no second answer may follow it, so the connection closes after it."""
+    """A failure after the answer (or a stream's head) went to the client from the
+    engine's callback: no second answer may follow it, so the connection closes."""
     log.error("request failed after its answer was sent request_id=%s", request_id, exc_info=exc)
     return SentAnswer(served.engine_status, 0, keep_alive=False)
 

@@ -603,6 +603,7 @@ class EngineResponse:
         self._high_water = connection.high_water
         self._sink: Callable[[bytes], None] | None = None
         self._on_end: Callable[[bytes, BodyBroken | None], None] | None = None
+        self._on_ready: Callable[[EngineResponse], None] | None = None
 
     # --- the reader's side ------------------------------------------------------------------------
 
@@ -630,6 +631,22 @@ class EngineResponse:
         parts.clear()
         self._buffered = 0
         return data
+
+    def peek(self) -> bytes:
+        """The body bytes received and not read yet, left in place for ``read``."""
+        parts = self._parts
+        if len(parts) > 1:
+            parts[:] = [b"".join(parts)]
+        return parts[0] if parts else b""
+
+    def call_when_ready(self, hook: Callable[[EngineResponse], None]) -> None:
+        """Calls ``hook(self)`` once, from the connection's callback, when ``read`` would
+        return at once (body bytes, the end, or a failure): at once if it already would.
+        Like ``EnginePool.post``'s ``on_head``, it must not raise or read."""
+        if self.ready():
+            hook(self)
+        else:
+            self._on_ready = hook
 
     def at_eof(self) -> bool:
         """The whole body was received and read."""
@@ -703,6 +720,10 @@ class EngineResponse:
         if self._sink is not None:
             self._deliver()
             return
+        on_ready = self._on_ready
+        if on_ready is not None and self.ready():
+            self._on_ready = None
+            on_ready(self)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -335,11 +335,13 @@ async def pump(
     settings: RouterSettings,
     *,
     strip_usage: bool,
+    first_sent: bool = False,
 ) -> StreamResult:
     """Copy the engine's stream to the client until it ends (the client's stream is
     then ended too), either side fails, or one of the idle timeouts fires. Never
     raises for those: the caller reports them. ``client`` is prepared and not
-    compressed; ``transport`` is its request's (None: the client already left)."""
+    compressed; ``transport`` is its request's (None: the client already left).
+    ``first_sent``: ``first`` went to the client already, with the head."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
@@ -368,9 +370,10 @@ async def pump(
         chunk = keep(first)
         try:
             if response.at_eof():  # the end is known: the data and the end of the stream in one send
-                await client.write_eof(chunk)
+                await client.write_eof(b"" if first_sent else chunk)
                 return StreamResult(PumpEnd.COMPLETE, _usage(stripper, tail))
-            await client.write(chunk)  # through aiohttp: the head goes out with it
+            if not first_sent:
+                await client.write(chunk)  # through aiohttp: the head goes out with it
         except (ConnectionError, RuntimeError) as exc:
             # aiohttp raises ClientConnectionResetError (a ConnectionResetError) on a
             # closed transport, RuntimeError if the connection is already gone.

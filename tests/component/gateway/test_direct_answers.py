@@ -22,17 +22,18 @@ CHAT = {"model": "sim-chat", "messages": [{"role": "user", "content": "hello"}],
 
 
 @pytest.fixture
-def direct_sends(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Whether each armed ``_DirectAnswer`` sent its answer, in order."""
-    outcomes: list[bool] = []
-    original = dispatch._DirectAnswer.__call__
+def direct_sends(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What ``_DirectAnswer`` wrote from the engine's callbacks, in order: "whole" for
+    a whole answer, "stream" for a stream's head and first chunk."""
+    sent: list[str] = []
+    original = dispatch._DirectAnswer._send
 
-    def call(self: Any, response: Any) -> None:
-        original(self, response)
-        outcomes.append(self.sent)
+    def send(self: Any, start: str, payload: bytes) -> None:
+        original(self, start, payload)
+        sent.append("stream" if self._stream else "whole")
 
-    monkeypatch.setattr(dispatch._DirectAnswer, "__call__", call)
-    return outcomes
+    monkeypatch.setattr(dispatch._DirectAnswer, "_send", send)
+    return sent
 
 
 class RawClient:
@@ -80,7 +81,7 @@ class RawClient:
 
 
 async def test_whole_answers_on_one_kept_alive_connection_are_sent_once_each(
-    cluster: Cluster, start_router: StartRouter, direct_sends: list[bool]
+    cluster: Cluster, start_router: StartRouter, direct_sends: list[str]
 ) -> None:
     engine = await cluster.add_sim("sim-chat")
     client = await RawClient.open(await start_router())
@@ -101,12 +102,12 @@ async def test_whole_answers_on_one_kept_alive_connection_are_sent_once_each(
             answer = json.loads(payload)
             assert answer["model"] == "sim-chat" and answer["usage"]["completion_tokens"] == 3
     assert len(request_ids) == 4
-    assert direct_sends == [True, True, True]  # the three whole answers, none of the stream
+    assert direct_sends == ["whole", "whole", "stream", "whole"]
     await client.close()
 
 
 async def test_a_client_that_asks_to_close_or_speaks_http_1_0_is_answered_by_the_handler(
-    cluster: Cluster, start_router: StartRouter, direct_sends: list[bool]
+    cluster: Cluster, start_router: StartRouter, direct_sends: list[str]
 ) -> None:
     await cluster.add_sim("sim-chat")
     router = await start_router()
@@ -127,7 +128,7 @@ async def test_a_client_that_asks_to_close_or_speaks_http_1_0_is_answered_by_the
 
 
 async def test_a_retryable_answer_is_not_sent_and_the_retry_is(
-    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, direct_sends: list[bool]
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, direct_sends: list[str]
 ) -> None:
     failing = await cluster.add_sim("sim-chat")
     healthy = await cluster.add_sim("sim-chat")
@@ -139,13 +140,13 @@ async def test_a_retryable_answer_is_not_sent_and_the_retry_is(
         assert status == "HTTP/1.1 200 OK" and json.loads(payload)["model"] == "sim-chat"
         replicas.add(headers["x-llmgw-replica"])
     assert replicas == {healthy.endpoint.replica}
-    # One answer sent per request; the 503s tried first (ties go round-robin) were not.
-    assert direct_sends.count(True) == 4 and False in direct_sends
+    # One answer sent per request: none of the 503s tried first (ties go round-robin).
+    assert direct_sends == ["whole"] * 4
     await client.close()
 
 
 async def test_an_engine_error_is_sent_as_the_engine_said_it(
-    cluster: Cluster, start_router: StartRouter, direct_sends: list[bool]
+    cluster: Cluster, start_router: StartRouter, direct_sends: list[str]
 ) -> None:
     await cluster.add_sim("sim-chat")
     client = await RawClient.open(await start_router())
@@ -155,5 +156,29 @@ async def test_an_engine_error_is_sent_as_the_engine_said_it(
     assert json.loads(payload)["error"]["message"]
     status, _, payload = await client.post(CHAT)  # the connection is still good
     assert status == "HTTP/1.1 200 OK"
-    assert direct_sends == [True, True]
+    assert direct_sends == ["whole", "whole"]
+    await client.close()
+
+
+async def test_a_stream_that_breaks_after_its_first_chunk_ends_in_an_error_event_and_the_connection_goes_on(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, direct_sends: list[str]
+) -> None:
+    engine = await cluster.add_sim("sim-chat", token_rate=20.0)
+    client = await RawClient.open(await start_router(upstream_idle_timeout=0.3))
+
+    async def hang_soon() -> None:
+        await asyncio.sleep(0.15)  # a few tokens in (20 a second)
+        await engine.fault(http, hang=True)
+
+    hanging = asyncio.create_task(hang_soon())
+    status, headers, payload = await client.post({**CHAT, "max_tokens": 100, "stream": True})
+    await hanging
+    assert status == "HTTP/1.1 200 OK" and headers["transfer-encoding"] == "chunked"
+    events = [e for e in payload.decode().split("\n\n") if e.strip()]
+    assert events[0].startswith("data: {") and '"went silent midway' not in events[0]
+    assert "went silent midway" in events[-1]  # OpenAI's way: an error event, then the end
+    await engine.fault(http, hang=False)
+    status, _, payload = await client.post(CHAT)  # the connection still serves
+    assert status == "HTTP/1.1 200 OK" and json.loads(payload)["model"] == "sim-chat"
+    assert direct_sends == ["stream", "whole"]
     await client.close()

@@ -1,7 +1,7 @@
 """When ``dispatch._DirectAnswer`` writes an engine's answer to the client from the
-engine connection's callback, and what it writes: only a final answer, whole, within
-the size limit, with headers that cannot smuggle a line, to a client still there, and
-never once the first-byte timeout fired."""
+engine connection's callbacks, and what it writes: only a final answer (whole, within
+the size limit; or a stream's 200 with its first chunk), with headers that cannot
+smuggle a line, to a client still there, and never once the first-byte timeout fired."""
 
 from __future__ import annotations
 
@@ -44,14 +44,27 @@ class FakeAnswer:
     body: bytes | None = b'{"ok":true}'
     headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
 
+    chunk: bytes = b"data: {}\n\n"
+    armed: list[object] = field(default_factory=list)
+
     def peek_whole(self) -> bytes | None:
         return self.body
 
+    def peek(self) -> bytes:
+        return self.chunk
 
-def _answer(client: FakeClient, timeout: FakeTimeout, answer: FakeAnswer, limit: int = 1000) -> bool:
-    direct = _DirectAnswer(client, FIELDS, limit)  # type: ignore[arg-type]
+    def call_when_ready(self, hook: object) -> None:
+        self.armed.append(hook)
+
+
+def _answer(
+    client: FakeClient, timeout: FakeTimeout, answer: FakeAnswer, limit: int = 1000, *, stream: bool = False
+) -> bool:
+    direct = _DirectAnswer(client, FIELDS, limit, stream=stream)  # type: ignore[arg-type]
     direct.timeout = timeout  # type: ignore[assignment]
     direct(answer)  # type: ignore[arg-type]
+    for hook in answer.armed:  # a stream's first chunk arrives
+        hook(answer)  # type: ignore[operator]
     return direct.sent
 
 
