@@ -63,6 +63,9 @@ LOADING_COMMENT = b": loading model\n\n"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _REASONS = {status.value: status.phrase for status in HTTPStatus}
 _UNSENDABLE = re.compile(r"[\r\n\x00]")
+# The head of a stream ``_DirectAnswer`` starts (the router's own lines follow).
+_SSE_HEAD = "HTTP/1.1 200 OK\r\n" + "".join(f"{name}: {value}\r\n" for name, value in SSE_HEADERS.items())
+_SSE_HEAD += "Transfer-Encoding: chunked\r\n"
 
 
 class _SseResponse(web.StreamResponse):
@@ -135,10 +138,6 @@ class _DirectAnswer:
         head = f"{start}Date: {rfc822_formatted_time()}\r\nServer: {SERVER_SOFTWARE}\r\n{self._fields}\r\n"
         self._client.write(head.encode("latin-1") + payload)
         self.sent = True
-
-
-_SSE_HEAD = "HTTP/1.1 200 OK\r\n" + "".join(f"{name}: {value}\r\n" for name, value in SSE_HEADERS.items())
-_SSE_HEAD += "Transfer-Encoding: chunked\r\n"
 
 
 class _DirectStream(web.StreamResponse):
@@ -255,8 +254,8 @@ class _Route:
     path: str
     request_id: str
     keepalive: _KeepAlive | None = None
-    # The client's connection, when a whole answer may be written to it from the engine
-    # connection's callback (``_DirectAnswer``); None: the handler answers.
+    # The client's connection, when the answer may be written to it from the engine
+    # connection's callbacks (``_DirectAnswer``); None: the handler answers.
     client: asyncio.Transport | None = None
     attempts_total: int = 0
     failures: int = 0
@@ -629,14 +628,15 @@ class Dispatcher:
             # The engine answered and then broke: it did the work, so no retry.
             log.warning("engine answer broke model=%s replica=%s: %s", model, endpoint.replica, exc)
             raise ApiError(errors.stream_broken(model)) from None
+        sent = direct is not None and direct.sent
         return _Opened(
             model=model,
             endpoint=endpoint,
             response=response,
             head=head,
             lease=lease,
-            sent=direct is not None and direct.sent,
-            client=route.client,
+            sent=sent,
+            client=route.client if sent else None,
         )
 
     async def _wait_for_change(self, route: _Route, deadline: float) -> None:
