@@ -611,33 +611,26 @@ class EngineResponse:
         """``read`` would return at once."""
         return bool(self._parts) or self._complete or self._error is not None
 
-    def peek_whole(self) -> bytes | None:
-        """The whole body, when all of it has arrived and none of it was read, left in
-        place (``whole_now`` or ``read`` still return it). Else None."""
-        if not self._complete or self._error is not None:
-            return None
-        parts = self._parts
-        if len(parts) > 1:
-            parts[:] = [b"".join(parts)]
-        return parts[0] if parts else b""
-
-    def whole_now(self) -> bytes | None:
-        """The body not read yet, when all of it has arrived (most answers come whole
-        with their head): no read, no wait. Else None."""
-        if not self._complete:
-            return None
-        parts = self._parts
-        data = b"" if not parts else parts[0] if len(parts) == 1 else b"".join(parts)
-        parts.clear()
-        self._buffered = 0
-        return data
-
     def peek(self) -> bytes:
         """The body bytes received and not read yet, left in place for ``read``."""
         parts = self._parts
         if len(parts) > 1:
             parts[:] = [b"".join(parts)]
         return parts[0] if parts else b""
+
+    def peek_whole(self) -> bytes | None:
+        """The body not read yet, when all of it has arrived, left in place (``read``
+        or ``whole_now`` still return it). Else None."""
+        return self.peek() if self._complete else None
+
+    def whole_now(self) -> bytes | None:
+        """The body not read yet, when all of it has arrived (most answers come whole
+        with their head): no read, no wait. Else None."""
+        whole = self.peek_whole()
+        if whole is not None:
+            self._parts.clear()
+            self._buffered = 0
+        return whole
 
     def call_when_ready(self, hook: Callable[[EngineResponse], None]) -> None:
         """Calls ``hook(self)`` once, from the connection's callback, when ``read`` would

@@ -117,6 +117,76 @@ async def send_slowly(writer: asyncio.StreamWriter, data: bytes, cuts: list[int]
         start = cut
 
 
+# --- hooks on the connection's callbacks ------------------------------------------------------------
+
+
+async def test_on_head_sees_the_head_and_the_body_that_came_with_it_before_post_returns() -> None:
+    body = b'{"ok": true}'
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, engine: RawEngine) -> None:
+        while True:
+            await engine.request(reader)
+            writer.write(answer(body))  # head and body in one packet
+            await writer.drain()
+
+    async with RawEngine(script) as engine:
+        engines = pool()
+        seen: list[tuple[int, bytes | None]] = []
+        try:
+            response = await engines.post(
+                "127.0.0.1",
+                engine.port,
+                "/v1/x",
+                HEADERS,
+                b"{}",
+                on_head=lambda r: seen.append((r.status, r.peek_whole())),
+            )
+            assert seen == [(200, body)]  # called from the callback, before post returned
+            assert await read_all(response) == body  # peeking took nothing away
+            response.release()
+            again = await engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}")
+            assert await read_all(again) == body
+            again.release()
+            assert seen == [(200, body)]  # a hook is for one exchange only
+            assert engine.connections == 1
+        finally:
+            await engines.close()
+
+
+async def test_call_when_ready_fires_from_the_callback_on_the_first_body_bytes() -> None:
+    release = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, engine: RawEngine) -> None:
+        await engine.request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        await writer.drain()
+        await release.wait()
+        writer.write(b"8\r\ndata: 1\n\r\n")
+        await writer.drain()
+        await release.wait()
+        writer.write(b"0\r\n\r\n")
+
+    async with RawEngine(script) as engine:
+        engines = pool()
+        fired: list[bytes] = []
+        try:
+            response = await engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}")
+            response.call_when_ready(lambda r: fired.append(r.peek()))
+            assert fired == []  # no body yet
+            release.set()
+            first = await response.read()
+            assert fired == [b"data: 1\n"]  # seen by the hook, and still there for read
+            assert first == b"data: 1\n"
+            assert await response.read() == b""
+            response.call_when_ready(lambda r: fired.append(b"at once"))  # ready: called now
+            assert fired == [b"data: 1\n", b"at once"]
+            response.release()
+        finally:
+            await engines.close()
+
+
 # --- framings ----------------------------------------------------------------------------------------
 
 
