@@ -15,6 +15,7 @@ import pytest
 
 from llmgw.gateway import dispatch
 from llmgw.gateway.app import RouterServer
+from llmgw.gateway.context import CONTEXT
 
 from .conftest import Cluster, StartRouter
 
@@ -181,4 +182,22 @@ async def test_a_stream_that_breaks_after_its_first_chunk_ends_in_an_error_event
     status, _, payload = await client.post(CHAT)  # the connection still serves
     assert status == "HTTP/1.1 200 OK" and json.loads(payload)["model"] == "sim-chat"
     assert direct_sends == ["stream", "whole"]
+    await client.close()
+
+
+async def test_a_failure_after_the_answer_went_closes_the_connection_instead_of_a_second_answer(
+    cluster: Cluster, start_router: StartRouter, monkeypatch: pytest.MonkeyPatch, direct_sends: list[str]
+) -> None:
+    await cluster.add_sim("sim-chat")
+    router = await start_router()
+
+    def broken_bookkeeping(model: str) -> None:
+        raise RuntimeError("a bug after the answer went")
+
+    monkeypatch.setattr(router.app[CONTEXT].demand, "record_use", broken_bookkeeping)
+    client = await RawClient.open(router)
+    status, _, payload = await client.post(CHAT)
+    assert status == "HTTP/1.1 200 OK" and json.loads(payload)["model"] == "sim-chat"
+    assert await client.closed_by_router()  # and nothing after the answer: no 500 behind it
+    assert direct_sends == ["whole"]
     await client.close()
