@@ -293,6 +293,7 @@ async def test_watch_as_a_process_shows_the_next_status_and_stops_on_ctrl_c(
         cwd=REPO,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=_ctrl_c_as_on_a_terminal,
     )
     assert process.stdout is not None and process.stderr is not None
     try:
@@ -314,6 +315,13 @@ async def test_watch_as_a_process_shows_the_next_status_and_stops_on_ctrl_c(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+def _ctrl_c_as_on_a_terminal() -> None:
+    # A suite started as a shell's background job runs with SIGINT ignored, and an
+    # ignored signal stays ignored across exec: Python then installs no Ctrl-C handler
+    # in the child, and the watch would rightly ignore the interrupt this test sends.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_status_is_listed_in_llmgw_help() -> None:
