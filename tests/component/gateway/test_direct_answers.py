@@ -1,8 +1,10 @@
-"""Whole answers written to the client from the engine connection's callback
-(``dispatch._DirectAnswer``): on the wire they are the same HTTP as aiohttp's, one
-answer per request on a kept-alive connection, and anything that is not final as
-it arrives (a retryable status, a late first byte, a client that asked to close)
-still goes the handler's way."""
+"""Answers written to the client from the engine connection's callbacks
+(``dispatch._DirectAnswer``: whole answers, and a stream's head with its first
+chunk): on the wire they are the same HTTP as aiohttp's, one answer per request on
+a kept-alive connection, a failure after them closes the connection rather than
+send a second answer, and anything that is not final as it arrives (a retryable
+status, a client that asked to close or speaks HTTP/1.0) still goes the handler's
+way."""
 
 from __future__ import annotations
 
