@@ -52,6 +52,7 @@ from llmgw.gateway.upstream import (
     PumpEnd,
     Upstream,
     UpstreamBroken,
+    http_chunk,
     pump,
     token_counts,
     usage_of_body,
@@ -126,7 +127,7 @@ class _DirectAnswer:
         chunk = response.peek()
         if not chunk or not self._may_send():  # no chunk: the stream ended or broke first
             return
-        self._send(_SSE_HEAD, b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        self._send(_SSE_HEAD, http_chunk(chunk))
 
     def _may_send(self) -> bool:
         timeout = self.timeout
@@ -162,13 +163,13 @@ class _DirectStream(web.StreamResponse):
         if self._eof_sent:
             raise RuntimeError("Cannot call write() after write_eof()")
         if data:
-            self._write(b"%x\r\n%s\r\n" % (len(data), bytes(data)))
+            self._write(http_chunk(bytes(data)))
 
     async def write_eof(self, data: bytes | bytearray | memoryview = b"") -> None:
         if self._eof_sent:
             return
         self._eof_sent = True
-        self._write((b"%x\r\n%s\r\n" % (len(data), bytes(data)) if data else b"") + b"0\r\n\r\n")
+        self._write((http_chunk(bytes(data)) if data else b"") + b"0\r\n\r\n")
 
     def _write(self, frame: bytes) -> None:
         if self._client.is_closing():

@@ -55,6 +55,11 @@ _USAGE_OBJECT = (b'"usage":{', b'"usage": {')
 _JSON = "application/json"
 
 
+def http_chunk(data: bytes) -> bytes:
+    """``data`` as one chunk of an HTTP/1.1 chunked body (not empty: that is the end)."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
 class AttemptFailed(Exception):
     def __init__(self, failure: Failure, detail: str) -> None:
         super().__init__(f"{failure}: {detail}")
@@ -280,7 +285,7 @@ class _Relay:
             if transport.is_closing():
                 self._end(PumpEnd.CLIENT_GONE, b"", "the client closed its connection")
                 return
-            transport.write(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data)
+            transport.write(http_chunk(data) if self._chunked else data)
             if self._poll is not None:
                 return  # already waiting for the client (bytes that were in flight)
             if transport.get_write_buffer_size() > CLIENT_HIGH_WATER:
