@@ -15,6 +15,11 @@ Owns the flow; every decision in it is ``llmgw.core.routing``'s:
    with ``: loading model`` comments; then ``unserved_reason``/``refusal_for``.
    A model the control plane says it cannot serve (``llmgw/unavailable``) is not
    waited for: the answer is an immediate 503 ``model_unavailable`` saying why.
+5. The answer: for an HTTP/1.1 keep-alive client, ``_DirectAnswer`` writes it
+   from the engine connection's callbacks as soon as it is final (a whole
+   answer; a stream's head with its first chunk), and the handler returns a
+   ``SentAnswer`` or relays the rest through ``_DirectStream``; otherwise the
+   handler answers through aiohttp.
 
 Must not: parse client requests (``calls``), check keys or limits
 (middlewares, handlers), or keep state between requests beyond what the book,
