@@ -32,7 +32,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -51,7 +50,7 @@ from llmgw.gateway.demand import DemandTracker
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.metrics import RouterMetrics
 from llmgw.gateway.settings import RouterSettings
-from llmgw.gateway.transport import EngineResponse
+from llmgw.gateway.transport import FIELD_VALUE_BAD, EngineResponse
 from llmgw.gateway.upstream import (
     AttemptFailed,
     PumpEnd,
@@ -68,7 +67,6 @@ log = logging.getLogger("llmgw.gateway.dispatch")
 LOADING_COMMENT = b": loading model\n\n"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _REASONS = {status.value: status.phrase for status in HTTPStatus}
-_UNSENDABLE = re.compile(r"[\r\n\x00]")
 # The head of a stream ``_DirectAnswer`` starts (the router's own lines follow).
 _SSE_HEAD = "HTTP/1.1 200 OK\r\n" + "".join(f"{name}: {value}\r\n" for name, value in SSE_HEADERS.items())
 _SSE_HEAD += "Transfer-Encoding: chunked\r\n"
@@ -120,7 +118,7 @@ class _DirectAnswer:
         if body is None or len(body) > self._limit:
             return
         content_type = response.headers.get("content-type", "application/json")
-        if _UNSENDABLE.search(content_type) or not content_type.isascii():
+        if FIELD_VALUE_BAD.search(content_type) or not content_type.isascii():
             return
         self._send(
             f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {content_type}\r\n"
@@ -188,7 +186,7 @@ def answer_fields(request_id: str, model: str, replica: str) -> str | None:
     """The router's own header lines of an answer, or None when a value cannot go in
     a head as it is (a replica name comes from a service registration)."""
     values = (request_id, model, replica)
-    if any(_UNSENDABLE.search(value) or not value.isascii() for value in values):
+    if any(FIELD_VALUE_BAD.search(value) or not value.isascii() for value in values):
         return None
     return f"x-request-id: {request_id}\r\nx-llmgw-model: {model}\r\nx-llmgw-replica: {replica}\r\n"
 
@@ -230,7 +228,6 @@ class _Opened:
     head: bytes  # a stream's first chunk, or a whole non-streamed body
     lease: Lease
     sent: bool = False  # the client has the whole answer, or a stream's head, already (``_DirectAnswer``)
-    client: asyncio.Transport | None = None  # the client's connection, when ``sent``
 
 
 @dataclass
@@ -346,8 +343,8 @@ class Dispatcher:
                 if not call.stream or upstream.status != 200:
                     return await self._answer_whole(route, opened, headers, served, on_usage)
                 response: web.StreamResponse
-                if opened.sent and opened.client is not None:
-                    response = _DirectStream(opened.client)
+                if opened.sent and route.client is not None:
+                    response = _DirectStream(route.client)
                 elif route.keepalive is not None and route.keepalive.response is not None:
                     response = route.keepalive.response
                     # Headers are gone: say who answers in a comment the chat page reads.
@@ -634,15 +631,13 @@ class Dispatcher:
             # The engine answered and then broke: it did the work, so no retry.
             log.warning("engine answer broke model=%s replica=%s: %s", model, endpoint.replica, exc)
             raise ApiError(errors.stream_broken(model)) from None
-        sent = direct is not None and direct.sent
         return _Opened(
             model=model,
             endpoint=endpoint,
             response=response,
             head=head,
             lease=lease,
-            sent=sent,
-            client=route.client if sent else None,
+            sent=direct is not None and direct.sent,
         )
 
     async def _wait_for_change(self, route: _Route, deadline: float) -> None:

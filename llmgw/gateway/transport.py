@@ -51,7 +51,8 @@ _STATUS_LINE = re.compile(r"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _FIELD_LINES = re.compile(r"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")
 _FIELD = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\r\n]*?)[ \t]*\r\n")
-_FIELD_VALUE_BAD = re.compile(r"[\r\n\x00]")
+# What no header value or request target may hold (a line break would start a new line).
+FIELD_VALUE_BAD = re.compile(r"[\r\n\x00]")
 
 
 class TransportError(Exception):
@@ -149,10 +150,10 @@ class EnginePool:
     ) -> bytes:
         start = self._starts.get((key, target))
         if start is None:
-            if _FIELD_VALUE_BAD.search(target) or " " in target:
+            if FIELD_VALUE_BAD.search(target) or " " in target:
                 raise ValueError(f"request target {target!r} is not sendable")
             host, port = key
-            if _FIELD_VALUE_BAD.search(host) or " " in host or "/" in host:
+            if FIELD_VALUE_BAD.search(host) or " " in host or "/" in host:
                 # An address from a service registration, not llmgw's: it must not write the head.
                 raise ConnectFailed(f"engine address {host[:80]!r} is not a host")
             if len(self._starts) >= _CACHED_STARTS:
