@@ -144,14 +144,15 @@ def _routes(app: web.Application) -> None:
         ("GET", "/v1/session/info/{session_id}", Acl.LIST, s.info),
         ("GET", "/v1/session/list", Acl.LIST, s.listing),
         ("GET", "/v1/session/node/{node}", Acl.LIST, s.listing),
-        ("GET", "/_dev/cluster", Acl.NONE, dev.cluster),
-        ("PUT", "/_dev/nodes/{node}", Acl.NONE, dev.add_node),
-        ("DELETE", "/_dev/nodes/{node}", Acl.NONE, dev.remove_node),
-        ("PUT", "/_dev/nodes/{node}/fail", Acl.NONE, dev.fail_node),
-        ("PUT", "/_dev/nodes/{node}/recover", Acl.NONE, dev.recover_node),
-        ("PUT", "/_dev/nodes/{node}/check-latency", Acl.NONE, dev.check_latency),
-        ("PUT", "/_dev/outage", Acl.NONE, dev.start_outage),
-        ("DELETE", "/_dev/outage", Acl.NONE, dev.end_outage),
+        # The dev endpoints fail nodes and stop Consul: with ACLs on they need the token.
+        ("GET", "/_dev/cluster", Acl.READ, dev.cluster),
+        ("PUT", "/_dev/nodes/{node}", Acl.WRITE, dev.add_node),
+        ("DELETE", "/_dev/nodes/{node}", Acl.WRITE, dev.remove_node),
+        ("PUT", "/_dev/nodes/{node}/fail", Acl.WRITE, dev.fail_node),
+        ("PUT", "/_dev/nodes/{node}/recover", Acl.WRITE, dev.recover_node),
+        ("PUT", "/_dev/nodes/{node}/check-latency", Acl.WRITE, dev.check_latency),
+        ("PUT", "/_dev/outage", Acl.WRITE, dev.start_outage),
+        ("DELETE", "/_dev/outage", Acl.WRITE, dev.end_outage),
     ]
     for method, path, rule, handler in table:
         app.router.add_route(method, path, guarded(rule, handler))

@@ -1,7 +1,8 @@
 """``/_dev/...``: the stand-in's own control endpoints, for ``llmgw dev`` and tests.
 
 Real Consul has no ``/_dev`` path, so nothing written for Consul can reach these
-by accident; they need no token and keep answering through any outage except
+by accident; with ACLs on they need the token as the API does (they fail nodes
+and stop Consul), and they keep answering through any outage except
 REFUSE (whose listeners are closed: give it a duration, or end it from Python).
 
     GET    /_dev/cluster                          nodes, agent URLs, faults, index

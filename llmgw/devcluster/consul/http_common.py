@@ -11,6 +11,7 @@ Must not: hold state of its own (no module singletons) or implement an endpoint.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
@@ -38,7 +39,7 @@ ANONYMOUS_ACCESSOR = "00000000-0000-0000-0000-000000000002"
 class Acl(StrEnum):
     """What an endpoint needs when ACLs are on (settings.acl_token set)."""
 
-    NONE = "none"  # /v1/status/*: no token needed
+    NONE = "none"  # /v1/status/*: no token needed (Consul checks none there)
     LIST = "list"  # a read whose results ACLs filter: anonymous reads an empty list
     READ = "read"  # anonymous gets 403
     WRITE = "write"  # anonymous gets 403
@@ -66,13 +67,15 @@ def acl_filtered(request: web.Request) -> bool:
 
 
 def request_token(request: web.Request) -> str:
-    """The token as Consul finds it: X-Consul-Token, then a Bearer header, then ?token=."""
-    token = request.headers.get("X-Consul-Token", "")
-    if not token:
-        auth = request.headers.get("Authorization", "")
-        if auth.lower().startswith("bearer "):
-            token = auth[7:].strip()
-    return token or request.query.get("token", "")
+    """The token as Consul's ``parseTokenInternal`` finds it: ``?token=``, then
+    ``X-Consul-Token``, then ``Authorization: Bearer`` (its first word)."""
+    token = request.query.get("token", "") or request.headers.get("X-Consul-Token", "")
+    if token:
+        return token
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.split()[0]
+    return ""
 
 
 def check_acl(request: web.Request, rule: Acl) -> None:
@@ -81,7 +84,7 @@ def check_acl(request: web.Request, rule: Acl) -> None:
     if wanted is None or rule is Acl.NONE:
         return
     token = request_token(request)
-    if token == wanted:
+    if hmac.compare_digest(token.encode(), wanted.encode()):
         return
     if token:
         raise web.HTTPForbidden(text="ACL not found", content_type="text/plain")

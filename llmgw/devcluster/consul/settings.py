@@ -9,7 +9,7 @@ Must not: read the environment or flags (the CLI builds a value of this type).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class ConsulSettings:
     # ACLs: None accepts and ignores every token (ACLs disabled). A string turns
     # on default-deny: only this token may read or write; no token reads empty
     # filtered lists and gets 403 elsewhere; another token gets 403 "ACL not found".
-    acl_token: str | None = None
+    acl_token: str | None = field(default=None, repr=False)  # repr: never print a secret
 
     # Blocking queries: Consul waits 5 min without ?wait=, caps ?wait= at 10 min,
     # and adds up to wait/16 of random extra time. 0 disables the jitter.

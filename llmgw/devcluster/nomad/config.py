@@ -56,10 +56,13 @@ class StandInConfig:
     # Per-node Consul agent addresses (node name -> URL): a Nomad client talks to the
     # agent on its own machine. Nodes not listed use ``consul_addr``.
     consul_agents: dict[str, str] = field(default_factory=dict)
+    # The X-Consul-Token the clients send to their agents (Nomad's ``consul { token }``).
+    consul_token: str | None = field(default=None, repr=False)
     # Refuse request bodies with keys real Nomad would silently drop (tests turn this on).
     strict: bool = False
-    # When set, every API call must carry this X-Nomad-Token (403 otherwise), as with ACLs on.
-    acl_token: str | None = None
+    # When set, every API call must carry this token (X-Nomad-Token or a Bearer header),
+    # as with ACLs on: 403 "Permission denied" without one, "ACL token not found" for another.
+    acl_token: str | None = field(default=None, repr=False)  # repr: never print a secret
     # Nomad's server keeps the last 100 event batches by default (event_buffer_size).
     event_buffer_size: int = 100
     # Nomad's event stream writes "{}" every 10s so idle connections stay open.

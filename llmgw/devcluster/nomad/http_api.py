@@ -2,7 +2,7 @@
 
 Owns: the aiohttp app factory, request decoding (lenient like Go, or strict: a key
 real Nomad would drop is a 400 naming it), ACL token checking (403 like Nomad when a
-token is configured), blocking queries (``index``/``wait`` with ``X-Nomad-Index``,
+token is configured, ``/_dev/`` included), blocking queries (``index``/``wait`` with ``X-Nomad-Index``,
 ``X-Nomad-KnownLeader``, ``X-Nomad-LastContact``), the event stream, log streaming, and
 the dev-only fault endpoints under ``/_dev/`` (a prefix real Nomad does not have).
 
@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hmac
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -130,20 +131,46 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return _error(400, str(exc))
 
 
+# Real Nomad answers these without a token (no ACL check in their handlers).
+ACL_FREE_PATHS = frozenset({"/v1/status/leader", "/v1/status/peers", "/v1/agent/health", "/v1/regions"})
+
+
+def request_token(headers: Mapping[str, str]) -> str:
+    """The token as Nomad's ``parseToken`` finds it: ``X-Nomad-Token``, else ``Authorization: Bearer``.
+
+    Nomad reads no ``?token=`` query parameter (Consul does; Nomad does not).
+    """
+    token = headers.get("X-Nomad-Token", "").strip()
+    if token:
+        return token
+    scheme, _, value = headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.split()[0]
+    return ""
+
+
+def acl_refusal(token: str | None, path: str, headers: Mapping[str, str]) -> str | None:
+    """Nomad's 403 text for a request its ACLs refuse, or None to serve it.
+
+    With ``token`` None ACLs are off and everything is served. The dev-only
+    ``/_dev/`` paths need the token like the API: they kill processes.
+    """
+    if token is None or path in ACL_FREE_PATHS:
+        return None
+    sent = request_token(headers)
+    if not sent:
+        return "Permission denied"  # the anonymous token, which has no policy
+    if not hmac.compare_digest(sent.encode(), token.encode()):
+        return "ACL token not found"
+    return None
+
+
 def acl_middleware(token: str | None) -> Any:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        path = request.path
-        if token is None or path.startswith("/_dev/") or path.startswith("/v1/status/"):
-            return await handler(request)
-        sent = request.headers.get("X-Nomad-Token") or request.query.get("token") or ""
-        auth = request.headers.get("Authorization", "")
-        if not sent and auth.startswith("Bearer "):
-            sent = auth[7:]
-        if not sent:
-            return _error(403, "Permission denied")
-        if sent != token:
-            return _error(403, "ACL token not found")
+        refusal = acl_refusal(token, request.path, request.headers)
+        if refusal is not None:
+            return _error(403, refusal)
         return await handler(request)
 
     return check

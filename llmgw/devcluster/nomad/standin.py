@@ -302,7 +302,7 @@ class NomadStandIn:
         if not addr or self._session is None:
             return None
         if addr not in self._agents:
-            self._agents[addr] = ConsulAgent(self._session, addr)
+            self._agents[addr] = ConsulAgent(self._session, addr, self.config.consul_token)
         return self._agents[addr]
 
     def alloc_root(self, alloc_id: str) -> Path:
