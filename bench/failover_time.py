@@ -213,8 +213,10 @@ async def bench(args: argparse.Namespace) -> None:
         async with DevCluster(config) as cluster:
             settings = ServiceSettings(
                 role=Role.CONTROL_PLANE,
-                nomad=NomadConnection(address=cluster.nomad_addr),
-                consul=ConsulConnection.from_env({"CONSUL_HTTP_ADDR": cluster.consul_addr}),
+                nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token),
+                consul=ConsulConnection.from_env(
+                    {"CONSUL_HTTP_ADDR": cluster.consul_addr, "CONSUL_HTTP_TOKEN": cluster.consul_token}
+                ),
                 policy=policy,
                 render=render,
                 control=control,
@@ -223,7 +225,7 @@ async def bench(args: argparse.Namespace) -> None:
             )
             async with (
                 Services(settings) as services,
-                NomadClient(NomadConnection(address=cluster.nomad_addr)) as nomad,
+                NomadClient(settings.nomad) as nomad,
             ):
                 assert services.consul is not None and services.control is not None
                 await publish_catalog(services.consul, CATALOG, applied_by="bench")

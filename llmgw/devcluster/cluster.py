@@ -3,39 +3,56 @@
 Owns: starting the Consul stand-in, one Consul agent per simulated Nomad node (a Nomad
 client registers its allocations' services with the agent on its own machine), the
 Nomad stand-in pointed at those agents, and linking node faults (a failed Nomad node's
-Consul agent fails too, as a dead machine's would). Exposes ``nomad_addr`` and
-``consul_addr`` (NOMAD_ADDR / CONSUL_HTTP_ADDR for llmgw).
+Consul agent fails too, as a dead machine's would), and the two ACL tokens: both
+stand-ins run with ACLs on, each with a token drawn from ``secrets`` unless the config
+names one, and the Nomad stand-in's clients send the Consul token to their agents.
+Exposes ``nomad_addr``/``nomad_token`` and ``consul_addr``/``consul_token``
+(NOMAD_ADDR, NOMAD_TOKEN, CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN for llmgw).
 
 The two stand-ins stay coupled only through Consul's HTTP API; this module only hands
-addresses from one to the other.
+addresses and the Consul token from one to the other.
 
 Must not: contain scheduling or Consul logic.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import secrets
+import uuid
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
 from llmgw.devcluster.nomad import NomadServer, NomadStandIn, StandInConfig
 
 
+def new_acl_token() -> str:
+    """A secret in the form of Nomad's and Consul's SecretIDs (a random UUID), from ``secrets``."""
+    return str(uuid.UUID(bytes=secrets.token_bytes(16), version=4))
+
+
 @dataclass(frozen=True)
 class DevClusterConfig:
     nomad: StandInConfig = field(default_factory=StandInConfig)
     consul: ConsulSettings | None = None  # None: real Consul's clocks
+    # Each stand-in's ACL token is ``nomad.acl_token`` / ``consul.acl_token`` when set,
+    # else a fresh one: the dev cluster never runs with ACLs off.
     state_dir: Path | None = None  # overrides nomad.state_dir when set
     nomad_port: int = 0  # 0: a free port
     consul_port: int = 0
 
 
 class DevCluster:
-    """``async with DevCluster(DevClusterConfig()) as dev: dev.nomad_addr, dev.consul_addr``."""
+    """``async with DevCluster(DevClusterConfig()) as dev: dev.nomad_addr, dev.nomad_token, ...``."""
 
     def __init__(self, config: DevClusterConfig | None = None) -> None:
         self.config = config or DevClusterConfig()
-        self.consul = ConsulStandIn(self.config.consul, port=self.config.consul_port)
+        consul_settings = self.config.consul or ConsulSettings()
+        self.consul_token: str = consul_settings.acl_token or new_acl_token()
+        self.nomad_token: str = self.config.nomad.acl_token or new_acl_token()
+        self.consul = ConsulStandIn(
+            replace(consul_settings, acl_token=self.consul_token), port=self.config.consul_port
+        )
         self.nomad: NomadStandIn | None = None
         self._server: NomadServer | None = None
 
@@ -59,6 +76,8 @@ class DevCluster:
             nomad_config = nomad_config.with_overrides(
                 consul_addr=self.consul.url,
                 consul_agents=agents,
+                consul_token=self.consul_token,
+                acl_token=self.nomad_token,
                 state_dir=self.config.state_dir or nomad_config.state_dir,
             )
             self.nomad = NomadStandIn(nomad_config)

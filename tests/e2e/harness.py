@@ -432,9 +432,7 @@ class Stack:
         try:
             await self._stack.enter_async_context(self.cluster)
             self.consul = await self._stack.enter_async_context(self._consul_client(self.cluster.consul_addr))
-            self.nomad = await self._stack.enter_async_context(
-                NomadClient(NomadConnection(address=self.cluster.nomad_addr))
-            )
+            self.nomad = await self._stack.enter_async_context(NomadClient(self._nomad_connection()))
             router = await self._stack.enter_async_context(
                 Services(
                     self.service_settings(
@@ -456,13 +454,22 @@ class Stack:
         await self._stack.aclose()
 
     def _consul_client(self, url: str) -> ConsulClient:
-        return ConsulClient(ConsulConnection.from_env({"CONSUL_HTTP_ADDR": url}), FAST_CLIENT)
+        return ConsulClient(self._consul_connection(url), FAST_CLIENT)
+
+    # The stand-ins run with ACLs on: every client sends the cluster's tokens, as llmgw dev's do.
+    def _nomad_connection(self) -> NomadConnection:
+        return NomadConnection(address=self.cluster.nomad_addr, token=self.cluster.nomad_token)
+
+    def _consul_connection(self, url: str) -> ConsulConnection:
+        return ConsulConnection.from_env(
+            {"CONSUL_HTTP_ADDR": url, "CONSUL_HTTP_TOKEN": self.cluster.consul_token}
+        )
 
     def service_settings(self, instance_id: str, role: Role, **overrides: Any) -> ServiceSettings:
         settings = ServiceSettings(
             role=role,
-            nomad=NomadConnection(address=self.cluster.nomad_addr),
-            consul=ConsulConnection.from_env({"CONSUL_HTTP_ADDR": self.cluster.consul_addr}),
+            nomad=self._nomad_connection(),
+            consul=self._consul_connection(self.cluster.consul_addr),
             policy=self.policy,
             render=self.render_settings,
             control=self.control_settings,
@@ -496,7 +503,7 @@ class Stack:
             consul_url = proxy.url
         consul = self._consul_client(consul_url)
         await consul.start()
-        nomad = NomadClient(NomadConnection(address=self.cluster.nomad_addr))
+        nomad = NomadClient(self._nomad_connection())
         deps = control_deps(
             nomad=nomad,
             renderer=Renderer(self.render_settings, self.policy),

@@ -80,6 +80,8 @@ class Running:
     nomad_addr: str
     cache: Path
     status: StatusPublisher
+    consul_token: str
+    nomad_token: str
 
 
 @pytest.fixture
@@ -109,8 +111,10 @@ async def running(tmp_path: Path, mirror: str) -> AsyncIterator[Running]:
     async with DevCluster(config) as cluster:
         settings = ServiceSettings(
             role=Role.CONTROL_PLANE,
-            nomad=NomadConnection(address=cluster.nomad_addr),
-            consul=ConsulConnection.from_env({"CONSUL_HTTP_ADDR": cluster.consul_addr}),
+            nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token),
+            consul=ConsulConnection.from_env(
+                {"CONSUL_HTTP_ADDR": cluster.consul_addr, "CONSUL_HTTP_TOKEN": cluster.consul_token}
+            ),
             policy=read_security_policy(),
             render=replace(
                 dev_render_settings(),
@@ -127,7 +131,14 @@ async def running(tmp_path: Path, mirror: str) -> AsyncIterator[Running]:
         async with Services(settings) as services:
             assert services.consul is not None
             await publish_catalog(services.consul, CATALOG, applied_by="e2e")
-            yield Running(cluster.consul_addr, cluster.nomad_addr, cache, StatusPublisher(services.consul))
+            yield Running(
+                cluster.consul_addr,
+                cluster.nomad_addr,
+                cache,
+                StatusPublisher(services.consul),
+                cluster.consul_token,
+                cluster.nomad_token,
+            )
 
 
 async def until(probe: Callable[[], Awaitable[Any]], within: float, what: str, interval: float = 0.2) -> Any:
@@ -154,11 +165,13 @@ async def model_status(running: Running, model: str) -> ModelStatus | None:
 async def llmgw_status(
     running: Running, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[int, str]:
-    """``llmgw status ARGS`` as an operator runs it, with CONSUL_HTTP_ADDR pointing at the stand-in."""
+    """``llmgw status ARGS`` as an operator runs it, with CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN
+    set for the stand-in."""
     for name in list(os.environ):
         if name.startswith("CONSUL_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("CONSUL_HTTP_ADDR", running.consul_addr)
+    monkeypatch.setenv("CONSUL_HTTP_TOKEN", running.consul_token)
     capsys.readouterr()
     code = await asyncio.to_thread(main, ["status", *args])
     return code, capsys.readouterr().out
@@ -167,7 +180,9 @@ async def llmgw_status(
 async def nomad_job(running: Running, job_id: str) -> dict[str, Any]:
     async with (
         aiohttp.ClientSession() as http,
-        http.get(f"{running.nomad_addr}/v1/job/{job_id}") as response,
+        http.get(
+            f"{running.nomad_addr}/v1/job/{job_id}", headers={"X-Nomad-Token": running.nomad_token}
+        ) as response,
     ):
         response.raise_for_status()
         job: dict[str, Any] = await response.json()

@@ -17,10 +17,13 @@ from .conftest import call, fast_config, group, read_alloc_file, wait_for
 S = 1_000_000_000
 
 
-async def passing(consul: str, name: str) -> list[dict[str, Any]]:
+async def passing(dev: DevCluster, name: str) -> list[dict[str, Any]]:
     async with (
         aiohttp.ClientSession() as http,
-        http.get(f"{consul}/v1/health/service/{name}?passing=1") as resp,
+        http.get(
+            f"{dev.consul_addr}/v1/health/service/{name}?passing=1",
+            headers={"X-Consul-Token": dev.consul_token},
+        ) as resp,
     ):
         return list(await resp.json())
 
@@ -28,7 +31,7 @@ async def passing(consul: str, name: str) -> list[dict[str, Any]]:
 async def test_services_register_with_checks_and_templates_render_from_consul(tmp_path: Path) -> None:
     config = DevClusterConfig(nomad=fast_config(tmp_path), consul=ConsulSettings.for_tests())
     async with DevCluster(config) as dev:
-        client = nomad.Nomad(address=dev.nomad_addr, timeout=10)
+        client = nomad.Nomad(address=dev.nomad_addr, timeout=10, token=dev.nomad_token)
         web = group(
             "web",
             count=2,
@@ -57,7 +60,7 @@ async def test_services_register_with_checks_and_templates_render_from_consul(tm
 
         entries: list[dict[str, Any]] = []
         for _ in range(200):
-            entries = await passing(dev.consul_addr, "web")
+            entries = await passing(dev, "web")
             if len(entries) == 2:
                 break
             await asyncio.sleep(0.1)
@@ -90,4 +93,4 @@ async def test_services_register_with_checks_and_templates_render_from_consul(tm
         await wait_for(
             lambda: all(a["ClientStatus"] == "complete" for a in client.job.get_allocations("svc")), "stopped"
         )
-        assert await passing(dev.consul_addr, "web") == [], "services are deregistered on stop"
+        assert await passing(dev, "web") == [], "services are deregistered on stop"

@@ -26,12 +26,12 @@ TWO_NODE_SIM = ("llama-3.1-405b", 1)
 
 def _python_nomad(dev: DevCluster) -> nomad.Nomad:
     address = urlsplit(dev.nomad_addr)
-    return nomad.Nomad(host=address.hostname, port=address.port, timeout=10)
+    return nomad.Nomad(host=address.hostname, port=address.port, timeout=10, token=dev.nomad_token)
 
 
 def _py_consul(dev: DevCluster) -> consul.aio.Consul:
     address = urlsplit(dev.consul_addr)
-    return consul.aio.Consul(host=address.hostname, port=address.port)
+    return consul.aio.Consul(host=address.hostname, port=address.port, token=dev.consul_token)
 
 
 async def _until(predicate, within: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -47,7 +47,7 @@ async def test_every_example_profile_parses_and_registers_and_real_engines_say_w
     dev: DevCluster, example_catalog: Catalog, renderer: Renderer
 ) -> None:
     digest = catalog_digest(example_catalog)
-    async with NomadClient(NomadConnection(address=dev.nomad_addr)) as client:
+    async with NomadClient(NomadConnection(address=dev.nomad_addr, token=dev.nomad_token)) as client:
         for name, model in example_catalog.models.items():
             for index, profile in enumerate(model.profiles):
                 fabric = "fabric-a" if profile.node_count > 1 else None
@@ -104,7 +104,7 @@ async def _run_two_node_scenario(dev, rendered, looker, registry) -> None:  # ty
         assert len(running) == 2, running
         return True
 
-    async with NomadClient(NomadConnection(address=dev.nomad_addr)) as client:
+    async with NomadClient(NomadConnection(address=dev.nomad_addr, token=dev.nomad_token)) as client:
         await client.register(await client.parse_hcl(rendered.hcl))
     await _until(healthy_with_both_ranks, 60, "the two-rank replica passing its check")
     placed = {a["TaskGroup"]: a["NodeID"] for a in await allocations()}
