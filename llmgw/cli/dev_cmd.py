@@ -4,7 +4,8 @@
 otherwise), applies the catalog, and runs the same control plane and router
 ``llmgw serve`` runs, against them. Ctrl-C stops everything and leaves no
 process behind. The fault subcommands act on a running ``llmgw dev`` through
-the stand-ins' dev-only endpoints (found through ``.llmgw-dev/dev.json``).
+the stand-ins' dev-only endpoints (found through ``.llmgw-dev/dev.json``, with
+the tokens beside it).
 
 This module only parses; ``dev_run`` runs (imported when used, so other
 commands do not pay for the stand-ins at start-up).
@@ -53,11 +54,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Start Nomad and Consul stand-ins that run real processes on simulated GPU nodes, "
         "and llmgw's control plane, admin API and router on top (the same code `llmgw serve` runs), "
         "serving the catalog. It prints the router's URL, the chat page, the admin API and the "
-        "NOMAD_ADDR / CONSUL_HTTP_ADDR of the stand-ins. Only simulated (sim) profiles run: there is "
-        "no GPU and no docker. The router listens on loopback without API keys; LLMGW_ROUTER_* tune "
-        "it as for serve. Ctrl-C stops everything and leaves no process behind. With a FAULT "
-        "subcommand, act on the llmgw dev already running from this folder instead (exit 3 when "
-        "none is). Exit 0 stopped, 1 an invalid catalog, 2 usage.",
+        "export lines for NOMAD_ADDR, NOMAD_TOKEN, CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN: the "
+        "stand-ins run with ACLs on and answer only requests with their token (kept in --state-dir, "
+        "readable by you only, while llmgw dev runs), so the nomad and consul CLIs and llmgw status "
+        "work. Only simulated (sim) profiles run: there is no GPU and no docker. The router listens "
+        "on loopback without API keys; LLMGW_ROUTER_* tune it as for serve. Ctrl-C stops everything "
+        "and leaves no process behind. With a FAULT subcommand, act on the llmgw dev already running "
+        "from this folder instead (exit 3 when none is). Exit 0 stopped, 1 an invalid catalog, 2 usage.",
     )
     parser.add_argument("--catalog", type=Path, help="catalog to serve (default: the example catalog)")
     parser.add_argument("--port", type=int, default=8080, help="router port (default 8080)")
@@ -87,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--state-dir",
         type=Path,
         default=DEFAULT_STATE_DIR,
-        help="where allocations, logs and dev.json live (default .llmgw-dev)",
+        help="where allocations, logs, dev.json and the stand-ins' tokens live (default .llmgw-dev)",
     )
     add_event_loop_argument(parser)
     parser.add_argument(
@@ -121,7 +124,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "crash",
         help="SIGKILL one task of an allocation",
         description="SIGKILL one task of an allocation; Nomad's restart policy then applies. "
-        "Allocation ids: curl $NOMAD_ADDR/v1/allocations. "
+        'Allocation ids: curl -H "X-Nomad-Token: $NOMAD_TOKEN" $NOMAD_ADDR/v1/allocations. '
         + _fault_exits("no allocation, or several, match ALLOC; no such task"),
     )
     crash.add_argument("alloc", help="allocation id (or a unique prefix)")
@@ -156,7 +159,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--state-dir",
             type=Path,
             default=DEFAULT_STATE_DIR,
-            help="the running llmgw dev's --state-dir, holding dev.json (default .llmgw-dev)",
+            help="the running llmgw dev's --state-dir, holding dev.json and the tokens (default .llmgw-dev)",
         )
     # argparse shows a subcommand as required in the usage line; FAULT is not.
     parser.usage = (

@@ -5,6 +5,13 @@ otherwise), applies the catalog, and runs the same control plane and router
 ``llmgw serve`` runs, against them. Ctrl-C stops everything and leaves no
 process behind. The fault subcommands act on a running ``llmgw dev`` through
 the stand-ins' dev-only endpoints (found through ``.llmgw-dev/dev.json``).
+
+The stand-ins run with ACLs on, as a production cluster does: anything that can
+reach loopback could otherwise run a command through Nomad or redirect prompts
+through Consul. Their tokens are in ``nomad.token`` and ``consul.token`` in the
+state folder while it runs, readable by this user only; the banner's ``export``
+lines read them from there (the secrets are never printed), and the fault
+subcommands send them.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import asyncio
 import json
 import logging
 import os
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +46,25 @@ from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
 from llmgw.gateway.settings import RouterSettings
 from llmgw.render import RenderSettings
 from llmgw.settings import ConsulConnection, NomadConnection
+
+# In the state folder, while llmgw dev runs: the stand-ins' ACL tokens (NOMAD_TOKEN, CONSUL_HTTP_TOKEN).
+NOMAD_TOKEN_FILE = "nomad.token"  # noqa: S105 (a file name, not a token)
+CONSUL_TOKEN_FILE = "consul.token"  # noqa: S105 (a file name, not a token)
+
+
+def write_secret(path: Path, secret: str) -> None:
+    """``secret`` in ``path``, readable and writable by this user only (mode 0600).
+
+    The file is created 0600 under a temporary name before anything is written
+    to it, then renamed over ``path``: no other user can open it at any moment,
+    and a file an earlier run left (whatever its mode) is replaced, not reused.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(secret)
+    os.replace(temporary, path)
 
 
 def dev_nodes(args: argparse.Namespace) -> tuple[NodeSpec, ...]:
@@ -114,8 +141,10 @@ async def _dev(
     async with DevCluster(DevClusterConfig(nomad=nomad_config, state_dir=state_dir / "nomad")) as cluster:
         settings = ServiceSettings(
             role=Role.ALL,
-            nomad=NomadConnection(address=cluster.nomad_addr),
-            consul=ConsulConnection.from_env({"CONSUL_HTTP_ADDR": cluster.consul_addr}),
+            nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token),
+            consul=ConsulConnection.from_env(
+                {"CONSUL_HTTP_ADDR": cluster.consul_addr, "CONSUL_HTTP_TOKEN": cluster.consul_token}
+            ),
             policy=policy,
             render=dev_render_settings(),
             control=dev_control_settings(),
@@ -147,6 +176,10 @@ async def _dev(
                 "router_url": router_url,
                 "admin_url": services.admin.url,
             }
+            # Written once llmgw dev is up, removed when it stops, with dev.json: a second
+            # llmgw dev that fails to start in this folder leaves the running one's alone.
+            write_secret(state_dir / NOMAD_TOKEN_FILE, cluster.nomad_token)
+            write_secret(state_dir / CONSUL_TOKEN_FILE, cluster.consul_token)
             (state_dir / "dev.json").write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
             _banner(
                 nomad_config,
@@ -156,22 +189,33 @@ async def _dev(
                 services.control_metrics.url,
                 cluster.nomad_addr,
                 cluster.consul_addr,
+                state_dir,
             )
             await wait_for_signal()
         finally:
             print("\nllmgw dev: stopping (router, control plane, every task)...", file=sys.stderr)
-            (state_dir / "dev.json").unlink(missing_ok=True)
+            for name in ("dev.json", NOMAD_TOKEN_FILE, CONSUL_TOKEN_FILE):
+                (state_dir / name).unlink(missing_ok=True)
             await services.__aexit__(None, None, None)
     print("llmgw dev: stopped", file=sys.stderr)
     return EXIT_OK
 
 
 def _banner(
-    config: StandInConfig, catalog: str, router: str, admin: str, metrics: str, nomad: str, consul: str
+    config: StandInConfig,
+    catalog: str,
+    router: str,
+    admin: str,
+    metrics: str,
+    nomad: str,
+    consul: str,
+    state_dir: Path,
 ) -> None:
     nodes = config.nodes
     gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes}
     consul_hostport = consul.split("://", 1)[-1]
+    nomad_token_file = shlex.quote(str(state_dir / NOMAD_TOKEN_FILE))
+    consul_token_file = shlex.quote(str(state_dir / CONSUL_TOKEN_FILE))
     print(
         f"""
 llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GPUs), catalog {catalog}
@@ -185,7 +229,9 @@ llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GP
   control plane     {metrics}/metrics   (router metrics: {router}/metrics)
 
   export NOMAD_ADDR={nomad}
+  export NOMAD_TOKEN=$(cat {nomad_token_file})
   export CONSUL_HTTP_ADDR={consul_hostport}
+  export CONSUL_HTTP_TOKEN=$(cat {consul_token_file})
 
   faults            llmgw dev fail-node gpu-1 | restore-node gpu-1 | crash ALLOC | consul-outage 10
                     | slow-checks gpu-1 5     (llmgw dev FAULT --help)
@@ -204,8 +250,16 @@ def run_fault(args: argparse.Namespace) -> int:
             f"llmgw dev {args.fault}: no running llmgw dev found ({state_file} is missing)", file=sys.stderr
         )
         return EXIT_NOT_RUNNING
+    tokens: list[str] = []
+    for name in (NOMAD_TOKEN_FILE, CONSUL_TOKEN_FILE):
+        try:
+            tokens.append((args.state_dir / name).read_text(encoding="utf-8").strip())
+        except OSError as exc:
+            print(f"llmgw dev {args.fault}: cannot read the stand-ins' token in {args.state_dir / name} "
+                  f"({exc.strerror}): is llmgw dev running from this folder?", file=sys.stderr)  # fmt: skip
+            return EXIT_NOT_RUNNING
     try:
-        message = asyncio.run(_apply_fault(args, state))
+        message = asyncio.run(_apply_fault(args, state, *tokens))
     except aiohttp.ClientConnectionError:
         print(f"llmgw dev {args.fault}: no running llmgw dev answers ({state_file} is left from one that "
               "stopped)", file=sys.stderr)  # fmt: skip
@@ -228,13 +282,18 @@ async def _refused(response: aiohttp.ClientResponse) -> None:
         raise LookupError(f"the stand-in at {response.url.origin()} answered {response.status}: {text[:200]}")
 
 
-async def _apply_fault(args: argparse.Namespace, state: dict[str, Any]) -> str:
+async def _apply_fault(
+    args: argparse.Namespace, state: dict[str, Any], nomad_token: str, consul_token: str
+) -> str:
     nomad, consul = state["nomad_addr"], state["consul_addr"]
+    # The tokens as Nomad's and Consul's own clients send them.
+    as_nomad = {"X-Nomad-Token": nomad_token}
+    as_consul = {"X-Consul-Token": consul_token}
     timeout = aiohttp.ClientTimeout(total=FAULT_TIMEOUT)
     async with aiohttp.ClientSession(raise_for_status=_refused, timeout=timeout) as http:
 
         async def node_id(name: str) -> str:
-            async with http.get(f"{nomad}/v1/nodes") as response:
+            async with http.get(f"{nomad}/v1/nodes", headers=as_nomad) as response:
                 for node in await response.json():
                     if name in (node["Name"], node["ID"]) or node["ID"].startswith(name):
                         return str(node["ID"])
@@ -242,26 +301,36 @@ async def _apply_fault(args: argparse.Namespace, state: dict[str, Any]) -> str:
 
         match args.fault:
             case "fail-node":
-                await http.post(f"{nomad}/_dev/node/{await node_id(args.node)}/fail")
+                await http.post(f"{nomad}/_dev/node/{await node_id(args.node)}/fail", headers=as_nomad)
                 return f"node {args.node} failed: its processes are killed and its heartbeat stopped"
             case "restore-node":
-                await http.post(f"{nomad}/_dev/node/{await node_id(args.node)}/restore")
+                await http.post(f"{nomad}/_dev/node/{await node_id(args.node)}/restore", headers=as_nomad)
                 return f"node {args.node} restored (empty)"
             case "crash":
-                async with http.get(f"{nomad}/v1/allocations", params={"prefix": args.alloc}) as response:
+                async with http.get(
+                    f"{nomad}/v1/allocations", params={"prefix": args.alloc}, headers=as_nomad
+                ) as response:
                     allocs = await response.json()
                 if len(allocs) != 1:
                     raise LookupError(f"{len(allocs)} allocations match {args.alloc!r}")
-                await http.post(f"{nomad}/_dev/alloc/{allocs[0]['ID']}/crash", params={"task": args.task})
+                await http.post(
+                    f"{nomad}/_dev/alloc/{allocs[0]['ID']}/crash",
+                    params={"task": args.task},
+                    headers=as_nomad,
+                )
                 return f"task {args.task} of allocation {allocs[0]['ID'][:8]} killed"
             case "consul-outage":
                 await http.put(
-                    f"{consul}/_dev/outage", params={"mode": args.mode, "duration": f"{args.seconds}s"}
+                    f"{consul}/_dev/outage",
+                    params={"mode": args.mode, "duration": f"{args.seconds}s"},
+                    headers=as_consul,
                 )
                 return f"Consul stops answering ({args.mode}) for {args.seconds:g}s"
             case "slow-checks":
                 await http.put(
-                    f"{consul}/_dev/nodes/{args.node}/check-latency", params={"delay": f"{args.seconds}s"}
+                    f"{consul}/_dev/nodes/{args.node}/check-latency",
+                    params={"delay": f"{args.seconds}s"},
+                    headers=as_consul,
                 )
                 if args.seconds == 0:
                     return f"health checks of {args.node} are no longer delayed"

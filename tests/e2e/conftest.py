@@ -42,6 +42,7 @@ class RunningDev:
     state_dir: Path
     port: int
     log: Path
+    banner: str
 
     @property
     def base_url(self) -> str:
@@ -60,12 +61,19 @@ class RunningDev:
             cwd=REPO,
         )
 
-    def task_pids(self) -> list[int]:
+    def nomad(self, path: str) -> Any:
+        """GET ``path`` from the Nomad stand-in with its token, as a user's script would."""
         import urllib.request
 
-        with urllib.request.urlopen(f"{self.state['nomad_addr']}/_dev/pids", timeout=5) as response:
-            data = json.load(response)
-        return sorted({int(p) for p in _all_ints(data)})
+        token = (self.state_dir / "nomad.token").read_text()
+        request = urllib.request.Request(
+            f"{self.state['nomad_addr']}{path}", headers={"X-Nomad-Token": token}
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.load(response)
+
+    def task_pids(self) -> list[int]:
+        return sorted({int(p) for p in _all_ints(self.nomad("/_dev/pids"))})
 
     def interrupt(self, within: float = 30) -> int:
         self.process.send_signal(signal.SIGINT)
@@ -124,7 +132,7 @@ def start_dev(tmp_path: Path, *args: str, ready_within: float = 60) -> RunningDe
             break
         banner.append(line)
         if line.startswith("Ctrl-C stops everything"):
-            return RunningDev(process, state_dir, port, log)
+            return RunningDev(process, state_dir, port, log, "".join(banner))
     process.kill()
     raise AssertionError(f"llmgw dev did not start: {''.join(banner)}\n{log.read_text()[-3000:]}")
 

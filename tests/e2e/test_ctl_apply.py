@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -44,8 +43,7 @@ BROKEN = (
 
 def running_jobs(dev: RunningDev) -> dict[str, str]:
     """model -> running job id, from Nomad (the reconciler's doing)."""
-    with urllib.request.urlopen(f"{dev.state['nomad_addr']}/v1/jobs?meta=true", timeout=5) as response:
-        jobs = json.load(response)
+    jobs = dev.nomad("/v1/jobs?meta=true")
     return {j["Meta"]["llmgw_model"]: j["ID"] for j in jobs if j["Status"] == "running" and j.get("Meta")}
 
 

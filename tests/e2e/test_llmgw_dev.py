@@ -57,11 +57,7 @@ def wait_for(predicate, within: float, what: str):  # type: ignore[no-untyped-de
 
 def replicas(dev: RunningDev, model_slug_prefix: str) -> dict[str, set[str]]:
     """Running job id -> the node ids of its running allocations."""
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(f"{dev.state['nomad_addr']}/v1/allocations", timeout=5) as response:
-        allocs = json.load(response)
+    allocs = dev.nomad("/v1/allocations")
     out: dict[str, set[str]] = {}
     for alloc in allocs:
         # A stopped job's allocation on a down node may still read "running" (no client
@@ -83,11 +79,7 @@ def dev_log_lines(dev: RunningDev, *needles: str, last: int = 40) -> str:
 
 def node_names(dev: RunningDev) -> dict[str, str]:
     """Node id -> node name (gpu-1 ...)."""
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(f"{dev.state['nomad_addr']}/v1/nodes", timeout=5) as response:
-        return {node["ID"]: node["Name"] for node in json.load(response)}
+    return {node["ID"]: node["Name"] for node in dev.nomad("/v1/nodes")}
 
 
 def test_llmgw_dev_serves_streams_survives_a_node_and_stops_clean(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from pathlib import Path
 
 import openai
@@ -28,8 +26,7 @@ models:
 
 
 def lazy_jobs(dev: RunningDev) -> list[str]:
-    with urllib.request.urlopen(f"{dev.state['nomad_addr']}/v1/jobs?meta=true", timeout=5) as response:
-        jobs = json.load(response)
+    jobs = dev.nomad("/v1/jobs?meta=true")
     return [
         j["ID"] for j in jobs if (j.get("Meta") or {}).get("llmgw_model") == "lazy" and j["Status"] != "dead"
     ]

@@ -13,11 +13,15 @@ from aiohttp import web
 
 from llmgw.cli import main
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
+from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn, StandInConfig
+
+CONSUL_TOKEN = "consul-secret"
+NOMAD_TOKEN = "nomad-secret"
 
 
 @pytest.fixture
 async def consul() -> AsyncIterator[ConsulStandIn]:
-    async with ConsulStandIn(ConsulSettings.for_tests()) as standin:
+    async with ConsulStandIn(ConsulSettings.for_tests(acl_token=CONSUL_TOKEN)) as standin:
         yield standin
 
 
@@ -46,8 +50,11 @@ async def fault(capsys: pytest.CaptureFixture[str], state_dir: Path, *args: str)
     return code, captured.out, captured.err
 
 
-def point_at(state_dir: Path, nomad: str, consul: str) -> None:
+def point_at(state_dir: Path, nomad: str, consul: str, consul_token: str = CONSUL_TOKEN) -> None:
+    """What a running llmgw dev leaves in its state folder: dev.json and the two tokens."""
     (state_dir / "dev.json").write_text(json.dumps({"nomad_addr": nomad, "consul_addr": consul}))
+    (state_dir / "nomad.token").write_text(NOMAD_TOKEN)
+    (state_dir / "consul.token").write_text(consul_token)
 
 
 NOBODY = "http://127.0.0.1:9"  # the discard port: nothing listens there
@@ -84,6 +91,31 @@ async def test_exit_codes_follow_the_convention(
     point_at(tmp_path, hung_nomad, consul.url)
     code, _, err = await fault(capsys, tmp_path, "fail-node", "gpu-1")
     assert code == 3 and "did not answer in 0.5s" in err  # hung: it cannot answer now
+
+
+async def test_the_faults_send_the_stand_ins_tokens(
+    consul: ConsulStandIn, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = StandInConfig(
+        nodes=(NodeSpec(name="gpu-1"),), state_dir=tmp_path / "nomad", acl_token=NOMAD_TOKEN
+    )
+    async with NomadServer(NomadStandIn(config)) as nomad:
+        await consul.add_node("gpu-3")
+        point_at(tmp_path, nomad.address, consul.url, consul_token="stale")
+        code, _, err = await fault(capsys, tmp_path, "slow-checks", "gpu-3", "5")
+        assert code == 1 and "answered 403: ACL not found" in err
+        assert consul.state.faults.check_latency.get("gpu-3", 0) == 0, "nothing changed"
+        (tmp_path / "nomad.token").write_text("stale")
+        code, _, err = await fault(capsys, tmp_path, "fail-node", "gpu-1")
+        assert code == 1 and "answered 403: ACL token not found" in err
+        (tmp_path / "consul.token").unlink()
+        code, _, err = await fault(capsys, tmp_path, "slow-checks", "gpu-3", "5")
+        assert code == 3 and "consul.token" in err and "is llmgw dev running from this folder?" in err
+
+        point_at(tmp_path, nomad.address, consul.url)
+        assert (await fault(capsys, tmp_path, "slow-checks", "gpu-3", "5"))[0] == 0
+        code, out, _ = await fault(capsys, tmp_path, "fail-node", "gpu-1")
+        assert (code, out) == (0, "node gpu-1 failed: its processes are killed and its heartbeat stopped\n")
 
 
 def help_of(capsys: pytest.CaptureFixture[str], *args: str) -> str:
