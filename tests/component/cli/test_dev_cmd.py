@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from llmgw.cli import main
+from llmgw.cli.dev_run import write_secret
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
 from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn, StandInConfig
 
@@ -116,6 +118,23 @@ async def test_the_faults_send_the_stand_ins_tokens(
         assert (await fault(capsys, tmp_path, "slow-checks", "gpu-3", "5"))[0] == 0
         code, out, _ = await fault(capsys, tmp_path, "fail-node", "gpu-1")
         assert (code, out) == (0, "node gpu-1 failed: its processes are killed and its heartbeat stopped\n")
+
+
+def test_a_token_file_is_this_users_only_whatever_an_earlier_run_left(tmp_path: Path) -> None:
+    old = tmp_path / "consul.token"
+    old.write_text("old")
+    old.chmod(0o644)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("not a token")
+    planted = tmp_path / "nomad.token"
+    planted.symlink_to(elsewhere)  # a link planted where the token goes is replaced, not followed
+    write_secret(old, "consul-new")
+    write_secret(planted, "nomad-new")
+    for path, secret in ((old, "consul-new"), (planted, "nomad-new")):
+        assert not path.is_symlink() and path.read_text() == secret
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert elsewhere.read_text() == "not a token"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["consul.token", "elsewhere", "nomad.token"]
 
 
 def help_of(capsys: pytest.CaptureFixture[str], *args: str) -> str:
