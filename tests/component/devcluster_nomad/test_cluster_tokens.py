@@ -102,7 +102,7 @@ async def test_a_raw_exec_job_is_refused_without_the_nomad_token(dev: DevCluster
 async def test_an_engine_service_cannot_be_registered_without_the_consul_token(dev: DevCluster) -> None:
     """Registered under the engine service name with llmgw's meta and a passing check, the
     service would have been sent the next user's prompt."""
-    agent = await dev.consul.add_node("attacker-host", "127.0.0.1")
+    agent = dev.consul.agent_url("node-0")  # a node's own agent, where Nomad registers engines
     meta = {META_MODEL: "sim-chat", META_JOB: "llmgw-sim-chat-x"}
     for url, token in ((agent, None), (dev.consul_addr, None), (agent, "guess")):
         anonymous = py_consul(url, token)
