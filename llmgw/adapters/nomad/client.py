@@ -19,7 +19,7 @@ from urllib.parse import quote
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
 
-from llmgw.adapters.nomad.plans import PlanOutcome, explain_plan
+from llmgw.adapters.nomad.plans import PlanOutcome, explain_plan, split_warnings
 from llmgw.settings import NomadConnection
 
 JSON = dict[str, Any]
@@ -56,6 +56,13 @@ EVENT_LINE_MAX_BYTES = 64 * 1024 * 1024
 class Page:
     items: list[JSON]
     index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    eval_id: str
+    # What Nomad warns about in the job, one entry per warning (``split_warnings``).
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +190,10 @@ class NomadClient:
         )
         return explain_plan(job, answer or {})
 
-    async def register(self, job: JSON) -> str:
+    async def register(self, job: JSON) -> Registered:
         answer, _ = await self._request("POST", "/v1/jobs", body={"Job": job})
-        return str((answer or {}).get("EvalID", ""))
+        answer = answer or {}
+        return Registered(str(answer.get("EvalID", "")), split_warnings(answer.get("Warnings")))
 
     async def deregister(self, job_id: str, *, purge: bool = True) -> None:
         """Stop (and purge) a job. Already gone counts as done."""

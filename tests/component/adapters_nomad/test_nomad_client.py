@@ -70,7 +70,7 @@ async def test_parse_plan_register_read_deregister(nomad_server: NomadServer) ->
         assert job["ID"] == "web" and job["Meta"] == {"llmgw_managed_by": "llmgw"}
         plan = await nomad.plan(job)
         assert plan.feasible, plan.explanation
-        assert await nomad.register(job)
+        assert (await nomad.register(job)).eval_id
         page = await nomad.jobs(prefix="we")
         assert [j["ID"] for j in page.items] == ["web"] and page.index > 0
         assert (await nomad.job("web"))["Meta"]["llmgw_managed_by"] == "llmgw"  # type: ignore[index]
@@ -198,3 +198,18 @@ async def test_an_event_line_of_more_than_a_mebibyte_is_read_whole(nomad_server:
         batch = await asyncio.wait_for(_first_batch(stream), 10)
         await stream.aclose()
     assert batch.events[0]["Payload"]["Job"]["Meta"]["ballast"] == big
+
+
+async def test_plan_and_register_carry_nomads_warnings_one_per_entry(nomad_server: NomadServer) -> None:
+    async with client_for(nomad_server) as nomad:
+        plain = await nomad.parse_hcl(JOB)
+        assert (await nomad.plan(plain)).warnings == ()
+        warned = await nomad.parse_hcl(JOB.replace("memory = 64", "memory = 64\n        memory_max = 128"))
+        expected = (
+            'Memory oversubscription is not enabled; Task "g.t" memory_max value will be ignored. '
+            "Update the Scheduler Configuration to allow oversubscription.",
+        )
+        plan = await nomad.plan(warned)
+        assert plan.feasible and plan.warnings == expected
+        registered = await nomad.register(warned)
+        assert registered.eval_id and registered.warnings == expected
