@@ -167,3 +167,8 @@ def print_status(report: StatusReport, *, now: float, out: TextIO | None = None)
         print_table(
             ["REPLICA", "MODEL", "PHASE", "HEALTH", "NODES", "GPUS", "FLAGS", "REASON"], replicas, stream
         )
+    warned = [(r.job_id, w) for m in report.models for r in m.replicas for w in r.warnings]
+    if warned:
+        print("\nNomad warned when these jobs were registered (a setting it ignores or doubts):", file=stream)
+        for job_id, warning in warned:
+            print(f"  {job_id}: {warning}", file=stream)

@@ -2,7 +2,8 @@
 
 ``--check`` compares with a folder of rendered jobs (the golden files in
 ``jobspecs/``) and says how to refresh them; ``--plan`` asks Nomad's scheduler
-(NOMAD_ADDR) whether each job would place, and answers in words.
+(NOMAD_ADDR) whether each job would place, and answers in words, with whatever
+Nomad warns about in the job.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--plan",
         action="store_true",
-        help="ask Nomad whether each job places, and say why not in words (NOMAD_ADDR, NOMAD_TOKEN...)",
+        help="ask Nomad whether each job places, say why not in words, and show what Nomad warns about "
+        "(NOMAD_ADDR, NOMAD_TOKEN...)",
     )
     parser.add_argument("--policy", type=Path, help="engine security policy (default: the bundled one)")
     parser.set_defaults(handler=_render)
@@ -226,5 +228,7 @@ async def _plan(files: list[RenderedFile]) -> int:
                 placed = False
                 continue
             print(f"{rendered.name}: {outcome.explanation}")
+            for warning in outcome.warnings:
+                print(f"{rendered.name}: Nomad warns: {warning}")
             placed = placed and outcome.feasible
     return EXIT_OK if placed else EXIT_REJECTED

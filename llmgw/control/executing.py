@@ -159,8 +159,13 @@ class Executor:
                 explanations.append(f"{where}: {plan.explanation}")
                 continue
             self._check_leader()
-            await self._call(self._nomad.register(job))
-            return Placed(action, cand.profile_index, cand.fabric, rendered.spec_hash)
+            registered = await self._call(self._nomad.register(job))
+            # Nomad's only word on what it ignores or doubts in a job (the plan and the
+            # register run the same checks; a register may add a policy's): kept in the status.
+            warnings = tuple(dict.fromkeys((*plan.warnings, *registered.warnings)))
+            for warning in warnings:
+                log.warning("Nomad warns about job %s: %s", action.job_id, warning)
+            return Placed(action, cand.profile_index, cand.fabric, rendered.spec_hash, warnings)
         return Unplaceable(action, "; ".join(explanations) or "no candidate to try")
 
     async def _stop(self, action: StopReplica) -> Outcome:

@@ -15,8 +15,9 @@ payload is the whole node, meta included); an Allocation event replaces that
 allocation when its job is known, else marks the job to fetch; a Job event replaces the
 job (or, on deregistration, marks it to fetch, which finds it gone). Then the owner is
 told (``on_change``) and runs a pass, which first fetches the marked jobs. A stream that
-breaks is reopened at the last index + 1, and a full resync follows: Nomad silently
-starts at its oldest retained event when that index has left its buffer.
+breaks, or goes silent past the client's read timeout (Nomad beats every 30 s, so silence
+means a dead connection), is reopened at the last index + 1, and a full resync follows:
+Nomad silently starts at its oldest retained event when that index has left its buffer.
 """
 
 from __future__ import annotations

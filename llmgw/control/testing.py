@@ -137,6 +137,13 @@ class SimJob:
 class FakePlan:
     feasible: bool
     explanation: str
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FakeRegistered:
+    eval_id: str
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +181,8 @@ class FakeCluster:
         # Nomad before 1.7.5 (hashicorp/nomad#19903) emits no JobDeregistered event when a
         # job is purged; set False to be that Nomad.
         self.purge_events = True
+        # What Nomad warns about in every job planned or registered (its Warnings, split).
+        self.warnings: tuple[str, ...] = ()
         self._ids = itertools.count(1)
         self.changed = asyncio.Event() if _has_loop() else None
 
@@ -207,8 +216,8 @@ class FakeCluster:
                 taken[node.node_id] = taken.get(node.node_id, 0) + group.gpus
                 used.add(node.node_id)
         if misses:
-            return FakePlan(False, "; ".join(misses))
-        return FakePlan(True, "")
+            return FakePlan(False, "; ".join(misses), self.warnings)
+        return FakePlan(True, "", self.warnings)
 
     def register(self, job: JSON) -> str:
         job_id = str(job["ID"])
@@ -859,7 +868,7 @@ class Simulation:
                 explanations.append(f"profile {cand.profile_index}: {plan.explanation}")
                 continue
             self.cluster.register(job)
-            return Placed(action, cand.profile_index, cand.fabric, rendered.spec_hash)
+            return Placed(action, cand.profile_index, cand.fabric, rendered.spec_hash, plan.warnings)
         return Unplaceable(action, "; ".join(explanations))
 
     def run(self, seconds: float, *, dt: float = 1.0) -> Decision | None:
@@ -913,9 +922,9 @@ class FakeNomad:
         self._enter("plan", str(job.get("ID")))
         return self.cluster.plan(job)
 
-    async def register(self, job: JSON) -> str:
+    async def register(self, job: JSON) -> FakeRegistered:
         self._enter("register", str(job.get("ID")))
-        return self.cluster.register(job)
+        return FakeRegistered(self.cluster.register(job), self.cluster.warnings)
 
     async def deregister(self, job_id: str, *, purge: bool = True) -> None:
         self._enter("deregister", job_id)

@@ -145,6 +145,20 @@ class Renderer:
         return check_job(job, job_id=rendered.job_id, model=model, spec_hash=rendered.spec_hash)
 
 
+# Group settings Nomad still parses but has ignored since 1.10 (hashicorp/nomad#25284): the
+# HTTP API drops them before the server sees the job (``command/agent/job_endpoint.go``,
+# ``ApiTgToStructsTG``, Nomad 2.0.5), so the register answers without even a warning. A
+# template using one would do nothing on a real cluster. JSON field -> (HCL, what works).
+IGNORED_BY_NOMAD: dict[str, tuple[str, str]] = {
+    "MaxClientDisconnect": ("max_client_disconnect", "disconnect { lost_after = ... }"),
+    "StopAfterClientDisconnect": (
+        "stop_after_client_disconnect",
+        "disconnect { stop_on_client_after = ... }",
+    ),
+    "PreventRescheduleOnLost": ("prevent_reschedule_on_lost", "disconnect { replace = false }"),
+}
+
+
 def check_job(job: dict[str, Any], *, job_id: str, model: str, spec_hash: str) -> dict[str, Any]:
     """The pieces llmgw relies on, in a job as Nomad's parser returned it."""
     problems = [f"{p.path}: {p.message}" for p in check_document(job, "Job")]
@@ -175,6 +189,12 @@ def check_job(job: dict[str, Any], *, job_id: str, model: str, spec_hash: str) -
             f"exactly one {c.ENGINE_SERVICE} service with meta {c.META_MODEL} = {model!r} is required"
         )
     for group in job.get("TaskGroups") or []:
+        for field, (setting, instead) in IGNORED_BY_NOMAD.items():
+            if group.get(field) is not None:
+                problems.append(
+                    f"group {group.get('Name')}: {setting} is ignored by Nomad 2.0, without a word; "
+                    f"say it with {instead}"
+                )
         if (group.get("Disconnect") or {}).get("Replace") is not False:
             problems.append(
                 f"group {group.get('Name')}: disconnect {{ replace = false }} is required "

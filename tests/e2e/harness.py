@@ -39,7 +39,7 @@ from llmgw.adapters.consul import (
     ElectionSettings,
     parse_endpoint,
 )
-from llmgw.adapters.nomad import NomadClient
+from llmgw.adapters.nomad import NomadClient, Registered
 from llmgw.admin import AdminSettings
 from llmgw.cli.dev_run import dev_control_settings, dev_render_settings
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog
@@ -320,7 +320,7 @@ class RecordingNomad:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def register(self, job: dict[str, Any]) -> str:
+    async def register(self, job: dict[str, Any]) -> Registered:
         self._acts.record(self._instance, "register", str(job.get("ID")))
         return await self._inner.register(job)
 

@@ -3,7 +3,17 @@
 A thin async client of llmgw's own on aiohttp (see DESIGN.md for why not python-nomad).
 """
 
-from llmgw.adapters.nomad.client import EventBatch, NomadClient, NomadError, NomadTimeouts, Page
-from llmgw.adapters.nomad.plans import PlanOutcome, explain_plan
+from llmgw.adapters.nomad.client import EventBatch, NomadClient, NomadError, NomadTimeouts, Page, Registered
+from llmgw.adapters.nomad.plans import PlanOutcome, explain_plan, split_warnings
 
-__all__ = ["EventBatch", "NomadClient", "NomadError", "NomadTimeouts", "Page", "PlanOutcome", "explain_plan"]
+__all__ = [
+    "EventBatch",
+    "NomadClient",
+    "NomadError",
+    "NomadTimeouts",
+    "Page",
+    "PlanOutcome",
+    "Registered",
+    "explain_plan",
+    "split_warnings",
+]

@@ -17,8 +17,9 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+from aiohttp.http_exceptions import LineTooLong
 
-from llmgw.adapters.nomad.plans import PlanOutcome, explain_plan
+from llmgw.adapters.nomad.plans import PlanOutcome, explain_plan, split_warnings
 from llmgw.settings import NomadConnection
 
 JSON = dict[str, Any]
@@ -40,12 +41,28 @@ class NomadTimeouts:
     request_s: float = 30.0
     # Longest wait llmgw asks of a blocking query (Nomad caps it at 10 minutes).
     blocking_wait_s: float = 300.0
+    # Silence on the event stream after which the connection counts as dead (half-open:
+    # a server gone without a FIN, a NAT that forgot the flow). Nomad writes a ``{}``
+    # heartbeat on connect and every 30 s; two of them may be missed before this fires.
+    event_read_s: float = 75.0
+
+
+# Nomad sends each event batch as one line, however many allocations it carries; a line
+# longer than this is refused (the stream is reopened) rather than held in memory.
+EVENT_LINE_MAX_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class Page:
     items: list[JSON]
     index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    eval_id: str
+    # What Nomad warns about in the job, one entry per warning (``split_warnings``).
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,9 +190,10 @@ class NomadClient:
         )
         return explain_plan(job, answer or {})
 
-    async def register(self, job: JSON) -> str:
+    async def register(self, job: JSON) -> Registered:
         answer, _ = await self._request("POST", "/v1/jobs", body={"Job": job})
-        return str((answer or {}).get("EvalID", ""))
+        answer = answer or {}
+        return Registered(str(answer.get("EvalID", "")), split_warnings(answer.get("Warnings")))
 
     async def deregister(self, job_id: str, *, purge: bool = True) -> None:
         """Stop (and purge) a job. Already gone counts as done."""
@@ -236,11 +254,16 @@ class NomadClient:
 
         Nomad starts at its oldest retained batch when ``index`` has left its
         buffer, and includes the batch at ``index`` itself: callers resume from
-        their last index + 1 and resync in full after every reconnect.
+        their last index + 1 and resync in full after every reconnect. A stream
+        silent for ``event_read_s`` (no batch, no heartbeat) raises ``NomadError``,
+        so a dead connection is reopened instead of waited on for ever. A batch's
+        line is read whole up to ``EVENT_LINE_MAX_BYTES`` (aiohttp's own line
+        limit, 512 KiB, is less than one batch of a busy cluster's allocations).
         """
         params: list[tuple[str, str]] = [*self._params({"index": index}), *(("topic", t) for t in topics)]
         url = f"{self._connection.address}/v1/event/stream"
-        timeout = aiohttp.ClientTimeout(total=None, connect=self._timeouts.connect_s, sock_read=None)
+        silence = self._timeouts.event_read_s
+        timeout = aiohttp.ClientTimeout(total=None, connect=self._timeouts.connect_s, sock_read=silence)
         try:
             async with self._client().get(
                 url, params=params, timeout=timeout, server_hostname=self._connection.tls.server_name
@@ -249,13 +272,23 @@ class NomadClient:
                     raise NomadError(
                         f"event stream: {response.status} {(await response.text())[:300]}", response.status
                     )
-                async for line in response.content:
+                while line := await response.content.readuntil(b"\n", max_size=EVENT_LINE_MAX_BYTES):
                     if not line.strip():
                         continue
                     frame = json.loads(line)
                     if not frame or not frame.get("Events"):
                         continue  # heartbeat
                     yield EventBatch(int(frame.get("Index", 0)), list(frame["Events"]))
+        except aiohttp.ServerTimeoutError as exc:
+            raise NomadError(
+                f"event stream: nothing from {self._connection.address} for {silence:g}s, not even "
+                "Nomad's heartbeat (sent every 30s): the connection is dead"
+            ) from exc
+        except LineTooLong as exc:
+            raise NomadError(
+                f"event stream: an event batch longer than {EVENT_LINE_MAX_BYTES} bytes; llmgw "
+                "reopens the stream and resyncs"
+            ) from exc
         except aiohttp.ClientError as exc:
             raise NomadError(
                 f"event stream: lost the connection to {self._connection.address}: {exc}"

@@ -21,6 +21,25 @@ class PlanOutcome:
     explanation: str
     # Per task group that would not place: Nomad's AllocationMetric, as sent.
     failed_groups: dict[str, JSON] = field(default_factory=dict)
+    # What Nomad warns about in the job (``split_warnings`` of the answer's Warnings).
+    warnings: tuple[str, ...] = ()
+
+
+_WARNINGS_HEAD = re.compile(r"^\s*\d+ warnings?:\s*")
+
+
+def split_warnings(text: object) -> tuple[str, ...]:
+    """Nomad's ``Warnings`` string, one entry per warning.
+
+    Nomad joins them with ``helper.MergeMultierrorWarnings`` (``helper/warning.go``):
+    ``"2 warnings:\\n\\n* first\\n* second"``; a warning may itself span lines (a group's
+    own list, indented with a tab), which are folded into one line here.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return ()
+    body = _WARNINGS_HEAD.sub("", text, count=1)
+    items = re.split(r"(?:^|\n)\* ", body)
+    return tuple(" ".join(item.split()) for item in items if item.strip())
 
 
 _WHOLE_WORD = re.compile(r"^\(\?i\)\(\^\|\[\^a-z0-9\]\)(?P<model>.*)\(\[\^a-z0-9\]\|\$\)$")
@@ -74,9 +93,10 @@ def _why(metric: JSON) -> str:
 
 def explain_plan(job: JSON, answer: JSON) -> PlanOutcome:
     failed: dict[str, JSON] = dict(answer.get("FailedTGAllocs") or {})
+    warnings = split_warnings(answer.get("Warnings"))
     if not failed:
         groups = len(job.get("TaskGroups") or [])
-        return PlanOutcome(True, f"places: all {groups} group(s) fit now")
+        return PlanOutcome(True, f"places: all {groups} group(s) fit now", warnings=warnings)
     sentences = []
     for group_name, metric in sorted(failed.items()):
         sentences.append(
@@ -85,4 +105,4 @@ def explain_plan(job: JSON, answer: JSON) -> PlanOutcome:
     placed = len(job.get("TaskGroups") or []) - len(failed)
     if placed:
         sentences.append(f"{placed} other group(s) would place (and hold their GPUs) without them")
-    return PlanOutcome(False, "does not place: " + "; ".join(sentences), failed)
+    return PlanOutcome(False, "does not place: " + "; ".join(sentences), failed, warnings)

@@ -133,6 +133,8 @@ class Placed:
     profile_index: int
     fabric: str | None
     spec_hash: str
+    # What Nomad warned about in the job when it was planned and registered, in its words.
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

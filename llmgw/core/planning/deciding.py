@@ -790,6 +790,7 @@ class _Pass:
             stopping=r.stopping,
             outdated=r.outdated,
             reason=reason,
+            warnings=r.memo.warnings,
         )
 
 

@@ -85,6 +85,9 @@ class ReplicaMemo:
     marked: bool = False  # the drain mark is written (or seen in Consul)
     stop_sent_at: float | None = None
     stop_reason: str = ""
+    # Nomad's warnings when this leader registered it (a replica adopted from Nomad has none:
+    # they are in no answer a read gives).
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,7 @@ def record_outcomes(
                 fabric=outcome.fabric,
                 claim=act.claim,
                 restart_generation=act.restart_generation,
+                warnings=outcome.warnings,
             )
             memo = models.get(act.model, ModelMemo())
             models[act.model] = replace(

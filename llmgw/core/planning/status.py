@@ -46,6 +46,8 @@ class ReplicaStatus:
     stopping: bool
     outdated: bool  # runs a spec the catalog no longer asks for
     reason: str  # in words: what it waits for, or why it is failed/draining/stopping
+    # What Nomad warned about in its job when this leader registered it (Nomad's words).
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,7 @@ def to_dict(report: StatusReport) -> dict[str, Any]:
                         "stopping": r.stopping,
                         "outdated": r.outdated,
                         "reason": r.reason,
+                        "warnings": list(r.warnings),
                     }
                     for r in m.replicas
                 ],
@@ -217,4 +220,5 @@ def _replica(raw: Any) -> ReplicaStatus:
         stopping=_bool(raw["stopping"]),
         outdated=_bool(raw["outdated"]),
         reason=_str(raw["reason"]),
+        warnings=tuple(_str(w) for w in _list(raw.get("warnings", []))),
     )

@@ -65,8 +65,10 @@ class StandInConfig:
     acl_token: str | None = field(default=None, repr=False)  # repr: never print a secret
     # Nomad's server keeps the last 100 event batches by default (event_buffer_size).
     event_buffer_size: int = 100
-    # Nomad's event stream writes "{}" every 10s so idle connections stay open.
-    event_heartbeat_s: float = 10.0
+    # Nomad's event stream writes "{}" on connect and every 30s (nomad/event_endpoint.go,
+    # NewJsonStream(ctx, 30*time.Second)) so idle connections stay open and readers can
+    # tell a quiet stream from a dead one.
+    event_heartbeat_s: float = 30.0
     # Time between a node failing and the server noticing the missed heartbeat
     # (Nomad: heartbeat TTL + heartbeat_grace, tens of seconds; short here for dev).
     heartbeat_grace_s: float = 2.0

@@ -568,6 +568,8 @@ async def event_stream(request: web.Request) -> web.StreamResponse:
     heartbeat = standin.config.event_heartbeat_s
     next_beat = loop.time() + heartbeat
     try:
+        # Nomad's JsonStream writes a heartbeat first, to say the subscription is open.
+        await resp.write(b"{}\n")
         while not broker.closed:
             try:
                 batches = broker.batches_after(seq)
@@ -614,10 +616,16 @@ async def dev_pids(request: web.Request) -> web.Response:
     return _json(_standin(request).procs.pids)
 
 
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+
 def create_app(standin: NomadStandIn) -> web.Application:
     """The Nomad HTTP API app over ``standin`` (which the caller starts and stops)."""
     app = web.Application(
-        middlewares=[refuse_browsers, errors_middleware, acl_middleware(standin.config.acl_token)]
+        middlewares=[refuse_browsers, errors_middleware, acl_middleware(standin.config.acl_token)],
+        # Nomad's agent decodes request bodies with no size limit (command/agent/http.go, decodeBody);
+        # aiohttp's 1 MiB default would refuse jobs Nomad takes.
+        client_max_size=MAX_REQUEST_BYTES,
     )
     app[STANDIN_KEY] = standin
     r = app.router

@@ -6,12 +6,17 @@ policies merged job -> group -> task, kill timeout 5s, resources 100 MHz / 300 M
 template and service defaults...) and the validation errors a register returns.
 Durations are integer nanoseconds, as on the wire.
 
+Also what the server makes of an accepted job: the group fields Nomad 2.0 no longer
+reads are dropped (``as_registered``), and the warnings a register or plan answers
+with are computed (``job_warnings``).
+
 Must not: touch state; it maps a job document to a job document.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from llmgw.devcluster.nomad.apishape import fill
@@ -236,3 +241,99 @@ def validate(job: JSON) -> None:
         body = "".join(f"\t* {e}\n" for e in errors)
         noun = "error" if len(errors) == 1 else "errors"
         raise JobInvalid(f"{len(errors)} {noun} occurred:\n{body}\n")
+
+
+# Group fields Nomad deprecated in 1.8 for the ``disconnect`` block and stopped reading in
+# 1.10 (hashicorp/nomad#25284): ``command/agent/job_endpoint.go`` ``ApiTgToStructsTG``
+# copies none of them into the server's job, so they are lost at the HTTP API, silently
+# (``TaskGroup.Warnings`` in ``nomad/structs/structs.go`` still names them, but only sees
+# what reaches the server: over HTTP, never). The values are what the server's zero
+# values read back as.
+IGNORED_GROUP_FIELDS: dict[str, Any] = {
+    "MaxClientDisconnect": None,
+    "StopAfterClientDisconnect": None,
+    "PreventRescheduleOnLost": False,
+}
+
+
+def as_registered(job_in: JSON) -> JSON:
+    """The job as Nomad 2.0's server keeps it: the fields it ignores are gone."""
+    job = copy.deepcopy(job_in)
+    for group in job.get("TaskGroups") or []:
+        group.update(IGNORED_GROUP_FIELDS)
+    return job
+
+
+def job_warnings(job: JSON) -> str:
+    """The ``Warnings`` of a register or plan answer, as Nomad 2.0.5 words and joins them.
+
+    The warnings of the admission validators that apply to jobs the stand-in takes, in
+    their order (``nomad/job_endpoint.go``): ``jobValidate`` (``Job.Warnings``: a service
+    whose task or group has no ``shutdown_delay``, ``nomad/structs/structs.go``
+    ``generateTaskGroupServiceShutdownDelayWarnings``), then
+    ``memoryOversubscriptionValidate`` (``memory_max`` is ignored: the stand-in, like a
+    default Nomad, has memory oversubscription off; ``nomad/job_endpoint_hooks.go``).
+    Joined by ``helper.MergeMultierrorWarnings`` (``helper/warning.go``).
+    """
+    warnings: list[str] = []
+    for group in job.get("TaskGroups") or []:
+        warnings.extend(_shutdown_delay_warnings(group))
+    for group in job.get("TaskGroups") or []:
+        for task in group.get("Tasks") or []:
+            if (task.get("Resources") or {}).get("MemoryMaxMB"):
+                where = f"{group.get('Name')}.{task.get('Name')}"
+                warnings.append(
+                    f"Memory oversubscription is not enabled; Task {_q(where)} memory_max value will be "
+                    "ignored. Update the Scheduler Configuration to allow oversubscription."
+                )
+    if not warnings:
+        return ""
+    head = "1 warning:\n" if len(warnings) == 1 else f"{len(warnings)} warnings:\n"
+    return head + "".join(f"\n* {w.strip()}" for w in warnings)
+
+
+def _q(value: object) -> str:
+    """Go's ``%q`` of a plain name."""
+    return json.dumps(str(value or ""))
+
+
+def _shutdown_delay_warnings(group: JSON) -> list[str]:
+    warnings: list[str] = []
+    name = _q(group.get("Name"))
+    referenced: set[str] = set()
+    unscoped = False
+    any_task_delay = False
+    group_delay = bool(group.get("ShutdownDelay"))
+    for service in group.get("Services") or []:
+        if service.get("TaskName"):
+            referenced.add(str(service["TaskName"]))
+            continue
+        sidecar = (service.get("Connect") or {}).get("SidecarTask")
+        if sidecar is not None:
+            if sidecar.get("ShutdownDelay") is None:
+                warnings.append(
+                    f"service {_q(service.get('Name'))} defines a sidecar task in Consul Connect "
+                    "definition, but the task has no shutdown_delay set"
+                )
+            continue
+        unscoped = True
+    for task in group.get("Tasks") or []:
+        task_name = str(task.get("Name") or "")
+        delay = int(task.get("ShutdownDelay") or 0)
+        if task_name in referenced and delay == 0:
+            warnings.append(
+                f"group {name} references task {_q(task_name)} in a service definition, but the "
+                "task has no shutdown_delay set"
+            )
+        if delay > 0:
+            any_task_delay = True
+        elif task.get("Services"):
+            warnings.append(
+                f"task {_q(task_name)} in group {name} defines services, but has no shutdown_delay set"
+            )
+    if unscoped and not group_delay and not any_task_delay:
+        warnings.append(
+            f"group {name} defines services, but neither the group nor any of its tasks have "
+            "shutdown_delay set"
+        )
+    return warnings

@@ -31,7 +31,7 @@ from llmgw.devcluster.nomad.client import AllocRunner
 from llmgw.devcluster.nomad.config import NodeSpec, StandInConfig
 from llmgw.devcluster.nomad.consul_http import ConsulAgent, service_id
 from llmgw.devcluster.nomad.events import EventBroker
-from llmgw.devcluster.nomad.jobcanon import canonicalize, validate
+from llmgw.devcluster.nomad.jobcanon import as_registered, canonicalize, job_warnings, validate
 from llmgw.devcluster.nomad.processes import ProcessTable
 from llmgw.devcluster.nomad.scheduler import PlanOutcome, Scheduler, spec_key
 from llmgw.devcluster.nomad.state import (
@@ -433,7 +433,7 @@ class NomadStandIn:
     # -- jobs -----------------------------------------------------------------
 
     def register_job(self, job_doc: JSON, *, enforce_index: bool = False, job_modify_index: int = 0) -> JSON:
-        job_doc = canonicalize(job_doc)
+        job_doc = as_registered(canonicalize(job_doc))
         validate(job_doc)
         job_id = str(job_doc["ID"])
         existing = self.store.jobs.get(job_id)
@@ -469,7 +469,7 @@ class NomadStandIn:
             "EvalID": ev.id,
             "EvalCreateIndex": ev.create_index,
             "JobModifyIndex": record.job_modify_index,
-            "Warnings": "",
+            "Warnings": job_warnings(job_doc),
             "KnownLeader": True,
             "LastContact": 0,
             "NextToken": "",
@@ -501,7 +501,7 @@ class NomadStandIn:
         }
 
     def plan_job(self, job_doc: JSON, *, diff: bool) -> JSON:
-        job_doc = canonicalize(job_doc)
+        job_doc = as_registered(canonicalize(job_doc))
         validate(job_doc)
         job_id = str(job_doc["ID"])
         existing = self.store.jobs.get(job_id)
@@ -536,7 +536,7 @@ class NomadStandIn:
             "Annotations": {"DesiredTGUpdates": desired, "PreemptedAllocs": None},
             "FailedTGAllocs": {g: m.as_json() for g, m in outcome.failed.items()} or None,
             "NextPeriodicLaunch": "0001-01-01T00:00:00Z",
-            "Warnings": "",
+            "Warnings": job_warnings(job_doc),
         }
         return response
 

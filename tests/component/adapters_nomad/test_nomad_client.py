@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
-from llmgw.adapters.nomad import NomadClient, NomadError
+from llmgw.adapters.nomad import NomadClient, NomadError, NomadTimeouts
 from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn, StandInConfig
+from llmgw.devcluster.partition import TcpProxy
 from llmgw.settings import NomadConnection
 
 TOKEN = "s3cr3t-management-token"
@@ -53,8 +55,13 @@ async def nomad_server(tmp_path) -> AsyncIterator[NomadServer]:  # type: ignore[
         yield server
 
 
-def client_for(server: NomadServer, token: str | None = TOKEN) -> NomadClient:
-    return NomadClient(NomadConnection(address=server.address, token=token))
+def client_for(
+    server: NomadServer, token: str | None = TOKEN, *, address: str | None = None, event_read_s: float = 75.0
+) -> NomadClient:
+    return NomadClient(
+        NomadConnection(address=address or server.address, token=token),
+        NomadTimeouts(event_read_s=event_read_s),
+    )
 
 
 async def test_parse_plan_register_read_deregister(nomad_server: NomadServer) -> None:
@@ -63,7 +70,7 @@ async def test_parse_plan_register_read_deregister(nomad_server: NomadServer) ->
         assert job["ID"] == "web" and job["Meta"] == {"llmgw_managed_by": "llmgw"}
         plan = await nomad.plan(job)
         assert plan.feasible, plan.explanation
-        assert await nomad.register(job)
+        assert (await nomad.register(job)).eval_id
         page = await nomad.jobs(prefix="we")
         assert [j["ID"] for j in page.items] == ["web"] and page.index > 0
         assert (await nomad.job("web"))["Meta"]["llmgw_managed_by"] == "llmgw"  # type: ignore[index]
@@ -138,3 +145,71 @@ async def test_event_stream_yields_batches_and_resumes_from_an_index(nomad_serve
         await nomad.deregister("web")
         later = await asyncio.wait_for(first_batches(resumed_at, 1), 10)
         assert later[0] >= resumed_at
+
+
+async def _first_batch(stream: AsyncIterator[Any]) -> Any:
+    return await anext(stream)
+
+
+async def _every_batch(stream: AsyncIterator[Any]) -> None:
+    async for _ in stream:
+        pass
+
+
+async def test_heartbeats_keep_a_quiet_stream_open_past_the_read_timeout(nomad_server: NomadServer) -> None:
+    # The stand-in beats every 0.5 s; a stream quiet for three read timeouts stays the same stream.
+    async with client_for(nomad_server, event_read_s=1.0) as nomad:
+        stream = nomad.events(["Job:web"], index=nomad_server.standin.store.index + 1)
+        first = asyncio.ensure_future(_first_batch(stream))
+        await asyncio.sleep(3.0)  # the quiet spell under test: three read timeouts without an event
+        assert not first.done(), f"the quiet stream ended: {first.exception() if first.done() else ''}"
+        await nomad.register(await nomad.parse_hcl(JOB))
+        batch = await asyncio.wait_for(first, 10)
+        assert batch.events[0]["Key"] == "web"
+        await stream.aclose()
+
+
+async def test_a_silent_stream_fails_within_the_read_timeout(nomad_server: NomadServer) -> None:
+    proxy = TcpProxy(nomad_server.host, nomad_server.port)
+    await proxy.start()
+    try:
+        async with client_for(nomad_server, address=proxy.url, event_read_s=1.0) as nomad:
+            await nomad.register(await nomad.parse_hcl(JOB))
+            stream = nomad.events(["Job:web"], index=0)
+            await asyncio.wait_for(_first_batch(stream), 10)  # the connection is up
+            proxy.freeze()  # half-open: no FIN, no RST, no heartbeat, nothing
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(NomadError, match=r"nothing from .* for 1s, not even Nomad's heartbeat"):
+                await asyncio.wait_for(_every_batch(stream), 10)
+            assert asyncio.get_running_loop().time() - started < 5
+    finally:
+        await proxy.stop()
+
+
+async def test_an_event_line_of_more_than_a_mebibyte_is_read_whole(nomad_server: NomadServer) -> None:
+    # One Job event carries the whole job: a job with 1.5 MiB of meta makes a line three
+    # times aiohttp's 512 KiB line limit, as a batch of a busy cluster's allocations does.
+    big = "x" * (3 * 512 * 1024)
+    async with client_for(nomad_server) as nomad:
+        job = await nomad.parse_hcl(JOB)
+        job["Meta"] = {**job["Meta"], "ballast": big}
+        await nomad.register(job)
+        stream = nomad.events(["Job:web"], index=0)
+        batch = await asyncio.wait_for(_first_batch(stream), 10)
+        await stream.aclose()
+    assert batch.events[0]["Payload"]["Job"]["Meta"]["ballast"] == big
+
+
+async def test_plan_and_register_carry_nomads_warnings_one_per_entry(nomad_server: NomadServer) -> None:
+    async with client_for(nomad_server) as nomad:
+        plain = await nomad.parse_hcl(JOB)
+        assert (await nomad.plan(plain)).warnings == ()
+        warned = await nomad.parse_hcl(JOB.replace("memory = 64", "memory = 64\n        memory_max = 128"))
+        expected = (
+            'Memory oversubscription is not enabled; Task "g.t" memory_max value will be ignored. '
+            "Update the Scheduler Configuration to allow oversubscription.",
+        )
+        plan = await nomad.plan(warned)
+        assert plan.feasible and plan.warnings == expected
+        registered = await nomad.register(warned)
+        assert registered.eval_id and registered.warnings == expected

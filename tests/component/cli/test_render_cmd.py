@@ -70,6 +70,30 @@ async def test_plan_answers_in_words(tmp_path: Path) -> None:
         assert "does not place" in lines[1] and "1 other group(s) would place" in lines[1]
 
 
+async def test_plan_shows_what_nomad_warns_about(tmp_path: Path) -> None:
+    # An operator's template asks for memory_max, which a Nomad without memory
+    # oversubscription ignores; the plan's Warnings say so, and --plan shows them.
+    bundled = (REPO / "templates" / "sim.nomad.hcl.j2").read_text()
+    call = "{{ m.resources(group, job.resources.cpu, job.resources.memory) }}"
+    assert call in bundled
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "sim.nomad.hcl.j2").write_text(
+        bundled.replace(call, call[:-3] + ' | replace("memory = ", "memory_max = 1024\n memory = ") }}')
+    )
+    config = StandInConfig(nodes=(NodeSpec(name="gpu-1", gpus=8, fabric="fabric-a"),), state_dir=tmp_path)
+    async with NomadServer(NomadStandIn(config)) as nomad:
+        env = {"NOMAD_ADDR": nomad.address}
+        args = ("render", EXAMPLE, "--model", "sim-chat", "--plan", "--templates", str(templates))
+        code, out, err = await llmgw(*args, env=env)
+    assert code == 0, out + err
+    first, warned = out.strip().splitlines()
+    assert first.endswith("places: all 1 group(s) fit now")
+    name = first.split(":")[0]
+    assert warned.startswith(f"{name}: Nomad warns: Memory oversubscription is not enabled; Task")
+    assert "memory_max value will be ignored" in warned
+
+
 async def test_the_catalog_hash_is_the_one_the_control_plane_puts_in_the_job(tmp_path: Path) -> None:
     # The control plane stamps jobs with the applied version's sha256 (of the text `ctl apply`
     # sends), so `render` must show that one, however the file is formatted.

@@ -186,6 +186,27 @@ async def test_shows_each_model_and_replica_with_nodes_gpus_health_draining_and_
     assert " ".join(rows["llmgw-llama-70b-r2"][7:]) == "draining: 3 request(s) in flight"
 
 
+async def test_nomads_warnings_about_a_replicas_job_are_shown_and_round_trip(
+    status: StatusRunner, publisher: StatusPublisher
+) -> None:
+    warning = (
+        'Memory oversubscription is not enabled; Task "rank-0.engine" memory_max value will be ignored. '
+        "Update the Scheduler Configuration to allow oversubscription."
+    )
+    base = report(time.time())
+    model = base.models[0]
+    warned = replace(model.replicas[0], warnings=(warning,))
+    published = replace(base, models=(replace(model, replicas=(warned, model.replicas[1])), *base.models[1:]))
+    await publisher.publish(to_json(published))
+    ran = await status()
+    assert ran.code == 0, ran.err
+    at = ran.lines.index("Nomad warned when these jobs were registered (a setting it ignores or doubts):")
+    assert ran.lines[at + 1 :] == [f"  llmgw-llama-70b-r1: {warning}"]
+    doc = json.loads((await status("--json")).out)
+    assert doc["models"][0]["replicas"][0]["warnings"] == [warning]
+    assert doc["models"][0]["replicas"][1]["warnings"] == []
+
+
 async def test_json_is_the_published_document_and_model_filters_it(
     status: StatusRunner, publisher: StatusPublisher
 ) -> None:

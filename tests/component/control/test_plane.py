@@ -134,6 +134,21 @@ async def test_triggers_during_a_pass_coalesce_into_one_more_pass(test_policy: S
         assert reconciler.passes == before + 1
 
 
+async def test_nomads_warnings_at_register_are_logged_and_kept_in_each_replicas_status(
+    test_policy: SecurityPolicy, caplog: pytest.LogCaptureFixture
+) -> None:
+    warning = 'task "engine" in group "rank-0" defines services, but has no shutdown_delay set'
+    async with harness(test_policy) as h:
+        h.cluster.warnings = (warning,)
+        with caplog.at_level("WARNING", logger="llmgw.control.executing"):
+            await h.advance(20)
+        replicas = h.status.last()["models"][0]["replicas"]
+        assert len(replicas) == 2
+        assert [r["warnings"] for r in replicas] == [[warning], [warning]]
+        logged = [r.getMessage() for r in caplog.records if "Nomad warns about job" in r.getMessage()]
+        assert len(logged) == 2 and all(m.endswith(warning) for m in logged)
+
+
 async def test_an_event_stream_gap_is_repaired_by_the_resync_after_reconnect(
     test_policy: SecurityPolicy,
 ) -> None:

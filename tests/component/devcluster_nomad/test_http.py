@@ -11,7 +11,7 @@ import aiohttp
 import nomad
 import pytest
 
-from llmgw.devcluster.nomad import NomadServer, NomadStandIn
+from llmgw.devcluster.nomad import NomadServer, NomadStandIn, StandInConfig
 
 from .conftest import assert_shape, call, fast_config, group, wait_for
 
@@ -65,6 +65,18 @@ async def test_event_stream_filters_by_job_and_sends_heartbeats(
         assert event["Payload"]["Allocation"]["Job"] is None, "Nomad strips the job from alloc events"
         assert_shape({k: v for k, v in event.items() if k != "Namespace"}, "Event")
         assert_shape(event["Payload"]["Allocation"], "Allocation")
+
+
+async def test_event_stream_opens_with_a_heartbeat_and_beats_every_30s_by_default(tmp_path: Path) -> None:
+    # Nomad's JsonStream writes "{}" at once, then every 30 s (nomad/event_endpoint.go).
+    assert StandInConfig().event_heartbeat_s == 30.0
+    async with (
+        NomadServer(NomadStandIn(fast_config(tmp_path, event_heartbeat_s=30.0))) as srv,
+        aiohttp.ClientSession() as http,
+        http.get(f"{srv.address}/v1/event/stream", params={"topic": "Job:nothing", "index": "1"}) as resp,
+    ):
+        first = await asyncio.wait_for(resp.content.readline(), 5)
+    assert json.loads(first) == {}, "the first line is the heartbeat that says the stream is open"
 
 
 async def test_event_stream_index_older_than_buffer_starts_at_oldest(tmp_path: Path) -> None:

@@ -290,3 +290,58 @@ async def test_stopped_alloc_on_a_node_restored_before_it_went_down_ends_lost(tm
         assert lost["DesiredStatus"] == "stop"
         assert lost["TaskStates"]["server"]["State"] == "dead"
         assert (await call(client.node.get_node, alloc["NodeID"]))["Status"] == "ready"
+
+
+async def test_group_fields_nomad_2_ignores_are_dropped_and_a_lost_alloc_is_replaced_anyway(
+    client: nomad.Nomad, server: NomadServer
+) -> None:
+    # Nomad 1.10+ copies none of these into the server's job (ApiTgToStructsTG), and says
+    # nothing: the register answers without a warning for them.
+    ignored = {
+        "PreventRescheduleOnLost": True,
+        "MaxClientDisconnect": 300 * S,
+        "StopAfterClientDisconnect": S,
+    }
+    answer = await call(
+        client.jobs.register_job, {"Job": {"ID": "old", "TaskGroups": [group("g", **ignored)]}}
+    )
+    assert answer["Warnings"] == ""
+    stored = (await call(client.job.get_job, "old"))["TaskGroups"][0]
+    assert (stored["PreventRescheduleOnLost"], stored["MaxClientDisconnect"]) == (False, None)
+    assert stored["StopAfterClientDisconnect"] is None
+    first = (
+        await wait_for(
+            lambda: [a for a in client.job.get_allocations("old") if a["ClientStatus"] == "running"],
+            "running",
+        )
+    )[0]
+    async with aiohttp.ClientSession() as http:
+        await http.post(f"{server.address}/_dev/node/{first['NodeID']}/fail")
+    replaced = await wait_for(
+        lambda: [
+            a
+            for a in client.job.get_allocations("old")
+            if a["ClientStatus"] == "running" and a["ID"] != first["ID"]
+        ],
+        "a replacement, prevent_reschedule_on_lost notwithstanding",
+    )
+    assert replaced[0]["NodeID"] != first["NodeID"]
+
+
+async def test_register_and_plan_answer_with_the_warnings_nomad_2_gives(client: nomad.Nomad) -> None:
+    quiet = group("g", Services=[{"Name": "web", "PortLabel": "http"}])
+    quiet["Tasks"][0]["Resources"]["MemoryMaxMB"] = 512
+    job = {"ID": "warned", "TaskGroups": [quiet]}
+    expected = (
+        "2 warnings:\n"
+        '\n* group "g" defines services, but neither the group nor any of its tasks have shutdown_delay set'
+        '\n* Memory oversubscription is not enabled; Task "g.server" memory_max value will be ignored. '
+        "Update the Scheduler Configuration to allow oversubscription."
+    )
+    plan = await call(client.job.plan_job, "warned", {"Job": job})
+    assert plan["Warnings"] == expected
+    answer = await call(client.jobs.register_job, {"Job": job})
+    assert answer["Warnings"] == expected
+    quiet["ShutdownDelay"] = 5 * S
+    del quiet["Tasks"][0]["Resources"]["MemoryMaxMB"]
+    assert (await call(client.jobs.register_job, {"Job": job}))["Warnings"] == ""

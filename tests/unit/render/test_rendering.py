@@ -236,3 +236,28 @@ def test_ops_asks_gpu_clients_for_a_max_kill_timeout_that_covers_the_rendered_on
     ops = " ".join((REPO / "ops" / "README.md").read_text(encoding="utf-8").split())
     assert 'client { max_kill_timeout = "1m" }' in ops
     assert "max_kill_timeout` at least the rendered jobs' `kill_timeout`, 1 minute" in ops
+
+
+@pytest.mark.parametrize(
+    ("setting", "instead"),
+    [
+        ('max_client_disconnect = "5m"', "disconnect { lost_after"),
+        ('stop_after_client_disconnect = "1m"', "disconnect { stop_on_client_after"),
+        ("prevent_reschedule_on_lost = true", "disconnect { replace = false }"),
+    ],
+)
+def test_an_operator_template_using_a_setting_nomad_2_ignores_is_refused_naming_it(
+    tmp_path: Path, example: Catalog, shipped_policy: SecurityPolicy, setting: str, instead: str
+) -> None:
+    # Nomad 2.0's HTTP API drops these before its server sees the job, and warns of nothing.
+    bundled = (REPO / "templates" / "sim.nomad.hcl.j2").read_text()
+    opening = "group {{ group.name | hcl }} {"
+    assert opening in bundled
+    (tmp_path / "sim.nomad.hcl.j2").write_text(bundled.replace(opening, f"{opening}\n    {setting}"))
+    own = Renderer(RenderSettings(templates_dir=tmp_path), shipped_policy)
+    rendered = own.render(example, ReplicaRequest("sim-chat", 0, "0"), catalog_hash="h")
+    with pytest.raises(RenderError) as refused:
+        own.check(rendered, model="sim-chat")
+    name = setting.split(" ")[0]
+    assert f"group rank-0: {name} is ignored by Nomad 2.0" in str(refused.value)
+    assert instead in str(refused.value)
