@@ -68,6 +68,7 @@ async def test_plan_answers_in_words(tmp_path: Path) -> None:
             "fabric fabric-a; none has" in lines[0]
         )
         assert "missing drivers" in lines[0]  # no docker on this cluster
+        assert "needs Docker running on the node" in lines[0]
         assert "does not place" in lines[1] and "1 other group(s) would place" in lines[1]
 
 
