@@ -26,7 +26,6 @@ from llmgw.core.engines.base import (
     RankLaunch,
     Step,
     Word,
-    address,
     env_ref,
     ip,
     numbers,
@@ -86,7 +85,9 @@ def launch_vllm(profile: Profile, context: LaunchContext) -> Launch:
                 "ray",
                 *profile.args,
             ),
-            (*engine_env, host_ip, ("RAY_ADDRESS", address("ray"))),
+            # No RAY_ADDRESS: in the head's container, Ray's driver attaches to the latest
+            # local cluster (/tmp/ray/ray_current_cluster), as in vLLM's recipe.
+            (*engine_env, host_ip),
         ),
         ports=("http", "ray"),
         rendezvous_port="ray",
