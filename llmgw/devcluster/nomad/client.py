@@ -419,6 +419,9 @@ class TaskRunner:
                 alloc_dir=str(self.ar.root),
             )
             self.event("Driver Failure", message, DriverError=message, FailsTask=True)
+            # StartTask's error is not recoverable: no restart (client/.../restarts/restarts.go).
+            unrecoverable = "Error was unrecoverable"
+            self.event("Not Restarting", unrecoverable, RestartReason=unrecoverable, FailsTask=True)
             return None
         if driver != "raw_exec":
             message = f"driver {driver!r} is not available in the dev stand-in"

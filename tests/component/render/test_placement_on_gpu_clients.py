@@ -161,7 +161,11 @@ async def _failed_engine_event(dev: DevCluster, job_id: str) -> str:
             if stub["ClientStatus"] != "failed":
                 continue
             alloc = await asyncio.to_thread(looker.allocation.get_allocation, stub["ID"])
-            for event in alloc["TaskStates"]["engine"]["Events"]:
+            events = alloc["TaskStates"]["engine"]["Events"]
+            # Not restarted: the driver's start error is unrecoverable.
+            assert events[-1]["Type"] == "Not Restarting", events
+            assert events[-1]["DisplayMessage"] == "Error was unrecoverable", events
+            for event in events:
                 if event["Type"] == "Driver Failure":
                     return str(event["DisplayMessage"])
         await asyncio.sleep(0.1)
