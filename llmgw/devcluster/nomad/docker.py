@@ -23,8 +23,8 @@ Must not: run containers. A task that passes these checks is reported not runnab
 
 from __future__ import annotations
 
-import fnmatch
 import os.path
+import re
 from typing import Any
 
 from llmgw.devcluster.nomad.config import DockerPlugin
@@ -67,12 +67,18 @@ def _host_path_outside(source: str, task_dir: str, alloc_dir: str) -> bool:
     return not (path == root or path.startswith(root + os.sep))
 
 
+def _glob(pattern: str, subject: str) -> bool:
+    """github.com/ryanuber/go-glob's Glob, which the driver uses: ``*`` is the only wildcard."""
+    regex = ".*".join(re.escape(part) for part in pattern.split("*"))
+    return re.fullmatch(regex, subject, re.DOTALL) is not None
+
+
 def _namespace_refusal(
     plugin: DockerPlugin, allowed: tuple[str, ...], field: str, desired: str
 ) -> str | None:
     if plugin.allow_privileged or not desired:
         return None
-    if any(fnmatch.fnmatchcase(desired, pattern) for pattern in allowed):
+    if any(_glob(pattern, desired) for pattern in allowed):
         return None
     return f'cannot apply "{field}" configuration'
 

@@ -30,6 +30,7 @@ def test_namespace_modes_need_allowed_modes_or_privileged() -> None:
     assert refusal(DockerPlugin(allowed_ipc_modes=("host",)), {"ipc_mode": "host"}) is None
     assert refusal(DockerPlugin(allowed_ipc_modes=("cont*",)), {"ipc_mode": "container:x"}) is None
     assert refusal(DockerPlugin(allowed_ipc_modes=("private",)), {"ipc_mode": "host"}) is not None
+    assert refusal(DockerPlugin(allowed_ipc_modes=("h?st",)), {"ipc_mode": "host"}) is not None  # only *
     assert refusal(DockerPlugin(allow_privileged=True), {"ipc_mode": "host", "uts_mode": "host"}) is None
     assert refusal(DockerPlugin(), {"network_mode": "host", "shm_size": 2**30}) is None
 
