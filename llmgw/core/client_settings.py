@@ -19,7 +19,7 @@ _RUNTIME_NOT_FOUND = re.compile(r'requested docker runtime "(?P<runtime>[^"]*)" 
 _RUNTIME_NOT_ALLOWED = re.compile(r'requested runtime "(?P<runtime>[^"]*)" is not allowed')
 
 NVIDIA_RUNTIME_HINT = (
-    "install the NVIDIA Container Toolkit on the node and register its runtime with Docker "
+    "the NVIDIA Container Toolkit on the node with its runtime registered with Docker "
     "(nvidia-ctk runtime configure --runtime=docker, then restart dockerd), so `docker info` "
     'lists "nvidia"'
 )
@@ -37,27 +37,21 @@ def hint_for_driver_failure(message: str) -> str | None:
     namespace = _NAMESPACE.search(message)
     if namespace:
         field = namespace.group("field")
-        return (
-            f"the client's docker plugin allows no {field}_mode the task asks for: add it to "
-            f'plugin "docker" {{ config {{ allowed_modes {{ {field} = [...] }} }} }} '
-            "(or change the job's template)"
-        )
+        block = f'plugin "docker" {{ config {{ allowed_modes {{ {field} = [...] }} }} }}'
+        return f"the task's {field}_mode in {block} on the node's Nomad client (or a job template without it)"
     if "volumes are not enabled" in message:
         return VOLUMES_HINT
     runtime = _RUNTIME_NOT_FOUND.search(message)
     if runtime:
-        return (
-            NVIDIA_RUNTIME_HINT
-            if runtime.group("runtime") == "nvidia"
-            else (f'register the "{runtime.group("runtime")}" runtime with Docker on the node')
-        )
+        name = runtime.group("runtime")
+        if name == "nvidia":
+            return NVIDIA_RUNTIME_HINT
+        return f'the "{name}" runtime registered with Docker on the node'
     allowed = _RUNTIME_NOT_ALLOWED.search(message)
     if allowed:
-        return (
-            f'add "{allowed.group("runtime")}" to plugin "docker" {{ config {{ allow_runtimes = [...] }} }}'
-        )
+        return f'"{allowed.group("runtime")}" in plugin "docker" {{ config {{ allow_runtimes = [...] }} }}'
     if "privileged mode is disabled" in message:
-        return 'plugin "docker" { config { allow_privileged = true } } (or no privileged in the template)'
+        return 'plugin "docker" { config { allow_privileged = true } } (or a job template without privileged)'
     if "does not allow the following capabilities" in message:
         return 'the capabilities named in plugin "docker" { config { allow_caps = [...] } }'
     return None
