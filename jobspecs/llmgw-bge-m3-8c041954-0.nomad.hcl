@@ -16,7 +16,7 @@ job "llmgw-bge-m3-8c041954-0" {
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "fc3813da84e03b993ec9dd40fd9c66eb46de9ab8a48bbcc45cf52ae18de01a73"
+    "llmgw_spec_hash" = "5c5165cbfb36507d85bf31f733d1010ac92afe5c83ec0eb1d1c54ee6ccce1bde"
     "llmgw_version" = "0.1.0"
   }
 
@@ -92,11 +92,20 @@ job "llmgw-bge-m3-8c041954-0" {
         entrypoint   = ["vllm"]
         args         = ["serve", "BAAI/bge-m3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "bge-m3", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1"]
         network_mode = "host"
-        ipc_mode     = "host"
+        # Shared memory for NCCL and the engine's workers, in the container's own IPC
+        # namespace: no host IPC, which a default docker plugin refuses.
+        shm_size     = 10737418240
       }
 
       env = {
         "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      # GPUs reach a container through the NVIDIA runtime registered with Docker.
+      constraint {
+        attribute = "${attr.driver.docker.runtimes}"
+        operator  = "set_contains"
+        value     = "nvidia"
       }
 
       resources {

@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "c3504c4a6f203b6c4a4509a0a3510cdf10b4c3ceb8d5a5e79b7eb6fec4420b29"
+    "llmgw_spec_hash" = "e7f254a103b3d13bdbda93c2bd40d747ace6ba3fed3495026688e11a377db25c"
     "llmgw_version" = "0.1.0"
   }
 
@@ -132,12 +132,21 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
         entrypoint   = ["python3"]
         args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "${NOMAD_ADDR_dist}"]
         network_mode = "host"
-        ipc_mode     = "host"
+        # Shared memory for NCCL and the engine's workers, in the container's own IPC
+        # namespace: no host IPC, which a default docker plugin refuses.
+        shm_size     = 34359738368
       }
 
       env = {
         "NCCL_IB_DISABLE" = "0"
         "NCCL_SOCKET_IFNAME" = "eth0"
+      }
+
+      # GPUs reach a container through the NVIDIA runtime registered with Docker.
+      constraint {
+        attribute = "${attr.driver.docker.runtimes}"
+        operator  = "set_contains"
+        value     = "nvidia"
       }
 
       resources {
@@ -245,7 +254,9 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
         entrypoint   = ["python3"]
         args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}"]
         network_mode = "host"
-        ipc_mode     = "host"
+        # Shared memory for NCCL and the engine's workers, in the container's own IPC
+        # namespace: no host IPC, which a default docker plugin refuses.
+        shm_size     = 34359738368
       }
 
       env = {
@@ -259,6 +270,13 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
         data        = "LLMGW_HEAD_ADDR={{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Address }}:{{ .Port }}{{ end }}\n"
         change_mode = "noop"
         env         = true
+      }
+
+      # GPUs reach a container through the NVIDIA runtime registered with Docker.
+      constraint {
+        attribute = "${attr.driver.docker.runtimes}"
+        operator  = "set_contains"
+        value     = "nvidia"
       }
 
       resources {

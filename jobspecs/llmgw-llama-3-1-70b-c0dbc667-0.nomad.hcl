@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "ccb2505e1d30d3c1848e9d169cbb9c7d94469faf246c8afb27e21ced1ba731cc"
+    "llmgw_spec_hash" = "86b47d17ffbac1b03089de56d4264778ddc0173b5146c1e03ce06d365421773e"
     "llmgw_version" = "0.1.0"
   }
 
@@ -92,13 +92,22 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
         entrypoint   = ["vllm"]
         args         = ["serve", "meta-llama/Llama-3.1-70B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "8", "--pipeline-parallel-size", "1", "--max-model-len", "32768", "--enable-prefix-caching"]
         network_mode = "host"
-        ipc_mode     = "host"
+        # Shared memory for NCCL and the engine's workers, in the container's own IPC
+        # namespace: no host IPC, which a default docker plugin refuses.
+        shm_size     = 10737418240
       }
 
       env = {
         "NCCL_DEBUG" = "WARN"
         "OMP_NUM_THREADS" = "8"
         "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      # GPUs reach a container through the NVIDIA runtime registered with Docker.
+      constraint {
+        attribute = "${attr.driver.docker.runtimes}"
+        operator  = "set_contains"
+        value     = "nvidia"
       }
 
       resources {

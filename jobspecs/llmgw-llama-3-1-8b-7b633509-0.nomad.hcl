@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
     "llmgw_model" = "llama-3.1-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "a34bb26d20617c7a84a99bf0fdffa17914923a5356f2f8b480d50f206f6a2db6"
+    "llmgw_spec_hash" = "d3945bf4733d8291d2785d4ddc7ad0b17f3c59bfbbc9acbf6b7cd9ea05ac9ed3"
     "llmgw_version" = "0.1.0"
   }
 
@@ -92,12 +92,21 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
         entrypoint   = ["vllm"]
         args         = ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "16384", "--gpu-memory-utilization", "0.9"]
         network_mode = "host"
-        ipc_mode     = "host"
+        # Shared memory for NCCL and the engine's workers, in the container's own IPC
+        # namespace: no host IPC, which a default docker plugin refuses.
+        shm_size     = 10737418240
       }
 
       env = {
         "VLLM_ATTENTION_BACKEND" = "FLASHINFER"
         "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      # GPUs reach a container through the NVIDIA runtime registered with Docker.
+      constraint {
+        attribute = "${attr.driver.docker.runtimes}"
+        operator  = "set_contains"
+        value     = "nvidia"
       }
 
       resources {

@@ -16,7 +16,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
     "llmgw_model" = "llama-guard-3-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "6a80df5ab9dca3d3b621d399d6f7b1983ef65290ae078ae6e0567cbfc8e03646"
+    "llmgw_spec_hash" = "9cc99d789fd32289f4f9785ff0b8ba2718b5599181b90b7883fcfd165ee6dbd0"
     "llmgw_version" = "0.1.0"
   }
 
@@ -92,11 +92,20 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
         entrypoint   = ["vllm"]
         args         = ["serve", "meta-llama/Llama-Guard-3-8B", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-guard-3-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1"]
         network_mode = "host"
-        ipc_mode     = "host"
+        # Shared memory for NCCL and the engine's workers, in the container's own IPC
+        # namespace: no host IPC, which a default docker plugin refuses.
+        shm_size     = 10737418240
       }
 
       env = {
         "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      # GPUs reach a container through the NVIDIA runtime registered with Docker.
+      constraint {
+        attribute = "${attr.driver.docker.runtimes}"
+        operator  = "set_contains"
+        value     = "nvidia"
       }
 
       resources {

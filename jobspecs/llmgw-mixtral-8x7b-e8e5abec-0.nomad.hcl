@@ -16,7 +16,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "b45269beed26230f7b1f2a37c96db6edff249e8439e04c0acb4412062ee68a47"
+    "llmgw_spec_hash" = "e23b8a270f40a82bd53668d9269bf1d2b114b244e70c5d9ed3e9fea2d0dba458"
     "llmgw_version" = "0.1.0"
   }
 
@@ -92,11 +92,20 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
         entrypoint   = ["vllm"]
         args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
         network_mode = "host"
-        ipc_mode     = "host"
+        # Shared memory for NCCL and the engine's workers, in the container's own IPC
+        # namespace: no host IPC, which a default docker plugin refuses.
+        shm_size     = 10737418240
       }
 
       env = {
         "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      # GPUs reach a container through the NVIDIA runtime registered with Docker.
+      constraint {
+        attribute = "${attr.driver.docker.runtimes}"
+        operator  = "set_contains"
+        value     = "nvidia"
       }
 
       resources {

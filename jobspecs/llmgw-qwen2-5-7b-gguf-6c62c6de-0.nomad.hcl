@@ -16,7 +16,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
     "llmgw_model" = "qwen2.5-7b-gguf"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "a1851dbf299e27f994de91bee1c6e0d3c6937cc658c1e1ace3f15f6101b4e775"
+    "llmgw_spec_hash" = "8e32467815ece39ac0759506ce47d553c4d759c300de1d0ffd3d5d6fb2b1b68d"
     "llmgw_version" = "0.1.0"
   }
 
@@ -107,6 +107,13 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
       }
 
       env = {}
+
+      # GPUs reach a container through the NVIDIA runtime registered with Docker.
+      constraint {
+        attribute = "${attr.driver.docker.runtimes}"
+        operator  = "set_contains"
+        value     = "nvidia"
+      }
 
       resources {
         cpu    = 2000

@@ -34,6 +34,7 @@ from llmgw.control.metrics import ControlMetrics
 from llmgw.control.ports import Clock, NomadPort
 from llmgw.control.settings import ControlSettings
 from llmgw.core import conventions as c
+from llmgw.core.client_settings import hint_for_driver_failure
 from llmgw.core.planning import (
     JOB_PREFIX,
     AllocStatus,
@@ -175,7 +176,8 @@ def _task_failure(states: object) -> tuple[str | None, str]:
         ),
         "",
     )
-    return name, told
+    hint = hint_for_driver_failure(told)
+    return name, f"{told} (needs {hint})" if hint else told
 
 
 def parse_node(raw: JSON) -> ObservedNode:

@@ -20,7 +20,7 @@ from llmgw.core.engines import Launch, LaunchContext, ModelFiles, RankLaunch, Ru
 from llmgw.core.engines.base import HeadAddress
 from llmgw.core.names import slug
 from llmgw.render.images import image_refusal
-from llmgw.render.settings import DEFAULT_RESOURCES, RenderSettings
+from llmgw.render.settings import DEFAULT_RESOURCES, DEFAULT_SHM_MB, RenderSettings
 
 _REPLICA_ID = re.compile(r"^[a-z0-9]{1,12}$")
 _TASK_DIR = "${NOMAD_TASK_DIR}"
@@ -154,6 +154,8 @@ def build_context(
                 "timeout": format_duration(settings.check_timeout_s),
             },
             "kill_timeout": format_duration(settings.kill_timeout_s),
+            # Docker's shm_size is in bytes.
+            "shm_size": (settings.shm_size_mb or DEFAULT_SHM_MB.get(profile.engine, 64)) * 2**20,
             "shutdown_delay": format_duration(settings.shutdown_delay_s),
             "lost_after": format_duration(settings.lost_after_s),
             "groups": groups,
@@ -282,7 +284,6 @@ def _group(
         "rendezvous_service": rendezvous_service,
         "gpu": gpu,
         "serve": {"argv": list(rank.serve.argv), "env": {**dict(rank.serve.env), **profile.env}},
-        "sidecars": [{"name": s.name, "argv": list(s.argv), "env": dict(s.env)} for s in rank.sidecars],
         "waits": waits,
         "head_address_template": head_template,
         "ranks_template": None,

@@ -42,6 +42,12 @@ DEFAULT_RESOURCES: Mapping[Engine, tuple[int, int]] = MappingProxyType(
     }
 )
 
+# vLLM's multi-node recipe (examples/online_serving/run_cluster.sh) runs with
+# --shm-size 10.24g, SGLang's install docs with --shm-size 32g. Pages of /dev/shm
+# count against the container's memory limit only once written. llama.cpp's server
+# is one process and keeps Docker's 64 MiB.
+DEFAULT_SHM_MB: Mapping[Engine, int] = MappingProxyType({Engine.VLLM: 10240, Engine.SGLANG: 32768})
+
 
 @dataclass(frozen=True, slots=True)
 class RenderSettings:
@@ -79,6 +85,9 @@ class RenderSettings:
     lost_after_s: int = 300
     # How long a worker rank waits for its replica's other ranks to appear.
     rendezvous_timeout_s: int = 900
+    # /dev/shm of an engine container (NCCL, the engines' worker processes) instead of
+    # host IPC; None is DEFAULT_SHM_MB's, the size each engine's docs give.
+    shm_size_mb: int | None = None
 
 
 class RenderSettingsError(ValueError):

@@ -3,7 +3,9 @@
 A plan's ``FailedTGAllocs`` counts nodes per reason (filtered by a constraint,
 missing a driver, exhausted on a dimension). This turns them into a sentence
 per group, naming what the group asked for (GPUs of a model and memory, a
-fabric) and why no node had it, instead of a raw evaluation dump.
+fabric) and why no node had it, instead of a raw evaluation dump; a reason
+that a Nomad client setting fixes (a driver, the NVIDIA device plugin, docker
+volumes) names that setting.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from llmgw.core.client_settings import hint_for_filter
 
 JSON = dict[str, Any]
 
@@ -74,11 +78,17 @@ def _asks(job: JSON, group_name: str) -> str:
     return " ".join(parts) if parts else "room for its tasks"
 
 
-def _why(metric: JSON) -> str:
+def _drivers(job: JSON, group_name: str) -> frozenset[str]:
+    group: JSON = next((g for g in job.get("TaskGroups") or [] if g.get("Name") == group_name), {})
+    return frozenset(str(t.get("Driver") or "") for t in group.get("Tasks") or [])
+
+
+def _why(metric: JSON, drivers: frozenset[str] = frozenset()) -> str:
     evaluated = int(metric.get("NodesEvaluated") or 0)
     reasons: list[str] = []
     for constraint, count in sorted((metric.get("ConstraintFiltered") or {}).items()):
-        reasons.append(f"{count} filtered by {constraint}")
+        hint = hint_for_filter(constraint, drivers)
+        reasons.append(f"{count} filtered by {constraint}" + (f" (needs {hint})" if hint else ""))
     for node_class, count in sorted((metric.get("ClassFiltered") or {}).items()):
         reasons.append(f"{count} of class {node_class} filtered")
     for dimension, count in sorted((metric.get("DimensionExhausted") or {}).items()):
@@ -100,7 +110,8 @@ def explain_plan(job: JSON, answer: JSON) -> PlanOutcome:
     sentences = []
     for group_name, metric in sorted(failed.items()):
         sentences.append(
-            f"group {group_name} needs a node with {_asks(job, group_name)}; none has ({_why(metric)})"
+            f"group {group_name} needs a node with {_asks(job, group_name)}; "
+            f"none has ({_why(metric, _drivers(job, group_name))})"
         )
     placed = len(job.get("TaskGroups") or []) - len(failed)
     if placed:

@@ -69,8 +69,6 @@ class RankLaunch:
     rendezvous_port: str | None = None
     rendezvous_checked: bool = False
     head_address: HeadAddress = HeadAddress.NONE
-    # Long-running helpers started before serve (e.g. the Ray head).
-    sidecars: tuple[Step, ...] = ()
     # Rank 0 only: how many other ranks must have registered before serve starts.
     waits_for_ranks: int = 0
 

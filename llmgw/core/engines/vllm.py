@@ -1,11 +1,19 @@
-"""vLLM: ``vllm serve``; across nodes, a Ray cluster whose head runs beside rank 0's server.
+"""vLLM: ``vllm serve``; across nodes, inside the Ray head's container, with Ray workers on the other ranks.
 
-vLLM's documented multi-node recipe (docs/serving/parallelism_scaling.md) is a
-Ray cluster: ``ray start --head`` on one node, ``ray start --address`` on the
-others, then ``vllm serve`` on the head with tensor parallel = GPUs per node and
-pipeline parallel = nodes (here: whatever the catalog's tp and pp say), and
-``--distributed-executor-backend ray``. The workers must have joined before the
-server starts, so rank 0 waits for them.
+Neither pinned release (0.10.2, 0.11.0) has ``--nnodes``/``--node-rank``: multi-node
+tensor and pipeline parallel is a Ray cluster. vLLM's own recipe
+(``examples/online_serving/run_cluster.sh``) starts one container per node on the
+host network with ``--shm-size 10.24g`` (no host IPC), ``ray start --block --head``
+in the head's and ``ray start --block --address=HEAD`` in each worker's, each
+with ``VLLM_HOST_IP`` set to its node's address, then runs ``vllm serve`` inside
+the head's container, where the Ray driver finds the head's local session. So
+here rank 0's one engine task runs ``ray start --head`` (it returns once the
+head is up) and then execs ``vllm serve --distributed-executor-backend ray``;
+its Ray GPU workers are that task's processes, with its GPUs, CPU and memory.
+Workers start once the head's Ray port answers. vLLM itself waits for their
+GPUs: its placement group waits up to 30 minutes (``PG_WAIT_TIMEOUT = 1800`` in
+``vllm/executor/ray_utils.py``), so rank 0 does not wait for its workers first
+(it cannot: they join the Ray head its own engine task starts).
 """
 
 from __future__ import annotations
@@ -18,7 +26,6 @@ from llmgw.core.engines.base import (
     RankLaunch,
     Step,
     Word,
-    address,
     env_ref,
     ip,
     numbers,
@@ -26,6 +33,13 @@ from llmgw.core.engines.base import (
 )
 
 HEALTH_PATH = "/health"
+
+# Rank 0's engine: start the Ray head (it daemonises and returns), then become
+# ``vllm serve``. llmgw's own text; every catalog word stays its own argv word
+# ("$@"), never parsed by the shell.
+RAY_HEAD_THEN_SERVE = (
+    'ray start --head --port "$1" --node-ip-address "$2" --num-gpus "$3" && shift 3 && exec "$@"'
+)
 
 
 def launch_vllm(profile: Profile, context: LaunchContext) -> Launch:
@@ -52,34 +66,32 @@ def launch_vllm(profile: Profile, context: LaunchContext) -> Launch:
         return Launch(Engine.VLLM, (rank,), HEALTH_PATH, containerised=True)
 
     gpus = numbers(profile.gpus_per_replica_node)[0]
+    # VLLM_HOST_IP: the address vLLM's workers advertise to each other (run_cluster.sh).
+    host_ip: tuple[str, Word] = ("VLLM_HOST_IP", ip("ray"))
     head = RankLaunch(
         rank=0,
         serve=Step(
             "engine",
-            (*serve_argv, "--distributed-executor-backend", "ray", *profile.args),
-            (*engine_env, ("RAY_ADDRESS", address("ray"))),
+            (
+                "/bin/sh",
+                "-c",
+                RAY_HEAD_THEN_SERVE,
+                "ray-head",
+                port("ray"),
+                ip("ray"),
+                gpus,
+                *serve_argv,
+                "--distributed-executor-backend",
+                "ray",
+                *profile.args,
+            ),
+            # No RAY_ADDRESS: in the head's container, Ray's driver attaches to the latest
+            # local cluster (/tmp/ray/ray_current_cluster), as in vLLM's recipe.
+            (*engine_env, host_ip),
         ),
         ports=("http", "ray"),
         rendezvous_port="ray",
         rendezvous_checked=True,
-        sidecars=(
-            Step(
-                "ray-head",
-                (
-                    "ray",
-                    "start",
-                    "--head",
-                    "--block",
-                    "--port",
-                    port("ray"),
-                    "--node-ip-address",
-                    ip("ray"),
-                    "--num-gpus",
-                    gpus,
-                ),
-            ),
-        ),
-        waits_for_ranks=nodes - 1,
     )
     workers = tuple(
         RankLaunch(
@@ -99,6 +111,7 @@ def launch_vllm(profile: Profile, context: LaunchContext) -> Launch:
                     "--num-gpus",
                     gpus,
                 ),
+                (host_ip,),
             ),
             ports=("ray",),
             rendezvous_port="ray",

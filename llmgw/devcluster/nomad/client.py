@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmgw.cancellation import cancel_and_wait
+from llmgw.devcluster.nomad import docker
 from llmgw.devcluster.nomad import template as tmpl
 from llmgw.devcluster.nomad.config import StandInConfig
 from llmgw.devcluster.nomad.consul_http import ConsulAgent, ConsulError, Registration, registration
@@ -407,6 +408,21 @@ class TaskRunner:
         self.env = env
         config = env.interpolate_any(self.task.get("Config") or {})
         driver = str(self.task.get("Driver") or "")
+        plugin = host.store.nodes[self.ar.alloc.node_id].spec.docker
+        if driver == "docker" and plugin is not None:
+            # Checked as the docker driver checks it, then refused: dev runs no containers.
+            message = docker.start_failure(
+                plugin,
+                config,
+                gpus="NVIDIA_VISIBLE_DEVICES" in env.env,
+                task_dir=str(self.task_dir),
+                alloc_dir=str(self.ar.root),
+            )
+            self.event("Driver Failure", message, DriverError=message, FailsTask=True)
+            # StartTask's error is not recoverable: no restart (client/.../restarts/restarts.go).
+            unrecoverable = "Error was unrecoverable"
+            self.event("Not Restarting", unrecoverable, RestartReason=unrecoverable, FailsTask=True)
+            return None
         if driver != "raw_exec":
             message = f"driver {driver!r} is not available in the dev stand-in"
             self.event("Driver Failure", message, DriverError=message, FailsTask=True)

@@ -14,10 +14,65 @@ from typing import Any
 
 import yaml
 
+# The docker plugin's ``allow_caps`` default: Docker's default set without net_raw
+# (Nomad v2.0.5 drivers/shared/capabilities/defaults.go, HCLSpecLiteral).
+NOMAD_DEFAULT_CAPS: tuple[str, ...] = (
+    "audit_write",
+    "chown",
+    "dac_override",
+    "fowner",
+    "fsetid",
+    "kill",
+    "mknod",
+    "net_bind_service",
+    "setfcap",
+    "setgid",
+    "setpcap",
+    "setuid",
+    "sys_chroot",
+)
+
+
+@dataclass(frozen=True)
+class DockerPlugin:
+    """A client's ``plugin "docker" { config { ... } }`` and what its Docker daemon offers.
+
+    Field defaults are the docker plugin's own (Nomad v2.0.5 drivers/docker/config.go,
+    ``configSpec``): volumes off, privileged off, no namespace mode allowed,
+    ``allow_runtimes = ["runc", "nvidia"]``, ``nvidia_runtime = "nvidia"``.
+    ``daemon_runtimes`` is what ``docker info`` lists (the NVIDIA Container Toolkit
+    adds ``nvidia``); the driver fingerprints it as ``driver.docker.runtimes``.
+    """
+
+    allow_privileged: bool = False
+    volumes_enabled: bool = False
+    allowed_ipc_modes: tuple[str, ...] = ()
+    allowed_pid_modes: tuple[str, ...] = ()
+    allowed_uts_modes: tuple[str, ...] = ()
+    allowed_userns_modes: tuple[str, ...] = ()
+    allow_caps: tuple[str, ...] = NOMAD_DEFAULT_CAPS
+    allow_runtimes: tuple[str, ...] = ("runc", "nvidia")
+    nvidia_runtime: str = "nvidia"
+    daemon_runtimes: tuple[str, ...] = ("io.containerd.runc.v2", "runc")
+    version: str = "27.5.1"
+
+
+# A GPU node set up as ops/README.md's checklist says: the NVIDIA runtime registered
+# with Docker and the host paths llmgw mounts allowed; nothing else widened.
+GPU_NODE_DOCKER = DockerPlugin(
+    volumes_enabled=True,
+    daemon_runtimes=("io.containerd.runc.v2", "nvidia", "runc"),
+)
+
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One simulated Nomad client node."""
+    """One simulated Nomad client node.
+
+    ``docker`` set makes the node fingerprint the docker driver with that plugin
+    config (the stand-in validates docker tasks against it, then reports them not
+    runnable in dev); ``raw_exec`` is the raw_exec plugin's ``enabled``.
+    """
 
     name: str
     datacenter: str = "dc1"
@@ -33,11 +88,36 @@ class NodeSpec:
     cpu_shares: int = 64000  # generous: the stand-in does not simulate CPU pressure
     memory_mb: int = 262144
     disk_mb: int = 1048576
+    docker: DockerPlugin | None = None
+    raw_exec: bool = True
 
 
 def default_nodes(count: int = 3, gpus: int = 2, gpu_model: str = "H100") -> tuple[NodeSpec, ...]:
     return tuple(
         NodeSpec(name=f"dev-node-{i + 1}", gpus=gpus, gpu_model=gpu_model, fabric=f"fabric-{(i % 2) + 1}")
+        for i in range(count)
+    )
+
+
+def real_gpu_nodes(
+    count: int = 2, *, docker: DockerPlugin = GPU_NODE_DOCKER, fabric: str = "fabric-a", prefix: str = "h100"
+) -> tuple[NodeSpec, ...]:
+    """Nodes shaped like a real 8 x H100 80GB client of Nomad 2.0 with Docker and the NVIDIA plugin.
+
+    The device group is named and sized as nomad-device-nvidia reports it (NVML's
+    name, total memory in MiB), not as a catalog writes it.
+    """
+    return tuple(
+        NodeSpec(
+            name=f"{prefix}-{i + 1}",
+            gpus=8,
+            gpu_model="NVIDIA H100 80GB HBM3",
+            gpu_memory_mib=81559,
+            fabric=fabric,
+            cpu_shares=2 * 56 * 2000,
+            memory_mb=2 * 1024 * 1024,
+            docker=docker,
+        )
         for i in range(count)
     )
 
@@ -91,7 +171,27 @@ def node_spec_from_mapping(doc: dict[str, Any], index: int) -> NodeSpec:
         raise ValueError(f"node #{index + 1}: unknown keys {sorted(unknown)}; known keys are {sorted(known)}")
     if "name" not in doc:
         doc = {**doc, "name": f"dev-node-{index + 1}"}
+    docker = doc.get("docker")
+    if docker is not None:
+        doc = {**doc, "docker": docker_plugin_from_mapping(docker, index)}
     return NodeSpec(**doc)
+
+
+def docker_plugin_from_mapping(doc: object, index: int) -> DockerPlugin:
+    """``docker: {volumes_enabled: true, allowed_ipc_modes: [host]}``; ``{}`` is the plugin's defaults."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"node #{index + 1}: docker must be a mapping of the docker plugin's settings")
+    known = set(DockerPlugin.__dataclass_fields__)
+    unknown = set(doc) - known
+    if unknown:
+        raise ValueError(
+            f"node #{index + 1}: unknown docker settings {sorted(unknown)}; "
+            f"known settings are {sorted(known)}"
+        )
+    values: dict[str, Any] = {
+        str(k): tuple(str(x) for x in v) if isinstance(v, list) else v for k, v in doc.items()
+    }
+    return DockerPlugin(**values)
 
 
 def config_from_yaml(text: str) -> StandInConfig:
@@ -100,6 +200,7 @@ def config_from_yaml(text: str) -> StandInConfig:
     nodes:
       - {name: a, gpus: 4, gpu_model: H100, fabric: ib-1}
       - {name: b, gpus: 2, gpu_model: A100, gpu_memory_mib: 40960}
+      - {name: c, gpus: 8, docker: {volumes_enabled: true, daemon_runtimes: [nvidia, runc]}}
     heartbeat_grace_s: 1
     """
     doc = yaml.safe_load(text) or {}

@@ -27,6 +27,7 @@ from typing import Any
 
 import aiohttp
 
+from llmgw.devcluster.nomad import docker
 from llmgw.devcluster.nomad.client import AllocRunner
 from llmgw.devcluster.nomad.config import NodeSpec, StandInConfig
 from llmgw.devcluster.nomad.consul_http import ConsulAgent, service_id
@@ -216,34 +217,45 @@ class NomadStandIn:
             "unique.network.ip-address": "127.0.0.1",
             "nomad.version": NOMAD_VERSION,
             "nomad.advertise.address": self.http_addr,
-            "driver.raw_exec": "1",
+        }
+        if spec.raw_exec:
             # The dev stand-in's own addition: the interpreter that runs it, so templates
             # can start Python tasks with ${attr.driver.raw_exec.python}.
-            "driver.raw_exec.python": sys.executable,
-        }
+            attributes.update({"driver.raw_exec": "1", "driver.raw_exec.python": sys.executable})
         if self.config.consul_addr:
             attributes["consul.version"] = "1.20.0"
             attributes["consul.datacenter"] = spec.datacenter
+        stamp = go_time(now_ns())
+        drivers: dict[str, JSON] = {}
+        if spec.raw_exec:
+            drivers["raw_exec"] = {
+                "Attributes": {"driver.raw_exec": "true"},
+                "Detected": True,
+                "Healthy": True,
+                "HealthDescription": "Healthy",
+                "UpdateTime": stamp,
+            }
+        if spec.docker is not None:
+            docker_attributes, node_attributes = docker.fingerprint(spec.docker)
+            attributes.update(node_attributes)
+            drivers["docker"] = {
+                "Attributes": docker_attributes,
+                "Detected": True,
+                "Healthy": True,
+                "HealthDescription": "Healthy",
+                "UpdateTime": stamp,
+            }
         attributes.update(spec.attributes)
         meta = dict(spec.meta)
         if spec.fabric:
             meta["llmgw_fabric"] = spec.fabric
-        stamp = go_time(now_ns())
         return NodeRecord(
             spec=spec,
             id=str(uuid.uuid4()),
             attributes=attributes,
             meta=meta,
             devices=_gpu_devices(spec, index),
-            drivers={
-                "raw_exec": {
-                    "Attributes": {"driver.raw_exec": "true"},
-                    "Detected": True,
-                    "Healthy": True,
-                    "HealthDescription": "Healthy",
-                    "UpdateTime": stamp,
-                },
-            },
+            drivers=drivers,
             http_addr=self.http_addr,
             status="ready",
             status_updated_at=now_ns() // NS,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from llmgw.core.records import CatalogVersion, catalog_sha256
 from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn, StandInConfig
+from llmgw.devcluster.nomad.config import real_gpu_nodes
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = str(REPO / "examples" / "catalog.yaml")
@@ -67,6 +68,7 @@ async def test_plan_answers_in_words(tmp_path: Path) -> None:
             "fabric fabric-a; none has" in lines[0]
         )
         assert "missing drivers" in lines[0]  # no docker on this cluster
+        assert "needs Docker running on the node" in lines[0]
         assert "does not place" in lines[1] and "1 other group(s) would place" in lines[1]
 
 
@@ -92,6 +94,20 @@ async def test_plan_shows_what_nomad_warns_about(tmp_path: Path) -> None:
     name = first.split(":")[0]
     assert warned.startswith(f"{name}: Nomad warns: Memory oversubscription is not enabled; Task")
     assert "memory_max value will be ignored" in warned
+
+
+async def test_plan_says_every_example_job_places_on_real_shaped_gpu_clients(tmp_path: Path) -> None:
+    # Nodes fingerprinting docker (volumes on, NVIDIA runtime) and 8 NVIDIA H100s, as real clients do.
+    config = StandInConfig(nodes=real_gpu_nodes(2), state_dir=tmp_path)
+    async with NomadServer(NomadStandIn(config)) as nomad:
+        code, out, err = await llmgw(
+            "render", EXAMPLE, "--all-profiles", "--plan", env={"NOMAD_ADDR": nomad.address}
+        )
+    assert code == 0, out + err
+    lines = out.strip().splitlines()
+    assert len(lines) == len(list((REPO / "jobspecs").glob("*.nomad.hcl")))
+    for line in lines:
+        assert ": places: all " in line, line
 
 
 async def test_the_catalog_hash_is_the_one_the_control_plane_puts_in_the_job(tmp_path: Path) -> None:

@@ -129,3 +129,36 @@ def test_a_job_nomad_calls_dead_because_its_allocation_failed_is_a_failure_not_a
     _, done = parse_alloc(nomad_alloc({"engine": task_state("dead", False, "")}, status="complete"))
     assert judge(done, stopped=True)[0] is Phase.STOPPED
     assert judge(stopped=True)[0] is Phase.STOPPED
+
+
+def test_a_docker_driver_refusal_names_the_client_setting_that_fixes_it() -> None:
+    # Nomad v2.0.5 drivers/docker/driver.go, StartTask wrapping createContainerConfig's error.
+    refused = (
+        'Failed to create container configuration for image "vllm/vllm-openai:v0.11.0" '
+        '("sha256:9f2c"): cannot apply "ipc_mode" configuration'
+    )
+    driver = task_state("dead", True, "2026-01-01T00:00:02Z", event("Driver Failure", refused))
+    _, alloc = parse_alloc(nomad_alloc({"engine": driver}))
+    reason = judge(alloc)[1]
+    assert reason.startswith(f"group rank-0 failed on gpu-1: task engine: {refused} (needs ")
+    assert "allowed_modes { ipc = [...] }" in reason
+
+    volumes = 'Failed to create container configuration for image "x" ("y"): volumes are not enabled; '
+    volumes += 'cannot mount host path: "/var/lib/llmgw/models:/var/lib/llmgw/models:ro"'
+    _, alloc = parse_alloc(
+        nomad_alloc({"engine": task_state("dead", True, "", event("Driver Failure", volumes))})
+    )
+    assert 'plugin "docker" { config { volumes { enabled = true } } }' in judge(alloc)[1]
+
+    runtime = 'Failed to create container configuration for image "x" ("y"): '
+    runtime += 'requested docker runtime "nvidia" was not found'
+    _, alloc = parse_alloc(
+        nomad_alloc({"engine": task_state("dead", True, "", event("Driver Failure", runtime))})
+    )
+    assert "NVIDIA Container Toolkit" in judge(alloc)[1]
+
+    # A failure no client setting fixes keeps Nomad's words alone.
+    _, alloc = parse_alloc(
+        nomad_alloc({"engine": task_state("dead", True, "", event("Driver Failure", "boom"))})
+    )
+    assert alloc.failure == "boom"

@@ -81,15 +81,39 @@ def test_two_node_sglang_replica_is_one_job_of_two_groups_on_one_fabric(
     assert "${LLMGW_HEAD_ADDR}" in rank1["Tasks"][1]["Config"]["args"]
 
 
-def test_vllm_two_nodes_waits_for_its_ray_workers(renderer: Renderer, shipped_policy: SecurityPolicy) -> None:
+def test_vllm_two_nodes_serves_inside_the_ray_heads_container_with_one_gpu_request_per_node(
+    renderer: Renderer, shipped_policy: SecurityPolicy
+) -> None:
+    # vLLM's run_cluster.sh: `vllm serve` in the head's container, workers `ray start --address`.
     text = "models:\n  big:\n    profiles: [{engine: vllm, source: org/m, tp: 8, pp: 2, nodes: 2}]\n"
     catalog = load_catalog(text, filename="c", policy=shipped_policy).catalog
     assert catalog is not None
     rank0, rank1 = job(renderer, catalog, "big", fabric="f")["TaskGroups"]
-    assert [t["Name"] for t in rank0["Tasks"]] == ["await-ranks", "ray-head", "engine"]
-    assert rank0["Tasks"][1]["Lifecycle"] == {"Hook": "prestart", "Sidecar": True}
-    assert "--distributed-executor-backend" in rank0["Tasks"][2]["Config"]["args"]
+    assert [t["Name"] for t in rank0["Tasks"]] == ["engine"]
+    [engine] = rank0["Tasks"]
+    assert engine["Config"]["entrypoint"] == ["/bin/sh"]
+    script, args = engine["Config"]["args"][1], engine["Config"]["args"][2:]
+    assert script.startswith("ray start --head ") and script.endswith('exec "$@"')
+    assert args[:4] == ["ray-head", "${NOMAD_PORT_ray}", "${NOMAD_IP_ray}", "8"]
+    assert args[4:6] == ["vllm", "serve"] and "--distributed-executor-backend" in args
+    assert engine["Env"]["VLLM_HOST_IP"] == "${NOMAD_IP_ray}"
+    assert [t["Name"] for t in rank1["Tasks"]] == ["await-head", "engine"]
     assert rank1["Tasks"][1]["Config"]["entrypoint"] == ["ray"]
+    for group in (rank0, rank1):
+        gpu_requests = [d for t in group["Tasks"] for d in (t["Resources"].get("Devices") or [])]
+        assert [d["Count"] for d in gpu_requests] == [8], group["Name"]
+
+
+def test_engines_get_shared_memory_not_host_ipc(renderer: Renderer, example: Catalog) -> None:
+    # Nomad >= 2.0.4's docker driver refuses ipc_mode = "host" on a default client.
+    for model, profile, shm_gib in (("llama-3.1-70b", 0, 10), ("llama-3.1-405b", 0, 32)):
+        spec = job(renderer, example, model, profile, fabric="fabric-a" if model.endswith("405b") else None)
+        for group in spec["TaskGroups"]:
+            engine = next(t for t in group["Tasks"] if t["Name"] == "engine")
+            assert "ipc_mode" not in engine["Config"], model
+            assert engine["Config"]["shm_size"] == shm_gib * 2**30, model
+            targets = {c["LTarget"]: c for c in engine.get("Constraints") or []}
+            assert targets["${attr.driver.docker.runtimes}"]["RTarget"] == "nvidia"
 
 
 def test_restart_then_fail_and_no_rescheduling(renderer: Renderer, example: Catalog) -> None:

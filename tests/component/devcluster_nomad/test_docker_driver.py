@@ -1,0 +1,112 @@
+"""The docker driver of a stand-in GPU node: its fingerprint and the refusals of createContainerConfig.
+
+Messages are Nomad v2.0.5's (drivers/docker/driver.go, containerBinds and
+createContainerConfig; drivers/shared/capabilities/defaults.go, Delta).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nomad
+
+from llmgw.devcluster.nomad import NomadServer, NomadStandIn, StandInConfig, config_from_yaml
+from llmgw.devcluster.nomad.config import GPU_NODE_DOCKER, DockerPlugin, NodeSpec, real_gpu_nodes
+from llmgw.devcluster.nomad.docker import container_config_refusal
+from tests.component.devcluster_nomad.conftest import assert_shape, call
+
+TASK_DIR = "/data/alloc/1/engine"
+ALLOC_DIR = "/data/alloc/1"
+
+
+def refusal(plugin: DockerPlugin, config: dict[str, object], *, gpus: bool = False) -> str | None:
+    return container_config_refusal(plugin, config, gpus=gpus, task_dir=TASK_DIR, alloc_dir=ALLOC_DIR)
+
+
+def test_namespace_modes_need_allowed_modes_or_privileged() -> None:
+    # Since Nomad 2.0.4 a default client allows no ipc/pid/uts/userns mode.
+    assert refusal(DockerPlugin(), {"ipc_mode": "host"}) == 'cannot apply "ipc_mode" configuration'
+    assert refusal(DockerPlugin(), {"pid_mode": "host"}) == 'cannot apply "pid_mode" configuration'
+    assert refusal(DockerPlugin(allowed_ipc_modes=("host",)), {"ipc_mode": "host"}) is None
+    assert refusal(DockerPlugin(allowed_ipc_modes=("cont*",)), {"ipc_mode": "container:x"}) is None
+    assert refusal(DockerPlugin(allowed_ipc_modes=("private",)), {"ipc_mode": "host"}) is not None
+    assert refusal(DockerPlugin(allowed_ipc_modes=("h?st",)), {"ipc_mode": "host"}) is not None  # only *
+    assert refusal(DockerPlugin(allow_privileged=True), {"ipc_mode": "host", "uts_mode": "host"}) is None
+    assert refusal(DockerPlugin(), {"network_mode": "host", "shm_size": 2**30}) is None
+
+
+def test_host_paths_need_volumes_enabled_but_the_alloc_dir_does_not() -> None:
+    bind = "/var/lib/llmgw/models:/var/lib/llmgw/models:ro"
+    assert (
+        refusal(DockerPlugin(), {"volumes": [bind]})
+        == f'volumes are not enabled; cannot mount host path: "{bind}"'
+    )
+    assert refusal(DockerPlugin(volumes_enabled=True), {"volumes": [bind]}) is None
+    # Relative sources resolve in the task dir; within the alloc dir they need nothing.
+    assert refusal(DockerPlugin(), {"volumes": ["local/model:/model"]}) is None
+    assert refusal(DockerPlugin(), {"volumes": ["../../../etc:/etc"]}) is not None
+    assert refusal(DockerPlugin(), {"volume_driver": "rexray"}) == (
+        'volumes are not enabled; cannot use volume driver "rexray"'
+    )
+
+
+def test_gpus_need_the_daemons_nvidia_runtime_and_it_must_be_allowed() -> None:
+    plain_docker = DockerPlugin()
+    assert refusal(plain_docker, {}, gpus=True) == 'requested docker runtime "nvidia" was not found'
+    assert refusal(GPU_NODE_DOCKER, {}, gpus=True) is None
+    not_allowed = DockerPlugin(daemon_runtimes=("nvidia", "runc"), allow_runtimes=("runc",))
+    assert refusal(not_allowed, {}, gpus=True) == 'requested runtime "nvidia" is not allowed'
+    assert refusal(GPU_NODE_DOCKER, {"runtime": "runsc"}, gpus=True) == (
+        'conflicting runtime requests: gpu runtime "nvidia" conflicts with task runtime "runsc"'
+    )
+    assert refusal(GPU_NODE_DOCKER, {"runtime": "runsc"}) == 'requested runtime "runsc" is not allowed'
+
+
+def test_privileged_and_capabilities_need_the_plugins_leave() -> None:
+    assert (
+        refusal(DockerPlugin(), {"privileged": True})
+        == "Docker privileged mode is disabled on this Nomad agent"
+    )
+    assert refusal(DockerPlugin(allow_privileged=True), {"privileged": True}) is None
+    assert refusal(DockerPlugin(), {"cap_add": ["CAP_SYS_ADMIN", "net_raw", "chown"]}) == (
+        "driver does not allow the following capabilities: net_raw, sys_admin"
+    )
+    assert refusal(DockerPlugin(), {"cap_add": ["chown"]}) is None
+
+
+async def test_the_node_api_shows_the_docker_driver_and_its_attributes(tmp_path: Path) -> None:
+    nodes = (*real_gpu_nodes(1), NodeSpec(name="plain", docker=DockerPlugin(), raw_exec=False))
+    async with NomadServer(NomadStandIn(StandInConfig(nodes=nodes, state_dir=tmp_path, strict=True))) as srv:
+        looker = nomad.Nomad(host="127.0.0.1", port=srv.port, timeout=10)
+        by_name = {n["Name"]: n for n in await call(looker.nodes.get_nodes)}
+        gpu = await call(looker.node.get_node, by_name["h100-1"]["ID"])
+        assert_shape(gpu, "Node")
+        docker = gpu["Drivers"]["docker"]
+        assert docker["Detected"] and docker["Healthy"]
+        assert gpu["Attributes"]["driver.docker"] == "1"
+        assert gpu["Attributes"]["driver.docker.volumes.enabled"] == "true"
+        assert gpu["Attributes"]["driver.docker.runtimes"] == "io.containerd.runc.v2,nvidia,runc"
+        assert "driver.docker.privileged.enabled" not in gpu["Attributes"]
+        [group] = gpu["NodeResources"]["Devices"]
+        assert (group["Vendor"], group["Type"], group["Name"]) == ("nvidia", "gpu", "NVIDIA H100 80GB HBM3")
+        memory = group["Attributes"]["memory"]
+        assert (memory["Int"], memory["Unit"]) == (81559, "MiB")
+        assert len(group["Instances"]) == 8
+        plain = await call(looker.node.get_node, by_name["plain"]["ID"])
+        assert set(plain["Drivers"]) == {"docker"}
+        assert "driver.docker.volumes.enabled" not in plain["Attributes"]
+        assert "driver.raw_exec" not in plain["Attributes"]
+
+
+def test_yaml_names_the_docker_plugins_settings() -> None:
+    config = config_from_yaml(
+        "nodes:\n  - {name: a, gpus: 8, docker: {volumes_enabled: true, allowed_ipc_modes: [host]}}\n"
+    )
+    [node] = config.nodes
+    assert node.docker == DockerPlugin(volumes_enabled=True, allowed_ipc_modes=("host",))
+    try:
+        config_from_yaml("nodes:\n  - {name: a, docker: {volume: true}}\n")
+    except ValueError as exc:
+        assert "unknown docker settings ['volume']" in str(exc)
+    else:
+        raise AssertionError("a misspelt docker setting was accepted")

@@ -1,0 +1,213 @@
+"""Rendered jobs on stand-in nodes shaped like real 8 x H100 Nomad 2.0 clients with Docker and NVIDIA.
+
+The nodes fingerprint the docker driver and the NVIDIA device plugin as real ones do
+(``real_gpu_nodes``); the stand-in checks each docker task as Nomad's docker driver
+does and fails it with the driver's words. Driven through llmgw's own Nomad client
+and python-nomad, as against a real cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import nomad
+import pytest
+
+from llmgw.adapters.nomad import NomadClient
+from llmgw.bundled import read_security_policy
+from llmgw.core.catalog import Catalog, catalog_digest, load_catalog
+from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
+from llmgw.devcluster.consul import ConsulSettings
+from llmgw.devcluster.nomad import StandInConfig
+from llmgw.devcluster.nomad.config import GPU_NODE_DOCKER, DockerPlugin, real_gpu_nodes
+from llmgw.devcluster.nomad.docker import NOT_RUNNABLE_IN_DEV
+from llmgw.render import Renderer, RenderSettings, ReplicaRequest
+from llmgw.settings import NomadConnection
+
+MULTI_NODE = """
+models:
+  vllm-two-nodes:
+    roles: [chat]
+    profiles:
+      - engine: vllm
+        source: meta-llama/Llama-3.1-405B-Instruct-FP8
+        tp: 8
+        pp: 2
+        nodes: 2
+        gpu: {model: H100, memory_gb: 80}
+        resources: {cpu_mhz: 32000, memory_mb: 262144}
+  sglang-two-nodes:
+    roles: [chat]
+    profiles:
+      - engine: sglang
+        source: meta-llama/Llama-3.1-405B-Instruct-FP8
+        tp: 16
+        nodes: 2
+        gpu: {model: H100, memory_gb: 80}
+  mirrored:
+    roles: [chat]
+    profiles:
+      - engine: vllm
+        source: mirror:llama-8b@v1
+        gpu: {memory_gb: 24}
+"""
+
+
+def _catalog(text: str) -> Catalog:
+    catalog = load_catalog(text, filename="test.yaml", policy=read_security_policy()).catalog
+    assert catalog is not None
+    return catalog
+
+
+async def _cluster(tmp_path: Path, docker: DockerPlugin) -> DevCluster:
+    cluster = DevCluster(
+        DevClusterConfig(
+            nomad=StandInConfig(
+                nodes=real_gpu_nodes(3, docker=docker),
+                strict=True,
+                heartbeat_grace_s=0.5,
+                event_heartbeat_s=1.0,
+                template_retry_s=0.2,
+                kill_grace_s=2.0,
+            ),
+            consul=ConsulSettings.for_tests(),
+            state_dir=tmp_path / "nomad",
+        )
+    )
+    await cluster.start()
+    return cluster
+
+
+@pytest.fixture
+async def gpu_cluster(tmp_path: Path) -> AsyncIterator[DevCluster]:
+    cluster = await _cluster(tmp_path, GPU_NODE_DOCKER)
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+
+
+def _renderer() -> Renderer:
+    settings = RenderSettings(
+        llmgw_command=("${attr.driver.raw_exec.python}", "-m", "llmgw"), mirror_url="http://127.0.0.1:9"
+    )
+    return Renderer(settings, read_security_policy())
+
+
+async def _plan(dev: DevCluster, catalog: Catalog, model: str, profile: int, nodes: int) -> tuple[bool, str]:
+    rendered = _renderer().render(
+        catalog,
+        ReplicaRequest(model, profile, "0", "fabric-a" if nodes > 1 else None),
+        catalog_hash=catalog_digest(catalog),
+    )
+    async with NomadClient(NomadConnection(address=dev.nomad_addr, token=dev.nomad_token)) as client:
+        plan = await client.plan(await client.parse_hcl(rendered.hcl))
+    return plan.feasible, plan.explanation
+
+
+async def test_every_example_job_and_two_node_vllm_and_sglang_place_on_real_gpu_clients(
+    gpu_cluster: DevCluster, example_catalog: Catalog
+) -> None:
+    for name, model in example_catalog.models.items():
+        for index, profile in enumerate(model.profiles):
+            feasible, explanation = await _plan(gpu_cluster, example_catalog, name, index, profile.node_count)
+            assert feasible, (name, index, explanation)
+            assert explanation.startswith("places: all"), explanation
+    extra = _catalog(MULTI_NODE)
+    for name in extra.models:
+        feasible, explanation = await _plan(
+            gpu_cluster, extra, name, 0, extra.models[name].profiles[0].node_count
+        )
+        # Each rank asks for its own node's 8 GPUs once (not 16 on rank 0's node).
+        assert feasible, (name, explanation)
+
+
+async def test_a_node_without_docker_volumes_or_the_nvidia_runtime_is_filtered_and_the_plan_names_the_setting(
+    tmp_path: Path,
+) -> None:
+    cluster = await _cluster(tmp_path, DockerPlugin())  # the docker plugin's defaults, plain Docker
+    try:
+        feasible, explanation = await _plan(cluster, _catalog(MULTI_NODE), "mirrored", 0, 1)
+        assert not feasible
+        assert "3 filtered by ${attr.driver.docker.volumes.enabled} = true" in explanation, explanation
+        assert 'plugin "docker" { config { volumes { enabled = true } } }' in explanation, explanation
+    finally:
+        await cluster.stop()
+    cluster = await _cluster(tmp_path / "2", DockerPlugin(volumes_enabled=True))
+    try:
+        feasible, explanation = await _plan(cluster, _catalog(MULTI_NODE), "mirrored", 0, 1)
+        assert not feasible
+        assert "3 filtered by ${attr.driver.docker.runtimes} set_contains nvidia" in explanation, explanation
+        assert "NVIDIA Container Toolkit" in explanation, explanation
+    finally:
+        await cluster.stop()
+
+
+def _python_nomad(dev: DevCluster) -> nomad.Nomad:
+    address = urlsplit(dev.nomad_addr)
+    return nomad.Nomad(host=address.hostname, port=address.port, timeout=10, token=dev.nomad_token)
+
+
+async def _failed_engine_event(dev: DevCluster, job_id: str) -> str:
+    """The Driver Failure message of the job's engine task, once its allocation failed."""
+    looker = _python_nomad(dev)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for stub in await asyncio.to_thread(looker.job.get_allocations, job_id):
+            if stub["ClientStatus"] != "failed":
+                continue
+            alloc = await asyncio.to_thread(looker.allocation.get_allocation, stub["ID"])
+            events = alloc["TaskStates"]["engine"]["Events"]
+            # Not restarted: the driver's start error is unrecoverable.
+            assert events[-1]["Type"] == "Not Restarting", events
+            assert events[-1]["DisplayMessage"] == "Error was unrecoverable", events
+            for event in events:
+                if event["Type"] == "Driver Failure":
+                    return str(event["DisplayMessage"])
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no failed engine allocation of {job_id} within 30s")
+
+
+DOCKER_JOB = """
+job "ipc" {
+  datacenters = ["*"]
+  group "g" {
+    task "engine" {
+      driver = "docker"
+      config {
+        image    = "vllm/vllm-openai:v0.11.0"
+        ipc_mode = "host"
+      }
+    }
+  }
+}
+"""
+
+
+async def test_host_ipc_fails_the_allocation_with_the_docker_drivers_message(tmp_path: Path) -> None:
+    cluster = await _cluster(tmp_path, GPU_NODE_DOCKER)  # no allowed_modes, as a default client
+    try:
+        async with NomadClient(NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token)) as client:
+            await client.register(await client.parse_hcl(DOCKER_JOB))
+        message = await _failed_engine_event(cluster, "ipc")
+        assert message == (
+            'Failed to create container configuration for image "vllm/vllm-openai:v0.11.0" '
+            '("vllm/vllm-openai:v0.11.0"): cannot apply "ipc_mode" configuration'
+        )
+    finally:
+        await cluster.stop()
+
+
+async def test_a_rendered_engine_passes_the_drivers_checks_and_is_reported_not_runnable_in_dev(
+    gpu_cluster: DevCluster, example_catalog: Catalog
+) -> None:
+    rendered = _renderer().render(
+        example_catalog, ReplicaRequest("llama-3.1-70b", 0, "0"), catalog_hash=catalog_digest(example_catalog)
+    )
+    async with NomadClient(NomadConnection(address=gpu_cluster.nomad_addr, token=gpu_cluster.nomad_token)) as client:
+        await client.register(await client.parse_hcl(rendered.hcl))
+    assert await _failed_engine_event(gpu_cluster, rendered.job_id) == NOT_RUNNABLE_IN_DEV
