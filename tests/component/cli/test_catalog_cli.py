@@ -180,6 +180,61 @@ def test_a_hostile_catalog_cannot_send_control_characters_to_the_terminal(tmp_pa
     assert any(d["path"] == 'models["gpt\u202eexe.evil\x9b\x7f"]' for d in found), found
 
 
+def test_an_image_the_cluster_does_not_allow_fails_the_check_at_its_line(tmp_path: Path) -> None:
+    catalog = tmp_path / "c.yaml"
+    catalog.write_text(
+        "models:\n"
+        "  m:\n"
+        "    profiles:\n"
+        "      - engine: vllm\n"
+        "        source: org/m\n"
+        "        image: attacker.example/miner:latest\n"
+    )
+    result = llmgw("catalog", "check", str(catalog))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.startswith(
+        f"{catalog}:6:16: error: models.m.profiles[0].image: image 'attacker.example/miner:latest' "
+        "(attacker.example/miner) is not from a repository this cluster allows ("
+    )
+    assert "LLMGW_ALLOWED_IMAGES" in result.stdout
+    # The cluster's own setting, as `llmgw serve` reads it, lets it through.
+    assert llmgw("catalog", "check", str(catalog), LLMGW_ALLOWED_IMAGES="attacker.example/").returncode == 0
+    unusable = llmgw("catalog", "check", str(catalog), LLMGW_ALLOWED_IMAGES="x/y:tag")
+    assert unusable.returncode == 2
+    assert "LLMGW_ALLOWED_IMAGES" in unusable.stderr
+
+
+def test_a_source_url_into_the_clusters_network_fails_the_check(tmp_path: Path) -> None:
+    catalog = tmp_path / "c.yaml"
+
+    def check(source: str, **env: str) -> subprocess.CompletedProcess[str]:
+        catalog.write_text(
+            f"models:\n  q:\n    profiles:\n      - engine: llamacpp\n        source: '{source}'\n"
+        )
+        return llmgw("catalog", "check", str(catalog), **env)
+
+    for source in (
+        "https://[fd00:ec2::254]/latest/meta-data/iam/security-credentials/",  # AWS IPv6 metadata
+        "https://100.100.100.200/latest/meta-data/ram/security-credentials/",  # Alibaba metadata
+        "https://10.0.0.5/models/m.gguf",
+        "https://[fd12:3456::1]/models/m.gguf",
+    ):
+        refused = check(source)
+        assert refused.returncode == 1, (source, refused.stdout)
+        assert refused.stdout.startswith(f"{catalog}:5:17: error: models.q.profiles[0].source: "), (
+            refused.stdout
+        )
+    # A private file server, once the operator allows its network; never the metadata services.
+    allow = {"LLMGW_SOURCE_ALLOWED_NETWORKS": "10.0.0.0/8, fd00::/8, 100.64.0.0/10"}
+    assert check("https://10.0.0.5/models/m.gguf", **allow).returncode == 0
+    assert check("https://[fd12:3456::1]/models/m.gguf", **allow).returncode == 0
+    assert check("https://[fd00:ec2::254]/latest/meta-data/", **allow).returncode == 1
+    assert check("https://100.100.100.200/latest/meta-data/", **allow).returncode == 1
+    unusable = check("https://10.0.0.5/m.gguf", LLMGW_SOURCE_ALLOWED_NETWORKS="10.0.0.5/8")
+    assert unusable.returncode == 2
+    assert "LLMGW_SOURCE_ALLOWED_NETWORKS" in unusable.stderr
+
+
 def test_the_catalog_commands_are_described_as_they_are() -> None:
     listed = " ".join(llmgw("--help").stdout.split())
     assert "catalog check catalogs, print their JSON Schema, upgrade legacy spellings" in listed
