@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -143,6 +143,12 @@ def parse_source(text: str) -> Source:
             raise SourceError("a mirror source is written mirror:NAME@VERSION")
         return MirrorSource(match.group("name"), match.group("version"))
     if "://" in text:
+        if not text.isascii() or not text.isprintable():
+            # Its parts go into jobs, logs and messages; and a URL is ASCII (RFC 3986).
+            raise SourceError(
+                "a URL is written in printable ASCII: percent-encode other characters "
+                "and write an international host name in its xn-- form"
+            )
         page_repo = repository_id_of_page_url(text)
         if page_repo is not None:
             raise SourceError(f"{text} is a repository page, not a file; write the repository id {page_repo}")
@@ -245,7 +251,7 @@ def parse_allowed_networks(text: str) -> tuple[IpNetwork, ...]:
     return tuple(networks)
 
 
-def source_address_refusal(source: FileUrlSource, allowed: Iterable[IpNetwork]) -> str | None:
+def source_address_refusal(source: FileUrlSource, allowed: Sequence[IpNetwork]) -> str | None:
     """Why the node may not fetch ``source`` on this cluster (its address is not global and
     not in a network the operator allows), or None. Names are not resolved (see above)."""
     match = _URL.fullmatch(source.url)

@@ -53,6 +53,10 @@ REFUSED = [
     ("http://[fe80::1]/x", "fe80::1"),
     ("http://0.0.0.0:8500/v1/kv/", "0.0.0.0"),
     ("http://user@127.0.0.1/x", "127.0.0.1"),
+    # control characters and other non-ASCII would reach jobs, logs and terminals as they are
+    ("https://\x1b]0;pwned\x07.example/m.gguf", "printable ASCII"),
+    ("https://example.org/m\u202egguf.exe", "printable ASCII"),
+    ("https://ex\u00e4mple.org/m.gguf", "xn--"),
 ]
 
 
