@@ -75,7 +75,7 @@ def format_path(path: YamlPath) -> str:
     for element in path:
         if isinstance(element, int):
             parts.append(f"[{element}]")
-        elif _PLAIN_KEY.match(element):
+        elif _PLAIN_KEY.fullmatch(element):
             parts.append(f".{element}" if parts else element)
         else:
             escaped = element.replace("\\", "\\\\").replace('"', '\\"')
