@@ -2,7 +2,8 @@
 
 Owns: the routes under ``/admin/v1/`` and, for the catalog, the apply protocol: the
 ``If-Match`` / ``If-None-Match`` preconditions on the current catalog's sha256 (its ETag),
-validation through ``load_catalog`` with the control plane's security policy, and the
+validation through ``load_catalog`` with the control plane's security policy and the
+cluster's allowlists (``AdminDeps.allowlists``), and the
 compare-and-set of ``CatalogStore.apply`` on the version the diff was computed against,
 so the diff an apply returns is exactly what it replaced and two pipelines cannot
 overwrite each other blindly.
@@ -201,7 +202,13 @@ async def _preview(request: web.Request, text: str, filename: str, current: Cata
     # loop (shared with the control plane) keeps turning.
     async with request.app[PREVIEWS]:
         result = await asyncio.to_thread(
-            preview, text, filename=filename, base=current, policy=deps.policy, renderer=deps.renderer
+            preview,
+            text,
+            filename=filename,
+            base=current,
+            policy=deps.policy,
+            renderer=deps.renderer,
+            allowlists=deps.allowlists,
         )
     if not result.ok:
         errors_found = [d for d in result.loaded.diagnostics if d.severity is Severity.ERROR]

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from llmgw.core.catalog import Catalog, SecurityPolicy
+from llmgw.core.catalog import Catalog, ClusterAllowlists, SecurityPolicy
 from llmgw.core.records import ApiKeyRecord, CatalogVersion
-from llmgw.render import ReplicaRequest
+from llmgw.render import RenderSettings, ReplicaRequest
 
 
 class CatalogStorePort(Protocol):
@@ -121,6 +121,9 @@ class AdminDeps:
     # The engine security policy the control plane renders with: an apply is checked against it.
     policy: SecurityPolicy
     renderer: SpecRenderer
+    # The images and source networks the control plane renders with (its RenderSettings'
+    # allowlists): a diff or apply naming others is refused, as the renderer would.
+    allowlists: ClusterAllowlists = field(default_factory=lambda: RenderSettings().allowlists)
     # None: the drain and restart endpoints answer 501 (no control plane behind this listener).
     models: ModelCommands | None = None
     # Wall time of each applied version (``applied_at``) and of the log.

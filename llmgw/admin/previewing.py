@@ -6,7 +6,10 @@ Owns: ``preview(text, ...)`` -> ``Preview`` (the load result, the diff, notes), 
 ``llmgw.core.catalog_diff`` is given.
 
 Every catalog that reaches ``CatalogStore.apply`` went through ``load_catalog`` here,
-with the control plane's security policy: the admin API's door of the engine policy.
+with the control plane's security policy and the cluster's allowlists (images, source
+networks): the admin API's door of the engine policy, so a diff and an apply refuse
+what the renderer would, with a diagnostic at the key. The applied catalog the diff is
+against is loaded without the allowlists: it is only compared with.
 
 Must not: store anything, or talk HTTP.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmgw.admin.ports import SpecRenderer
-from llmgw.core.catalog import Catalog, LoadResult, SecurityPolicy, load_catalog
+from llmgw.core.catalog import Catalog, ClusterAllowlists, LoadResult, SecurityPolicy, load_catalog
 from llmgw.core.catalog_diff import CatalogDiff, catalog_diff
 from llmgw.core.records import CatalogVersion
 from llmgw.render import RenderError, ReplicaRequest
@@ -76,8 +79,9 @@ def preview(
     base: CatalogVersion | None,
     policy: SecurityPolicy,
     renderer: SpecRenderer,
+    allowlists: ClusterAllowlists,
 ) -> Preview:
-    loaded = load_catalog(text, filename=filename, policy=policy)
+    loaded = load_catalog(text, filename=filename, policy=policy, allowlists=allowlists)
     if loaded.catalog is None:
         return Preview(loaded, base, None)
     notes: list[str] = []

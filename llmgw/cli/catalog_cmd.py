@@ -6,6 +6,10 @@ are printed, not fatal), 1 invalid, 2 usage (including an unreadable file, which
 is also a diagnostic, and wins over 1: the other files are still checked), 3 the
 mirror given with ``--mirror`` cannot be read.
 
+Images and file URL sources are checked against the cluster's allowlists as this
+environment sets them (``LLMGW_ALLOWED_IMAGES``, ``LLMGW_SOURCE_ALLOWED_NETWORKS``,
+read as ``llmgw serve`` reads them), with the renderer's words.
+
 With ``--mirror URL|DIR`` (or ``LLMGW_MIRROR_URL``), every ``mirror:NAME@VERSION``
 source must name a version that mirror has complete; the index is read once, and
 only when a file has a mirror source. Without it, mirror sources are checked for
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 
 if TYPE_CHECKING:  # imported where used: every llmgw command builds this parser
-    from llmgw.core.catalog import LoadResult, SecurityPolicy
+    from llmgw.core.catalog import ClusterAllowlists, LoadResult, SecurityPolicy
     from llmgw.core.mirror import MirrorIndex
 
 MIRROR_ENV = "LLMGW_MIRROR_URL"
@@ -51,7 +55,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "invalid, 2 when any file cannot be read (2 wins over 1: look at the diagnostics for the "
         "invalid files) or on usage errors, 3 when the --mirror cannot be read (checking stops). "
         "mirror:NAME@VERSION sources are checked against a mirror only with --mirror "
-        f"(or ${MIRROR_ENV}); without it, only their form is checked.",
+        f"(or ${MIRROR_ENV}); without it, only their form is checked. A profile's image must come "
+        "from $LLMGW_ALLOWED_IMAGES (default: the engines' image repositories) and a file URL may "
+        "name a non-global address only inside $LLMGW_SOURCE_ALLOWED_NETWORKS, as this environment "
+        "sets them: run it with the cluster's values (`llmgw ctl diff` checks with the cluster's own).",
     )
     check.add_argument("files", nargs="+", metavar="FILE", help="catalog YAML files (- for standard input)")
     check.add_argument(
@@ -120,7 +127,9 @@ def read_catalog_text(name: str) -> tuple[str, str] | None:
         return None
 
 
-def load_catalog_file(name: str, policy: SecurityPolicy) -> LoadResult | None:
+def load_catalog_file(
+    name: str, policy: SecurityPolicy, allowlists: ClusterAllowlists | None = None
+) -> LoadResult | None:
     """Read and load one catalog file; None (after saying why on stderr) when it cannot be read."""
     from llmgw.core.catalog import load_catalog
 
@@ -128,7 +137,7 @@ def load_catalog_file(name: str, policy: SecurityPolicy) -> LoadResult | None:
     if read is None:
         return None
     filename, text = read
-    return load_catalog(text, filename=filename, policy=policy)
+    return load_catalog(text, filename=filename, policy=policy, allowlists=allowlists)
 
 
 class _MirrorUnreadable(Exception):
@@ -168,11 +177,14 @@ def _check(args: argparse.Namespace) -> int:
     from llmgw.core.catalog import load_catalog
     from llmgw.core.catalog.mirror_check import find_mirror_sources, mirror_diagnostics
     from llmgw.core.diagnostics import Diagnostic, Severity, sort_diagnostics
+    from llmgw.render.settings import RenderSettingsError, render_settings_from_env
 
     policy = read_security_policy(args.policy)
     try:
         location = _mirror_location(args)
-    except ValueError as exc:
+        # The allowlists the cluster renders with, read the way `llmgw serve` reads them.
+        allowlists = render_settings_from_env(os.environ).allowlists
+    except (ValueError, RenderSettingsError) as exc:
         print(f"llmgw catalog: {exc}", file=sys.stderr)
         return EXIT_USAGE
     mirror = _MirrorIndex(location) if location is not None else None
@@ -187,7 +199,7 @@ def _check(args: argparse.Namespace) -> int:
             message = f"cannot read the file: {exc.reason}"
             diagnostics.append(Diagnostic(Severity.ERROR, (), message, file=name))
             continue
-        result = load_catalog(text, filename=filename, policy=policy)
+        result = load_catalog(text, filename=filename, policy=policy, allowlists=allowlists)
         found = list(result.diagnostics)
         if mirror is not None:
             sources = find_mirror_sources(text, filename=filename)

@@ -40,6 +40,7 @@ from llmgw.cli.output import print_json as _print_json
 from llmgw.cli.output import print_table as _table
 from llmgw.core.addresses import is_loopback
 from llmgw.core.catalog_diff import CatalogDiff, DiffDecodeError, diff_from_dict
+from llmgw.core.diagnostics import printable
 
 EXIT_UNREACHABLE = 3
 ACTOR_ENV = "LLMGW_ACTOR"
@@ -433,7 +434,8 @@ def _print_diagnostics(diagnostics: object, out: TextIO) -> None:
             continue
         where = f"{d.get('file')}:{d.get('line')}:{d.get('column')}"
         path = f"{d.get('path')}: " if d.get("path") else ""
-        print(f"{where}: {d.get('severity')}: {path}{d.get('message')}", file=out)
+        # The fields carry catalog text exactly (JSON): escaped here as Diagnostic.format does.
+        print(printable(f"{where}: {d.get('severity')}: {path}{d.get('message')}"), file=out)
         if d.get("severity") == "error":
             errors += 1
         else:
@@ -454,7 +456,7 @@ def _print_preview(answer: dict[str, Any], out: TextIO) -> None:
     else:
         print("Against no catalog (none has been applied yet):", file=out)
     for note in answer.get("notes") or []:
-        print(f"note: {note}", file=out)
+        print(printable(f"note: {note}"), file=out)
     try:
         diff = diff_from_dict(answer.get("diff"))
     except DiffDecodeError as exc:
@@ -471,9 +473,9 @@ def print_diff(diff: CatalogDiff, out: TextIO) -> None:
     if diff.models:
         width = max(len(c.model) for c in diff.models)
         for change in diff.models:
-            print(f"  {change.effect:<7} {change.model:<{width}}  {change.reason}", file=out)
+            print(printable(f"  {change.effect:<7} {change.model:<{width}}  {change.reason}"), file=out)
     for line in diff.routing:
-        print(f"  routing {line}", file=out)
+        print(printable(f"  routing {line}"), file=out)
     summary = ", ".join(f"{n} {effect}" for effect, n in sorted(diff.counts().items()))
     print(summary or "no model changes", file=out)
 

@@ -55,7 +55,7 @@ def run_serve(args: argparse.Namespace) -> int:
     policy = read_security_policy(args.policy)
     catalog_text = None
     if args.catalog is not None:
-        loaded = load_catalog_file(str(args.catalog), policy)
+        loaded = load_catalog_file(str(args.catalog), policy, render.allowlists)
         if loaded is None:
             return EXIT_USAGE
         for diagnostic in loaded.diagnostics:

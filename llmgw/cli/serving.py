@@ -175,6 +175,7 @@ class Services:
                         # The same renderer settings the reconciler compares with, so a
                         # diff's rolls are the reconciler's rolls.
                         renderer=Renderer(s.render, s.policy),
+                        allowlists=s.render.allowlists,
                         models=AdminModelCommands(commands),
                     ),
                 )

@@ -3,6 +3,13 @@
 Owns the ``Diagnostic`` value and its two renderings (``FILE:LINE:COL: error:
 PATH: message`` for people and editors, a dict for ``--format json``). It does
 not decide what is wrong; the catalog rules do.
+
+The text form goes to terminals and CI logs, and its file, path and message carry
+catalog text (keys, values, a file name a pipeline chose): a character that is not
+printable (C0 and C1 controls such as ESC and BEL, DEL, bidi overrides such as
+U+202E, line separators, lone surrogates) is written as its escape (``\\x1b``,
+``\\u202e``), so a hostile catalog cannot retitle a terminal, rewrite a log line or
+reorder what is shown. The dict keeps the exact strings: JSON escapes them itself.
 """
 
 from __future__ import annotations
@@ -40,10 +47,11 @@ class Diagnostic:
     position: Position | None = None
 
     def format(self) -> str:
+        """One line for a terminal: every character not printable is escaped (``printable``)."""
         line, column = (self.position.line, self.position.column) if self.position else (1, 1)
-        where = format_path(self.path)
+        where = printable(format_path(self.path))
         prefix = f"{where}: " if where else ""
-        return f"{self.file}:{line}:{column}: {self.severity}: {prefix}{self.message}"
+        return f"{printable(self.file)}:{line}:{column}: {self.severity}: {prefix}{printable(self.message)}"
 
     def as_dict(self) -> dict[str, str | int]:
         line, column = (self.position.line, self.position.column) if self.position else (1, 1)
@@ -67,12 +75,27 @@ def format_path(path: YamlPath) -> str:
     for element in path:
         if isinstance(element, int):
             parts.append(f"[{element}]")
-        elif _PLAIN_KEY.match(element):
+        elif _PLAIN_KEY.fullmatch(element):
             parts.append(f".{element}" if parts else element)
         else:
             escaped = element.replace("\\", "\\\\").replace('"', '\\"')
             parts.append(f'["{escaped}"]')
     return "".join(parts)
+
+
+def printable(text: str) -> str:
+    """``text`` with every character Python does not call printable written as its escape
+    (``\\x07``, ``\\x9b``, ``\\u202e``, ``\\ud800``); the ASCII space stays a space."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.core import conventions as c
-from llmgw.core.catalog import Catalog, Engine, MirrorSource, Profile, parse_source
+from llmgw.core.catalog import Catalog, Engine, MirrorSource, Profile, allowlist_refusals, parse_source
 from llmgw.core.catalog.sources import FileUrlSource
 from llmgw.core.durations import format_duration
 from llmgw.core.engines import Launch, LaunchContext, ModelFiles, RankLaunch, Runtime, Word, launch
 from llmgw.core.engines.base import HeadAddress
 from llmgw.core.names import slug
-from llmgw.render.images import image_refusal
 from llmgw.render.settings import DEFAULT_RESOURCES, DEFAULT_SHM_MB, RenderSettings
 
 _REPLICA_ID = re.compile(r"^[a-z0-9]{1,12}$")
@@ -93,10 +92,11 @@ def build_context(
         )
     profile = model.profiles[request.profile_index]
     job_id = job_id_for(request.model, request.replica_id)
-    if profile.image is not None:
-        refusal = image_refusal(profile.image, settings.allowed_images)
-        if refusal is not None:
-            raise RenderError(f"model {request.model!r} profile {request.profile_index}: {refusal}")
+    # The cluster's allowed images and source networks: the same rule and words as the
+    # catalog's doors, here for a catalog that did not come through them.
+    refused = next(allowlist_refusals(profile, settings.allowlists), None)
+    if refused is not None:
+        raise RenderError(f"model {request.model!r} profile {request.profile_index}: {refused[1]}")
     if profile.node_count > 1 and request.fabric is None:
         raise RenderError(f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric")
     llmgw_command = _runtime_words(settings.llmgw_command)

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from llmgw.core.catalog.allowlists import ClusterAllowlists
+from llmgw.core.catalog.images import ImageError, default_allowed_images, parse_allowed_images
 from llmgw.core.catalog.model import Engine
-from llmgw.render.images import ImageError, default_allowed_images, parse_allowed_images
+from llmgw.core.catalog.sources import IpNetwork, parse_allowed_networks
 
 DEFAULT_MODEL_CACHE_DIR = "/var/lib/llmgw/models"
 
@@ -60,9 +62,13 @@ class RenderSettings:
     priority: int = 50
     images: Mapping[Engine, str] = field(default_factory=lambda: DEFAULT_IMAGES)
     # Repositories (or prefixes ending in "/") a profile's `image` may name; any other
-    # image is refused at render time (see llmgw.render.images). The images above are
-    # the operator's own and are not checked against it.
+    # image is refused at render time and at the catalog's doors (see
+    # llmgw.core.catalog.images). The images above are the operator's own and are not
+    # checked against it.
     allowed_images: tuple[str, ...] = DEFAULT_ALLOWED_IMAGES
+    # Networks a file URL source may name although they are not global (a private file
+    # server); none by default (see llmgw.core.catalog.sources).
+    source_allowed_networks: tuple[IpNetwork, ...] = ()
     # How a node runs llmgw (the simulator, rendezvous waits, mirror fetches).
     # Operator configuration, trusted: ${...} here is Nomad interpolation
     # (`llmgw dev` uses ${attr.driver.raw_exec.python} -m llmgw).
@@ -88,6 +94,11 @@ class RenderSettings:
     # /dev/shm of an engine container (NCCL, the engines' worker processes) instead of
     # host IPC; None is DEFAULT_SHM_MB's, the size each engine's docs give.
     shm_size_mb: int | None = None
+
+    @property
+    def allowlists(self) -> ClusterAllowlists:
+        """What a catalog may name on this cluster: checked where catalogs come in, and here."""
+        return ClusterAllowlists(self.allowed_images, self.source_allowed_networks)
 
 
 class RenderSettingsError(ValueError):
@@ -115,6 +126,10 @@ def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
     else:
         allowed = default_allowed_images(images)
     try:
+        networks = parse_allowed_networks(environ.get("LLMGW_SOURCE_ALLOWED_NETWORKS", ""))
+    except ValueError as exc:
+        raise RenderSettingsError(f"LLMGW_SOURCE_ALLOWED_NETWORKS: {exc}") from None
+    try:
         command = tuple(shlex.split(environ.get("LLMGW_NODE_COMMAND", "llmgw")))
     except ValueError as exc:
         raise RenderSettingsError(f"LLMGW_NODE_COMMAND: {exc}") from None
@@ -127,6 +142,7 @@ def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
         node_pool=environ.get("LLMGW_NODE_POOL") or None,
         images=images,
         allowed_images=allowed,
+        source_allowed_networks=networks,
         llmgw_command=command or ("llmgw",),
         mirror_url=environ.get("LLMGW_MIRROR_URL") or None,
         model_cache_dir=environ.get("LLMGW_MODEL_CACHE_DIR") or DEFAULT_MODEL_CACHE_DIR,

@@ -2,7 +2,8 @@
 
 Public face:
 
-- ``load_catalog(text, filename=, policy=) -> LoadResult``: the catalog, or every diagnostic.
+- ``load_catalog(text, filename=, policy=[, allowlists=]) -> LoadResult``: the catalog, or every
+  diagnostic; with ``ClusterAllowlists``, the operator's images and source networks checked too.
 - ``dump_catalog(catalog) -> str``: YAML that loads back to the same catalog.
 - ``upgrade_catalog(text, filename=, policy=) -> UpgradeResult``: legacy spellings rewritten, comments kept.
 - ``json_schema()``: the catalog's JSON Schema, for editors.
@@ -10,6 +11,7 @@ Public face:
 - the model types: ``Catalog``, ``Model``, ``Profile``, ``Scaling``, ``GuardPolicy``, ``Engine``, ``Role``...
 """
 
+from llmgw.core.catalog.allowlists import ClusterAllowlists, allowlist_refusals
 from llmgw.core.catalog.dumping import catalog_digest, dump_catalog
 from llmgw.core.catalog.loading import LoadResult, load_catalog
 from llmgw.core.catalog.model import (
@@ -43,6 +45,7 @@ from llmgw.core.catalog.yaml_source import DEFAULT_LIMITS, ReadLimits
 __all__ = [
     "DEFAULT_LIMITS",
     "Catalog",
+    "ClusterAllowlists",
     "Engine",
     "FileUrlSource",
     "GpuSpec",
@@ -66,6 +69,7 @@ __all__ = [
     "SourceError",
     "UpgradeResult",
     "Violation",
+    "allowlist_refusals",
     "catalog_digest",
     "check_profile",
     "dump_catalog",

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from llmgw.core.catalog.allowlists import ClusterAllowlists
 from llmgw.core.catalog.model import Catalog, Model, Profile
 from llmgw.core.catalog.repairs import Repair, apply_repairs
 from llmgw.core.catalog.rules import Finding, check_catalog, check_profile_rules
@@ -59,13 +60,28 @@ def _cycle_collector_paused() -> Iterator[None]:
 
 
 def load_catalog(
-    text: str, *, filename: str, policy: SecurityPolicy, limits: ReadLimits = DEFAULT_LIMITS
+    text: str,
+    *,
+    filename: str,
+    policy: SecurityPolicy,
+    limits: ReadLimits = DEFAULT_LIMITS,
+    allowlists: ClusterAllowlists | None = None,
 ) -> LoadResult:
+    """The catalog in ``text``, or every diagnostic. ``allowlists``: the cluster's
+    (images, source networks), given at the doors a catalog comes in by; without them
+    the renderer refuses what they would (``llmgw.core.catalog.allowlists``)."""
     with _cycle_collector_paused():
-        return _load(text, filename=filename, policy=policy, limits=limits)
+        return _load(text, filename=filename, policy=policy, limits=limits, allowlists=allowlists)
 
 
-def _load(text: str, *, filename: str, policy: SecurityPolicy, limits: ReadLimits) -> LoadResult:
+def _load(
+    text: str,
+    *,
+    filename: str,
+    policy: SecurityPolicy,
+    limits: ReadLimits,
+    allowlists: ClusterAllowlists | None,
+) -> LoadResult:
     read = read_yaml(text, filename=filename, limits=limits)
     diagnostics = list(read.diagnostics)
     if has_errors(diagnostics) and read.data is None:
@@ -108,7 +124,7 @@ def _load(text: str, *, filename: str, policy: SecurityPolicy, limits: ReadLimit
                 invalid_models.add(name)
                 diagnostics += _translate(exc, read.source_map, filename, prefix=("models", name))
                 diagnostics += _locate(
-                    _rules_of_valid_profiles(name, model, policy), read.source_map, filename
+                    _rules_of_valid_profiles(name, model, policy, allowlists), read.source_map, filename
                 )
     sections = {key: value for key, value in data.items() if key != "models" or not isinstance(value, dict)}
     try:
@@ -117,7 +133,9 @@ def _load(text: str, *, filename: str, policy: SecurityPolicy, limits: ReadLimit
         diagnostics += _translate(exc, read.source_map, filename)
         return LoadResult(None, tuple(sort_diagnostics(diagnostics)), tuple(repairs))
     catalog = shell.model_copy(update={"models": valid_models})
-    findings = check_catalog(catalog, policy, unvalidated_models=frozenset(invalid_models))
+    findings = check_catalog(
+        catalog, policy, unvalidated_models=frozenset(invalid_models), allowlists=allowlists
+    )
     diagnostics += _locate(findings, read.source_map, filename)
     ordered = tuple(sort_diagnostics(diagnostics))
     if has_errors(ordered):
@@ -125,7 +143,9 @@ def _load(text: str, *, filename: str, policy: SecurityPolicy, limits: ReadLimit
     return LoadResult(catalog, ordered, tuple(repairs))
 
 
-def _rules_of_valid_profiles(name: str, model: object, policy: SecurityPolicy) -> list[Finding]:
+def _rules_of_valid_profiles(
+    name: str, model: object, policy: SecurityPolicy, allowlists: ClusterAllowlists | None
+) -> list[Finding]:
     profiles = model.get("profiles") if isinstance(model, dict) else None
     if not isinstance(profiles, list):
         return []
@@ -135,7 +155,7 @@ def _rules_of_valid_profiles(name: str, model: object, policy: SecurityPolicy) -
             profile = Profile.model_validate(raw)
         except ValidationError:
             continue  # its shape errors are already reported with the model's
-        findings += check_profile_rules(("models", name, "profiles", index), profile, policy)
+        findings += check_profile_rules(("models", name, "profiles", index), profile, policy, allowlists)
     return findings
 
 

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from llmgw.core.catalog.allowlists import ClusterAllowlists, allowlist_refusals
 from llmgw.core.catalog.model import (
     ENGINES_SPANNING_NODES,
     Catalog,
@@ -54,18 +55,23 @@ def warning(path: YamlPath, message: str, *, at_key: bool = False) -> Finding:
 
 
 def check_catalog(
-    catalog: Catalog, policy: SecurityPolicy, *, unvalidated_models: frozenset[str] = frozenset()
+    catalog: Catalog,
+    policy: SecurityPolicy,
+    *,
+    unvalidated_models: frozenset[str] = frozenset(),
+    allowlists: ClusterAllowlists | None = None,
 ) -> list[Finding]:
     """Every rule over the parts of the catalog whose shape is valid.
 
     ``unvalidated_models`` are declared but failed their shape check (already
     reported): references to them are not "unknown", and rules that need their
-    contents skip them.
+    contents skip them. With ``allowlists``, each profile is also checked against
+    the operator's (``llmgw.core.catalog.allowlists``).
     """
     findings: list[Finding] = []
     findings += _check_names(catalog, unvalidated_models)
     for name, model in catalog.models.items():
-        findings += _check_model(("models", name), model, policy)
+        findings += _check_model(("models", name), model, policy, allowlists)
     findings += _check_aliases(catalog, unvalidated_models)
     findings += _check_fallbacks(catalog, unvalidated_models)
     findings += _check_guard_policies(catalog, unvalidated_models)
@@ -97,19 +103,23 @@ def _check_names(catalog: Catalog, unvalidated: frozenset[str]) -> Iterator[Find
             )
 
 
-def _check_model(path: YamlPath, model: Model, policy: SecurityPolicy) -> Iterator[Finding]:
+def _check_model(
+    path: YamlPath, model: Model, policy: SecurityPolicy, allowlists: ClusterAllowlists | None
+) -> Iterator[Finding]:
     seen_roles: set[Role] = set()
     for index, role in enumerate(model.roles):
         if role in seen_roles:
             yield error((*path, "roles", index), f"role {role} is listed twice")
         seen_roles.add(role)
     for index, profile in enumerate(model.profiles):
-        yield from check_profile_rules((*path, "profiles", index), profile, policy)
+        yield from check_profile_rules((*path, "profiles", index), profile, policy, allowlists)
     if model.scaling is not None:
         yield from _check_scaling((*path, "scaling"), model.scaling)
 
 
-def check_profile_rules(path: YamlPath, profile: Profile, policy: SecurityPolicy) -> Iterator[Finding]:
+def check_profile_rules(
+    path: YamlPath, profile: Profile, policy: SecurityPolicy, allowlists: ClusterAllowlists | None = None
+) -> Iterator[Finding]:
     """The rules of one profile (also run on the valid profiles of a model whose shape failed)."""
     yield from _check_source(path, profile)
     yield from _check_shape(path, profile)
@@ -124,6 +134,9 @@ def check_profile_rules(path: YamlPath, profile: Profile, policy: SecurityPolicy
         yield error((*path, "args", violation.index if violation.index is not None else 0), violation.message)
     for violation in check_env(policy, engine, profile.env):
         yield error((*path, "env", violation.subject), violation.message, at_key=True)
+    if allowlists is not None:
+        for key, refusal in allowlist_refusals(profile, allowlists):
+            yield error((*path, key), refusal)
 
 
 def _check_source(path: YamlPath, profile: Profile) -> Iterator[Finding]:

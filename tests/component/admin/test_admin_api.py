@@ -108,6 +108,35 @@ async def test_an_invalid_catalog_is_422_with_the_checks_diagnostics_and_nothing
     assert current is not None and current.text == texts.good
 
 
+async def test_an_image_or_source_the_cluster_does_not_allow_is_422_at_diff_and_apply(
+    client: Client, stores: Stores, texts: Texts
+) -> None:
+    # What the renderer would refuse for this cluster (its default allowlists here) is
+    # refused where the catalog comes in, so CI's apply fails instead of reporting "start"
+    # for a model that never places.
+    await apply(client, texts.good)
+    for profile, key, words in (
+        ("{engine: vllm, source: org/m, image: 'attacker.example/miner:1'}", "image", "LLMGW_ALLOWED_IMAGES"),
+        ("{engine: llamacpp, source: 'https://[fd00:ec2::254]/latest/meta-data/'}", "source", "metadata"),
+        ("{engine: llamacpp, source: 'https://100.100.100.200/latest/meta-data/'}", "source", "metadata"),
+        ("{engine: llamacpp, source: 'https://10.0.0.5/m.gguf'}", "source", "LLMGW_SOURCE_ALLOWED_NETWORKS"),
+    ):
+        text = f"models:\n  m:\n    profiles: [{profile}]\n    scaling: {{min: 1, max: 1}}\n"
+        for method, path in (("POST", "/admin/v1/catalog/diff"), ("PUT", "/admin/v1/catalog")):
+            reply = await client.call(method, path, {"catalog": text, "filename": "ci.yaml"})
+            assert reply.status == 422, (profile, reply.body)
+            assert reply.body["error"]["code"] == "invalid_catalog"
+            [diagnostic] = reply.body["diagnostics"]
+            assert (diagnostic["file"], diagnostic["line"], diagnostic["path"]) == (
+                "ci.yaml",
+                3,
+                f"models.m.profiles[0].{key}",
+            ), diagnostic
+            assert words in diagnostic["message"]
+    current = await stores.catalogs.current()
+    assert current is not None and current.text == texts.good
+
+
 async def test_a_stale_if_match_is_412_and_changes_nothing(
     client: Client, stores: Stores, texts: Texts
 ) -> None:

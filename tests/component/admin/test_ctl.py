@@ -189,6 +189,32 @@ async def test_diff_get_history(ctl: CtlRunner, stores: Stores, texts: Texts, tm
     assert history.lines[1].split()[0] == "1" and "alice via admin-token" in history.lines[1]
 
 
+async def test_a_hostile_catalogs_diagnostics_reach_the_terminal_escaped(
+    ctl: CtlRunner, stores: Stores, tmp_path: Path
+) -> None:
+    # The admin API answers with the exact strings (JSON); ctl prints them as `catalog check`
+    # does, every control character (ESC, BEL, C1, DEL, U+202E) written as its escape.
+    hostile = tmp_path / "hostile.yaml"
+    hostile.write_text(
+        'models:\n  m:\n    profiles: [{engine: "sim\\e[2J", "\\e]0;pwned\\a": 1}]\n'
+        '  "gpt\u202eexe\\x9b\\x7f": {profiles: [{engine: sim}]}\n',
+        encoding="utf-8",
+    )
+    for command in ("diff", "apply"):
+        ran = (
+            await ctl(command, str(hostile), "--yes")
+            if command == "apply"
+            else await ctl(command, str(hostile))
+        )
+        assert ran.code == 1
+        shown = ran.out + ran.err
+        assert {char for char in shown if not char.isprintable() and char != "\n"} == set()
+        assert "\\x1b]0;pwned\\x07" in ran.out
+        assert "sim\\x1b[2J" in ran.out
+        assert "gpt\\u202eexe\\x9b\\x7f" in ran.out
+    assert await stores.catalogs.current() is None
+
+
 async def test_apply_asks_on_a_terminal_and_refuses_without_one(
     ctl: CtlRunner, stores: Stores, texts: Texts, tmp_path: Path
 ) -> None:

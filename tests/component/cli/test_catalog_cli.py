@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,7 +19,12 @@ COMPILER_STYLE = re.compile(
 )
 
 
-def llmgw(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+# The cluster's allowlists, which `catalog check` reads from its environment.
+ALLOWLIST_ENV = ("LLMGW_ALLOWED_IMAGES", "LLMGW_SOURCE_ALLOWED_NETWORKS", "LLMGW_IMAGE_VLLM")
+
+
+def llmgw(*args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in ALLOWLIST_ENV}
     return subprocess.run(
         [sys.executable, "-m", "llmgw", *args],
         input=stdin,
@@ -26,6 +32,7 @@ def llmgw(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[s
         text=True,
         timeout=60,
         cwd=REPO,
+        env={**environ, **env},
     )
 
 
@@ -132,6 +139,100 @@ def test_an_unreadable_file_is_a_json_diagnostic_and_the_others_are_still_checke
     assert [line.split(":")[0] for line in text.stdout.splitlines()] == [str(missing), str(typo)]
     assert "2 error(s), 0 warning(s)" in text.stderr
     assert "2 wins over 1" in " ".join(llmgw("catalog", "check", "--help").stdout.split())
+
+
+# A catalog a hostile pipeline pushes: a key that retitles the terminal (OSC 0 ... BEL),
+# a value that clears the screen, a name that reverses what follows it (U+202E), a C1
+# control (CSI) and DEL; the file's own name carries a colour change.
+HOSTILE_CATALOG = (
+    "models:\n"
+    "  m:\n"
+    '    profiles: [{engine: "sim\\e[2J", "\\e]0;pwned\\a": 1}]\n'
+    '  "gpt\u202eexe.evil\\x9b\\x7f":\n'
+    "    profiles: [{engine: sim}]\n"
+)
+
+
+def _unprintable(text: str) -> set[str]:
+    return {char for char in text if not char.isprintable() and char != "\n"}
+
+
+def test_a_hostile_catalog_cannot_send_control_characters_to_the_terminal(tmp_path: Path) -> None:
+    hostile = tmp_path / "cat\x1b[31m.yaml"
+    hostile.write_text(HOSTILE_CATALOG, encoding="utf-8")
+    result = llmgw("catalog", "check", str(hostile))
+    assert result.returncode == 1
+    assert _unprintable(result.stdout + result.stderr) == set()
+    # Each is shown as its escape, so the operator sees what the catalog holds.
+    assert "cat\\x1b[31m.yaml:3:" in result.stdout
+    assert "\\x1b]0;pwned\\x07" in result.stdout
+    assert "sim\\x1b[2J" in result.stdout
+    assert "gpt\\u202eexe.evil\\x9b\\x7f" in result.stdout
+
+    as_json = llmgw("catalog", "check", "--format", "json", str(hostile))
+    assert as_json.returncode == 1
+    assert _unprintable(as_json.stdout) == set()  # JSON escapes them itself...
+    found = json.loads(as_json.stdout)
+    # ... and keeps the exact strings for the program that reads it.
+    assert {d["file"] for d in found} == {str(hostile)}
+    assert any('unknown key "\x1b]0;pwned\x07"' in d["message"] for d in found), found
+    assert any("sim\x1b[2J" in d["message"] for d in found), found
+    assert any(d["path"] == 'models["gpt\u202eexe.evil\x9b\x7f"]' for d in found), found
+
+
+def test_an_image_the_cluster_does_not_allow_fails_the_check_at_its_line(tmp_path: Path) -> None:
+    catalog = tmp_path / "c.yaml"
+    catalog.write_text(
+        "models:\n"
+        "  m:\n"
+        "    profiles:\n"
+        "      - engine: vllm\n"
+        "        source: org/m\n"
+        "        image: attacker.example/miner:latest\n"
+    )
+    result = llmgw("catalog", "check", str(catalog))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.startswith(
+        f"{catalog}:6:16: error: models.m.profiles[0].image: image 'attacker.example/miner:latest' "
+        "(attacker.example/miner) is not from a repository this cluster allows ("
+    )
+    assert "LLMGW_ALLOWED_IMAGES" in result.stdout
+    # The cluster's own setting, as `llmgw serve` reads it, lets it through.
+    assert llmgw("catalog", "check", str(catalog), LLMGW_ALLOWED_IMAGES="attacker.example/").returncode == 0
+    unusable = llmgw("catalog", "check", str(catalog), LLMGW_ALLOWED_IMAGES="x/y:tag")
+    assert unusable.returncode == 2
+    assert "LLMGW_ALLOWED_IMAGES" in unusable.stderr
+
+
+def test_a_source_url_into_the_clusters_network_fails_the_check(tmp_path: Path) -> None:
+    catalog = tmp_path / "c.yaml"
+
+    def check(source: str, **env: str) -> subprocess.CompletedProcess[str]:
+        catalog.write_text(
+            f"models:\n  q:\n    profiles:\n      - engine: llamacpp\n        source: '{source}'\n"
+        )
+        return llmgw("catalog", "check", str(catalog), **env)
+
+    for source in (
+        "https://[fd00:ec2::254]/latest/meta-data/iam/security-credentials/",  # AWS IPv6 metadata
+        "https://100.100.100.200/latest/meta-data/ram/security-credentials/",  # Alibaba metadata
+        "https://10.0.0.5/models/m.gguf",
+        "https://[fd12:3456::1]/models/m.gguf",
+    ):
+        refused = check(source)
+        assert refused.returncode == 1, (source, refused.stdout)
+        assert refused.stdout.startswith(f"{catalog}:5:17: error: models.q.profiles[0].source: "), (
+            refused.stdout
+        )
+    # A private file server, once the operator allows its network; never the metadata services.
+    allow = {"LLMGW_SOURCE_ALLOWED_NETWORKS": "10.0.0.0/8, fd00::/8, 100.64.0.0/10"}
+    assert check("https://10.0.0.5/models/m.gguf", **allow).returncode == 0
+    assert check("https://[fd12:3456::1]/models/m.gguf", **allow).returncode == 0
+    assert check("https://[fd00:ec2::254]/latest/meta-data/", **allow).returncode == 1
+    assert check("https://100.100.100.200/latest/meta-data/", **allow).returncode == 1
+    unusable = check("https://10.0.0.5/m.gguf", LLMGW_SOURCE_ALLOWED_NETWORKS="10.0.0.5/8")
+    assert unusable.returncode == 2
+    assert "LLMGW_SOURCE_ALLOWED_NETWORKS" in unusable.stderr
 
 
 def test_the_catalog_commands_are_described_as_they_are() -> None:

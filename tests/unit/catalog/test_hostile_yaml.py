@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmgw.core.catalog import SecurityPolicy
 from llmgw.core.catalog.yaml_source import ReadLimits, read_yaml
+from llmgw.core.diagnostics import Diagnostic, Severity, printable
 from llmgw.render import Renderer, RenderSettings, ReplicaRequest
 
 from .conftest import Load, only, where
@@ -157,3 +158,21 @@ def test_the_largest_allowed_replica_still_renders(load: Load, shipped_policy: S
     renderer = Renderer(RenderSettings(), shipped_policy)
     rendered = renderer.render(result.catalog, ReplicaRequest("m", 0, "0", "f"), catalog_hash="h")
     assert len(renderer.check(rendered, model="m")["TaskGroups"]) == 64
+
+
+def test_a_diagnostics_text_form_escapes_what_a_terminal_would_obey() -> None:
+    # Keys, values and the file name are the catalog's: ESC, BEL, C1 controls, DEL,
+    # bidi overrides, line breaks and lone surrogates are shown as escapes, nothing else is.
+    hostile = Diagnostic(
+        Severity.ERROR,
+        ("models", "m\x1b]0;pwned\x07", "profiles", 0, "x\n"),
+        'unknown key "\u202e\x9b\x7f\ud800" in modèle',
+        file="c\x1b[2J.yaml",
+    )
+    assert hostile.format() == (
+        'c\\x1b[2J.yaml:1:1: error: models["m\\x1b]0;pwned\\x07"].profiles[0]["x\\x0a"]: '
+        'unknown key "\\u202e\\x9b\\x7f\\ud800" in modèle'
+    )
+    assert hostile.as_dict()["path"] == 'models["m\x1b]0;pwned\x07"].profiles[0]["x\n"]'
+    assert hostile.as_dict()["message"] == hostile.message
+    assert printable("plain text, späce and 模型") == "plain text, späce and 模型"

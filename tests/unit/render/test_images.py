@@ -7,20 +7,25 @@ import json
 import pytest
 
 from llmgw.core.catalog import Catalog, SecurityPolicy, catalog_digest, load_catalog
+from llmgw.core.catalog.images import ImageError, image_refusal, parse_allowed_images, parse_image
+from llmgw.core.diagnostics import format_path
 from llmgw.render import Renderer, RenderError, RenderSettings, ReplicaRequest
-from llmgw.render.images import ImageError, image_refusal, parse_allowed_images, parse_image
 from llmgw.render.settings import DEFAULT_ALLOWED_IMAGES, RenderSettingsError, render_settings_from_env
 
 
-def catalog(policy: SecurityPolicy, image: str, engine: str = "vllm") -> Catalog:
+def catalog_text(image: str, engine: str = "vllm") -> str:
     source = "org/model" if engine != "llamacpp" else "https://example.org/m.gguf"
-    text = f"""
+    return f"""
 models:
   m:
     profiles:
       - {{engine: {engine}, source: {source}, image: {json.dumps(image)}}}
     scaling: {{min: 1, max: 1}}
 """
+
+
+def catalog(policy: SecurityPolicy, image: str, engine: str = "vllm") -> Catalog:
+    text = catalog_text(image, engine)
     loaded = load_catalog(text, filename="c.yaml", policy=policy)
     assert loaded.catalog is not None, loaded.diagnostics
     return loaded.catalog
@@ -96,6 +101,32 @@ def test_the_refusal_says_what_to_do(shipped_policy: SecurityPolicy) -> None:
     assert "model 'm' profile 0" in message
     assert "docker.io/attacker/vllm" in message
     assert "leave image out" in message and "LLMGW_ALLOWED_IMAGES" in message
+
+
+def test_where_catalogs_come_in_the_image_is_refused_with_the_renderers_words(
+    shipped_policy: SecurityPolicy,
+) -> None:
+    # `llmgw catalog check` and the admin API's diff and apply load with the allowlists:
+    # an image the renderer would refuse is an error at its key, not a model that CI's
+    # apply reports as started and that never places.
+    settings = RenderSettings()
+    text = catalog_text("attacker/vllm:latest")
+    loaded = load_catalog(text, filename="c.yaml", policy=shipped_policy, allowlists=settings.allowlists)
+    assert loaded.catalog is None
+    [diagnostic] = loaded.errors
+    assert format_path(diagnostic.path) == "models.m.profiles[0].image"
+    assert diagnostic.position is not None and diagnostic.position.line == 5
+    with pytest.raises(RenderError) as refused:
+        render(shipped_policy, "attacker/vllm:latest", settings)
+    assert str(refused.value) == f"model 'm' profile 0: {diagnostic.message}"
+    # The allowed ones load alike, and loads without allowlists (the applied catalog's
+    # readers) leave the image to the renderer.
+    allowed = load_catalog(
+        catalog_text("vllm/vllm-openai:v0.12.0"), filename="c.yaml", policy=shipped_policy,
+        allowlists=settings.allowlists,
+    )  # fmt: skip
+    assert allowed.ok, allowed.diagnostics
+    assert load_catalog(text, filename="c.yaml", policy=shipped_policy).ok
 
 
 def test_the_operators_own_registry_by_prefix(shipped_policy: SecurityPolicy) -> None:

@@ -29,6 +29,7 @@ def test_every_variable_is_read() -> None:
             "LLMGW_MODEL_CACHE_DIR": "/data/models",
             "LLMGW_IMAGE_VLLM": "registry.internal/vllm/vllm-openai:v0.11.0",
             "LLMGW_TEMPLATES": "/etc/llmgw/templates",
+            "LLMGW_SOURCE_ALLOWED_NETWORKS": "10.20.0.0/16, fd12:3456::/48",
         }
     )
     assert settings.datacenters == ("dc1", "dc2")
@@ -40,6 +41,9 @@ def test_every_variable_is_read() -> None:
     # An operator's own image registry is allowed for catalogs too, unless they say otherwise.
     assert any("registry.internal/vllm/vllm-openai" in allowed for allowed in settings.allowed_images)
     assert str(settings.templates_dir) == "/etc/llmgw/templates"
+    assert [str(n) for n in settings.source_allowed_networks] == ["10.20.0.0/16", "fd12:3456::/48"]
+    assert settings.allowlists.source_networks == settings.source_allowed_networks
+    assert settings.allowlists.images == settings.allowed_images
 
 
 @pytest.mark.parametrize(
@@ -47,6 +51,8 @@ def test_every_variable_is_read() -> None:
     [
         ("LLMGW_ALLOWED_IMAGES", "not a ref"),
         ("LLMGW_NODE_COMMAND", "llmgw 'unclosed"),
+        ("LLMGW_SOURCE_ALLOWED_NETWORKS", "10.20.0.5/16"),
+        ("LLMGW_SOURCE_ALLOWED_NETWORKS", "files.internal"),
     ],
 )
 def test_an_unusable_value_names_its_variable(name: str, value: str) -> None:

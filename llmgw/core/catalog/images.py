@@ -8,6 +8,12 @@ never seen. So a catalog may name only images from repositories the operator
 allows (``RenderSettings.allowed_images``, ``LLMGW_ALLOWED_IMAGES``); by default
 the repositories of the engines' default images, any tag or digest.
 
+One rule, asked in two places with the same words: the renderer refuses to render
+such a profile (the last door, whatever wrote the catalog), and the catalog's doors
+(``llmgw catalog check``, the admin API's diff and apply) report it as a diagnostic
+at the profile's ``image`` (``load_catalog(..., allowlists=)``), so CI's apply fails
+instead of leaving the model silently unplaceable.
+
 Owns: reading a Docker image reference strictly (the distribution/reference
 grammar, ASCII only, no surrounding space), its normal form (``vllm/x`` is
 ``docker.io/vllm/x``, ``ubuntu`` is ``docker.io/library/ubuntu``), reading
@@ -18,7 +24,8 @@ by whole path segments, so ``vllm/vllm-openai`` does not allow
 ``vllm/vllm-openai-evil`` and ``ghcr.io/ggml-org/`` does not allow
 ``ghcr.io/ggml-org-evil/x``.
 
-Must not: read the environment (the CLI does) or look at the catalog.
+Must not: read the environment (``llmgw.render.settings`` does) or look at the catalog
+(``llmgw.core.catalog.rules`` and the renderer ask it about one image).
 """
 
 from __future__ import annotations

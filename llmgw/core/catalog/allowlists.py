@@ -1,0 +1,60 @@
+"""What the operator lets a catalog name on this cluster, beyond the catalog's own rules.
+
+Two allowlists are runtime settings, not part of the catalog: the repositories a
+profile's ``image`` may come from (``LLMGW_ALLOWED_IMAGES``, ``images.py``) and the
+non-global networks a file URL ``source`` may point into
+(``LLMGW_SOURCE_ALLOWED_NETWORKS``, ``sources.py``). ``ClusterAllowlists`` carries
+both; ``allowlist_refusals`` is the one rule over a profile, asked in two places
+with the same words:
+
+- at the catalog's doors, ``load_catalog(..., allowlists=)`` (``llmgw catalog
+  check``, the admin API's diff and apply, ``llmgw serve --catalog``), where each
+  refusal is an error diagnostic at the profile's key, so CI's apply fails;
+- by the renderer, for every replica, whatever wrote the applied catalog.
+
+Loads without allowlists (the reconciler's and the routers' of the applied catalog)
+leave them to the renderer, so tightening a setting makes the affected models
+unplaceable (said in the status) rather than the whole applied catalog unreadable.
+
+Must not: read the environment (``llmgw.render.settings`` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from llmgw.core.catalog.images import image_refusal
+from llmgw.core.catalog.model import Profile
+from llmgw.core.catalog.sources import (
+    FileUrlSource,
+    IpNetwork,
+    SourceError,
+    parse_source,
+    source_address_refusal,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterAllowlists:
+    # Repositories, or prefixes ending in "/", in normal form (images.parse_allowed_images).
+    images: tuple[str, ...]
+    # Networks a file URL may name although they are not global (sources.parse_allowed_networks).
+    source_networks: tuple[IpNetwork, ...] = ()
+
+
+def allowlist_refusals(profile: Profile, allowlists: ClusterAllowlists) -> Iterator[tuple[str, str]]:
+    """``(key, why)`` for each key of ``profile`` naming what this cluster does not allow."""
+    if profile.image is not None:
+        refusal = image_refusal(profile.image, allowlists.images)
+        if refusal is not None:
+            yield "image", refusal
+    if profile.source is not None:
+        try:
+            source = parse_source(profile.source)
+        except SourceError:
+            return  # the catalog's own rules report it
+        if isinstance(source, FileUrlSource):
+            refusal = source_address_refusal(source, allowlists.source_networks)
+            if refusal is not None:
+                yield "source", refusal
