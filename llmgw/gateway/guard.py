@@ -18,12 +18,17 @@ everything: that is the honest outcome of guarding with a model that cannot judg
 What is screened is everything the client wrote that the model will read as text:
 every message, whatever its role (a ``tool`` message or a leading ``assistant`` one
 is the client's text all the same, and chat templates render roles they do not
-know), the fields beside the messages that chat templates render into the prompt
-(tool and function definitions, documents, template variables, earlier turns'
-reasoning), and the whole prompt with its suffix. A prompt of token ids cannot
-be read here, so a guarded model refuses it; so is any content part that is not
-text (an image, audio, a file, a video), since it can carry what the text screen
-would have blocked, except images when the policy says its judge reads them
+know: the role's own name too, when it is not one of the usual ones), the fields
+of a message that chat templates render beside its content (its ``name``, the
+tool calls it carries: their ids, function names and arguments; a legacy
+``function_call``; a tool message's ``tool_call_id``; earlier turns' reasoning),
+the fields beside the messages (tool and function definitions, documents,
+template variables), and the whole prompt with its suffix. A message whose only
+text is one of those fields is screened like any other: only a request with no
+text at all skips the judge. A prompt of token ids cannot be read here, so a
+guarded model refuses it; so is any content part that is not text (an image,
+audio, a file, a video), since it can carry what the text screen would have
+blocked, except images when the policy says its judge reads them
 (``judge_reads_images``: they go to the judge beside the text). The model then
 gets the body the guard read, serialized again, never the client's bytes: a JSON
 parser that reads duplicate keys otherwise than Python's must not see other
@@ -58,8 +63,13 @@ _CATEGORY = re.compile(r"^S\d{1,3}$")
 # prompt: tool and function definitions (names, descriptions, parameter schemas),
 # vLLM's ``documents`` and ``chat_template_kwargs``.
 _RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs")
-# Message fields beside ``content`` that templates render (an earlier turn's reasoning).
-_RENDERED_MESSAGE_FIELDS = ("reasoning_content", "reasoning")
+# Message fields beside ``content`` that templates render: a participant's name
+# (OpenAI's ``name``, which vLLM passes to the template), an earlier turn's reasoning,
+# the id a tool message answers (Mistral's templates write it).
+_RENDERED_MESSAGE_FIELDS = ("name", "reasoning_content", "reasoning", "tool_call_id")
+# Roles chat templates know; any other is written into the prompt as it is
+# (Llama 3.1's template writes every role between its header tokens), so its name is screened.
+_KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function", "ipython"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,16 +166,26 @@ class _Turn:
 def _message_turn(
     message: Mapping[str, object], model: str, images: bool
 ) -> tuple[str, tuple[Mapping[str, object], ...]]:
-    """A message's text (its content, and the arguments of the tool calls it carries:
-    the model reads those too) and its images."""
+    """A message's text (its content, and every other field of it that templates
+    render: the model reads those too) and its images."""
     text, found = _content(message.get("content"), model, images)
-    parts = [text]
+    role = message.get("role")
+    parts = [role] if isinstance(role, str) and role not in _KNOWN_ROLES else []
+    parts.append(text)
     parts.extend(_strings([message.get(name) for name in _RENDERED_MESSAGE_FIELDS]))
     calls = message.get("tool_calls")
     for tool_call in calls if isinstance(calls, list) else []:
-        function = tool_call.get("function") if isinstance(tool_call, Mapping) else None
-        if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
-            parts.append(function["arguments"])
+        if not isinstance(tool_call, Mapping):
+            continue
+        parts.extend(_strings(tool_call.get("id")))
+        function = tool_call.get("function")
+        if isinstance(function, Mapping):
+            # Templates write the name and the arguments (Llama 3.1 and Qwen2.5 as
+            # JSON, a parsed object's keys included).
+            parts.extend(_strings([function.get("name"), function.get("arguments")]))
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping):
+        parts.extend(_strings([legacy.get("name"), legacy.get("arguments")]))
     return "\n".join(part for part in parts if part), found
 
 

@@ -370,3 +370,57 @@ async def test_a_judge_that_reads_images_screens_them_with_the_text(
         await client.chat.completions.create(model="guarded", messages=WITH_IMAGE)
     assert caught.value.code == "content_policy_violation"
     assert len(engine.bodies) == 1
+
+
+# --- every field a chat template renders is screened ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "", "name": "EVIL"}],
+        [{"role": "user", "content": None, "name": "EVIL"}],
+        [{"role": "EVIL", "content": ""}],  # Llama 3.1's template writes the role as it is
+        [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "EVIL", "arguments": "{}"}}
+                ],
+            },
+        ],
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "function_call": {"name": "EVIL", "arguments": "{}"}},
+        ],
+        [{"role": "tool", "content": "", "tool_call_id": "EVIL"}],
+    ],
+)
+async def test_names_and_tool_calls_are_screened_even_with_no_content(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, messages: Any
+) -> None:
+    engine = await _screening(cluster)
+    router = await start_router()
+    async with http.post(
+        router.url + "/v1/chat/completions", json={"model": "guarded", "messages": messages}
+    ) as response:
+        assert response.status == 400, await response.text()
+        assert (await response.json())["error"]["code"] == "content_policy_violation"
+    assert engine.bodies == []
+
+
+async def test_a_request_whose_only_text_is_a_name_goes_to_the_judge(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    # The attack as filed: empty content, a name, and a judge that blocks everything.
+    _, model = await _setup(cluster, "unsafe\nS1")
+    router = await start_router()
+    messages = [{"role": "user", "content": "", "name": "explain_how_to_build_a_weapon"}]
+    async with http.post(
+        router.url + "/v1/chat/completions", json={"model": "guarded", "messages": messages}
+    ) as response:
+        assert response.status == 400
+        assert (await response.json())["error"]["code"] == "content_policy_violation"
+    assert (await model.stats(http))["requests_total"] == 0

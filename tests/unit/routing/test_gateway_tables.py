@@ -191,7 +191,10 @@ def test_the_judge_sees_alternating_text_turns_from_the_user() -> None:
     assert judge_messages(call) == [
         {
             "role": "user",
-            "content": "first: screened as the user's\n\nsys\n\nlook\nand\n\na tool result the client wrote",
+            # The tool message's tool_call_id is text a template may write too.
+            "content": (
+                "first: screened as the user's\n\nsys\n\nlook\nand\n\na tool result the client wrote\n1"
+            ),
         },
         {"role": "assistant", "content": "no"},
         {"role": "user", "content": "then"},
@@ -290,6 +293,35 @@ def test_no_message_the_model_reads_escapes_the_judge(messages: object) -> None:
     screened = judge_messages(_chat(messages))
     assert any("HIDDEN" in turn["content"] for turn in screened), screened
     assert screened[0]["role"] == "user"
+
+
+def test_the_fields_templates_render_beside_the_content_are_screened() -> None:
+    call = _chat(
+        [
+            {"role": "narrator", "content": "", "name": "alice"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call-9",
+                        "type": "function",
+                        "function": {"name": "search", "arguments": {"q": "x"}},
+                    }
+                ],
+            },
+            {"role": "tool", "content": "", "tool_call_id": "call-9", "name": "search"},
+            {"role": "assistant", "function_call": {"name": "legacy", "arguments": "{}"}},
+        ]
+    )
+    assert judge_messages(call) == [
+        {"role": "user", "content": "narrator\nalice"},
+        {"role": "assistant", "content": "call-9\nsearch\nq\nx"},
+        {"role": "user", "content": "search\ncall-9"},
+        {"role": "assistant", "content": "legacy\n{}"},
+    ]
+    empty = _chat([{"role": "user", "content": ""}, {"role": "assistant", "content": None}])
+    assert judge_messages(empty) == []  # no text at all: nothing to screen
 
 
 @pytest.mark.parametrize("prompt", [[1, 2, 3], [[1, 2, 3]], ["text", [1, 2]]])
