@@ -13,7 +13,7 @@ from llmgw.core.routing import Api
 from llmgw.gateway import errors
 from llmgw.gateway.calls import ApiCall, parse_call
 from llmgw.gateway.errors import ApiError
-from llmgw.gateway.guard import judge_messages
+from llmgw.gateway.guard import Turn, judge_messages, says_too_long, split_in_two
 from llmgw.gateway.keys import KeyRing, RateLimiter, authenticate, key_id_of, masked, new_api_key
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError, add_router_arguments
 from llmgw.gateway.upstream import token_counts, usage_of_body, usage_of_stream_tail
@@ -322,6 +322,58 @@ def test_the_fields_templates_render_beside_the_content_are_screened() -> None:
     ]
     empty = _chat([{"role": "user", "content": ""}, {"role": "assistant", "content": None}])
     assert judge_messages(empty) == []  # no text at all: nothing to screen
+
+
+def _turns(*texts: str) -> list[Turn]:
+    return [Turn("user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(texts)]
+
+
+def test_a_conversation_too_long_for_its_judge_splits_between_turns_then_within_one() -> None:
+    halves = split_in_two(_turns("a", "b", "c"))
+    assert halves == ([Turn("user", "a")], [Turn("user", "b\n\nc")])  # each piece starts with the user
+    text = " ".join(f"w{i:03d}" for i in range(100))  # 499 characters
+    first, second = split_in_two([Turn("user", text)]) or ([], [])
+    [head], [tail] = first, second
+    assert text.startswith(head.text) and text.endswith(tail.text)
+    assert max(len(head.text), len(tail.text)) <= len(text) * 5 // 8  # smaller each time
+    overlap = len(head.text) + len(tail.text) - len(text)
+    assert overlap >= 2 * (len(text) // 16)  # words at the cut are read whole in one piece
+    image = {"url": "data:image/png;base64,iVBORw0KGgo="}
+    with_images = [Turn("user", "look", (image, image))]
+    assert split_in_two(with_images) == ([Turn("user", "", (image, image))], [Turn("user", "look")])
+    assert split_in_two([Turn("user", "", (image, image))]) == (
+        [Turn("user", "", (image,))],
+        [Turn("user", "", (image,))],
+    )
+    assert split_in_two([Turn("user", "", (image,))]) is None  # one image: nothing smaller
+    assert split_in_two([Turn("user", "short text")]) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "too_long"),
+    [
+        # vLLM (its envelope: type BadRequestError, code the status), prompt alone and with max_tokens.
+        (400, {"error": {"message": "This model's maximum context length is 64 tokens. However, your "
+                         "request has 80 input tokens.", "type": "BadRequestError", "code": 400}}, True),
+        # vLLM with images; older vLLM put the fields at the top level.
+        (400, {"object": "error", "message": "The decoder prompt (length 9000) is longer than the maximum "
+               "model length of 8192.", "type": "BadRequestError", "code": 400}, True),
+        (400, {"error": {"message": "Requested token count exceeds the model's maximum context length "
+                         "of 4096 tokens."}}, True),  # SGLang
+        # llama.cpp
+        (400, {"error": {"type": "exceed_context_size_error", "message": "request too big"}}, True),
+        (400, {"error": {"code": "context_length_exceeded", "message": "too long"}}, True),  # OpenAI
+        (413, "payload too large", True),
+        (400, {"error": {"message": "cannot identify image file"}}, False),
+        (400, "not json", False),
+        (500, {"error": {"message": "maximum context length"}}, False),  # a 5xx is never the client's
+    ],
+)  # fmt: skip
+def test_an_engines_answer_that_the_prompt_is_too_long_is_recognized(
+    status: int, body: object, too_long: bool
+) -> None:
+    raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    assert says_too_long(status, raw) is too_long
 
 
 @pytest.mark.parametrize("prompt", [[1, 2, 3], [[1, 2, 3]], ["text", [1, 2]]])
