@@ -200,6 +200,8 @@ def _encodable(body: dict[str, object]) -> bool:
         json.dumps(body, ensure_ascii=False).encode()
     except UnicodeEncodeError:
         return False
+    except RecursionError:
+        raise errors.bad_request("The JSON body of your request is nested too deeply.") from None
     return True
 
 

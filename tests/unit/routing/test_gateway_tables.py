@@ -173,6 +173,29 @@ def test_usage_is_found_at_the_end_of_answers() -> None:
     assert token_counts(None) == (0, 0)
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model":"m","messages":[{"role":"user","content":"\\ud800"}]}',
+        b'{"model":"m","messages":[{"role":"user","content":"\\uDFFF tail"}]}',
+        b'{"model":"m","messages":[{"role":"user","content":"x"}],"\\ud9ab":1}',  # a key
+        b'{"model":"m","messages":[{"role":"user","content":"\xed\xbf\xbf"}]}',  # a surrogate's bytes
+        '{"model":"m","messages":[{"role":"user","content":"\\ud800"}]}'.encode("utf-16"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_as_unparsable_json(raw: bytes) -> None:
+    with pytest.raises(ApiError) as caught:
+        parse_call(Api.CHAT, raw)
+    assert caught.value.refusal.status == 400 and "could not parse the JSON" in caught.value.refusal.message
+
+
+def test_surrogate_pairs_and_escaped_backslashes_are_text() -> None:
+    pair = parse_call(Api.CHAT, b'{"model":"m","messages":[{"role":"user","content":"\\ud83d\\ude00"}]}')
+    assert pair.raw is not None and pair.upstream_body("other", force_usage=False)
+    slashes = parse_call(Api.CHAT, b'{"model":"m","messages":[{"role":"user","content":"\\\\ud800"}]}')
+    assert slashes.body["messages"] == [{"role": "user", "content": "\\ud800"}]
+
+
 def _chat(messages: object) -> ApiCall:
     return parse_call(Api.CHAT, ('{"model":"m","messages":' + json.dumps(messages) + "}").encode())
 
