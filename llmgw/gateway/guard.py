@@ -28,7 +28,8 @@ is the client's text all the same, and chat templates render roles they do not
 know: the role's own name too, when it is not one of the usual ones), the fields
 of a message that chat templates render beside its content (its ``name``, the
 tool calls it carries: their ids, function names and arguments; a legacy
-``function_call``; a tool message's ``tool_call_id``; earlier turns' reasoning),
+``function_call``; a tool message's ``tool_call_id``; a developer message's
+``tools``; ``task``; earlier turns' reasoning),
 the fields beside the messages (tool and function definitions, documents,
 template variables), and the whole prompt with its suffix. A message whose only
 text is one of those fields is screened like any other: only a request with no
@@ -73,10 +74,11 @@ _CATEGORY = re.compile(r"^S\d{1,3}$")
 # prompt: tool and function definitions (names, descriptions, parameter schemas),
 # vLLM's ``documents`` and ``chat_template_kwargs``.
 _RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs")
-# Message fields beside ``content`` that templates render: a participant's name
-# (OpenAI's ``name``, which vLLM passes to the template), an earlier turn's reasoning,
-# the id a tool message answers (Mistral's templates write it).
-_RENDERED_MESSAGE_FIELDS = ("name", "reasoning_content", "reasoning", "tool_call_id")
+# Message fields beside ``content`` that reach the template: vLLM's
+# ``_parse_chat_message_content`` (vllm/entrypoints/chat_utils.py) passes on a
+# message's ``name``, ``task``, a tool message's ``tool_call_id`` (Mistral's
+# templates write it) and a developer message's ``tools``; and earlier turns' reasoning.
+_RENDERED_MESSAGE_FIELDS = ("name", "reasoning_content", "reasoning", "tool_call_id", "task", "tools")
 # Roles chat templates know; any other is written into the prompt as it is
 # (Llama 3.1's template writes every role between its header tokens), so its name is screened.
 _KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function", "ipython"})

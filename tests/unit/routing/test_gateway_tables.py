@@ -335,6 +335,7 @@ def test_the_fields_templates_render_beside_the_content_are_screened() -> None:
             },
             {"role": "tool", "content": "", "tool_call_id": "call-9", "name": "search"},
             {"role": "assistant", "function_call": {"name": "legacy", "arguments": "{}"}},
+            {"role": "developer", "content": "", "tools": [{"name": "dev_tool"}], "task": "a task"},
         ]
     )
     assert judge_messages(call) == [
@@ -342,6 +343,7 @@ def test_the_fields_templates_render_beside_the_content_are_screened() -> None:
         {"role": "assistant", "content": "call-9\nsearch\nq\nx"},
         {"role": "user", "content": "search\ncall-9"},
         {"role": "assistant", "content": "legacy\n{}"},
+        {"role": "user", "content": "a task\nname\ndev_tool"},
     ]
     empty = _chat([{"role": "user", "content": ""}, {"role": "assistant", "content": None}])
     assert judge_messages(empty) == []  # no text at all: nothing to screen
