@@ -257,7 +257,10 @@ def _routing_changes(old: Catalog | None, new: Catalog) -> tuple[str, ...]:
         "guard policy",
         before.guard_policies,
         new.guard_policies,
-        lambda p: f"judge {p.judge} screens {', '.join(p.models)} (on error: {p.on_error})",
+        lambda p: (
+            f"judge {p.judge} screens {', '.join(p.models)} "
+            f"(on error: {p.on_error}, too long: {p.on_too_long})"
+        ),
     )
     return tuple(out)
 

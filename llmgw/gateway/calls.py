@@ -15,6 +15,7 @@ Must not: choose endpoints or talk to anyone.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from llmgw.core.routing import Api
@@ -34,6 +35,12 @@ STRIPPED_FIELDS = frozenset(
 
 # OpenAI's rule of thumb for English text; only the hold of a token-limited key uses it.
 BYTES_PER_TOKEN = 4
+
+# What may be a lone surrogate in the client's bytes: a ``\uD800``-``\uDFFF`` escape,
+# or the UTF-8-shaped bytes of one (json.loads decodes with surrogatepass, so those
+# are read too). Surrogate pairs (an emoji escaped by Python's json.dumps) match as
+# well and then pass the full check; a body without a match pays nothing more.
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 API_PATHS = {
     Api.CHAT: "/v1/chat/completions",
@@ -100,15 +107,17 @@ def parse_call(api: Api, raw: bytes) -> ApiCall:
     try:
         body = json.loads(raw.decode("utf-8", "surrogatepass") if utf8 else raw)
     except (ValueError, UnicodeDecodeError):
-        raise errors.bad_request(
-            "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
-            "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
-            "sent was not valid JSON.)"
-        ) from None
+        raise _unparsable() from None
     except RecursionError:
         raise errors.bad_request("The JSON body of your request is nested too deeply.") from None
     if not isinstance(body, dict):
         raise errors.bad_request("The request body must be a JSON object.")
+    # A lone surrogate ("\ud800") is valid JSON syntax but no text: no UTF-8 holds it, so
+    # a body with one cannot be sent on re-encoded (an alias, a guarded model, a stripped
+    # field), and OpenAI refuses it as unparsable. Refused here for every request, so
+    # the answer does not depend on the path the body would take.
+    if (not utf8 or _MAYBE_SURROGATE.search(raw) is not None) and not _encodable(body):
+        raise _unparsable()
     stripped = STRIPPED_FIELDS.intersection(body)
     for name in stripped:
         del body[name]
@@ -174,6 +183,26 @@ def parse_call(api: Api, raw: bytes) -> ApiCall:
         raw=raw if passable else None,
         size=len(raw),
     )
+
+
+def _unparsable() -> errors.ApiError:
+    # OpenAI's answer to a body it cannot read as JSON.
+    return errors.bad_request(
+        "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+        "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
+        "sent was not valid JSON.)"
+    )
+
+
+def _encodable(body: dict[str, object]) -> bool:
+    """Whether the body's strings (keys too) can be written as UTF-8 again."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    except RecursionError:
+        raise errors.bad_request("The JSON body of your request is nested too deeply.") from None
+    return True
 
 
 def _check_messages(messages: object) -> None:

@@ -205,6 +205,14 @@ class SentAnswer(web.StreamResponse):
         self._keep_alive = keep_alive
 
 
+@dataclass(frozen=True, slots=True)
+class EngineAnswer:
+    """An engine's whole answer to an internal call: its status and body."""
+
+    status: int
+    body: bytes
+
+
 @dataclass
 class Served:
     """What a request came to, for the metrics middleware (which labels with these
@@ -450,9 +458,12 @@ class Dispatcher:
 
     # --- internal calls (the guard's judge) --------------------------------------------------------
 
-    async def complete(self, model: str, catalog: Catalog, body: dict[str, object], request_id: str) -> bytes:
-        """A non-streamed chat completion from ``model`` (and its fallbacks): the JSON body.
-        Raises ``ApiError`` when nothing answers or the answer is not a 200."""
+    async def complete(
+        self, model: str, catalog: Catalog, body: dict[str, object], request_id: str
+    ) -> EngineAnswer:
+        """A non-streamed chat completion from ``model`` (and its fallbacks): the
+        engine's status and body, whatever the status (the caller decides what an
+        engine's refusal means). Raises ``ApiError`` when no engine answers."""
         route = _Route(
             requested=model,
             chain=routing.fallback_chain(catalog, model, routing.Api.CHAT),
@@ -465,10 +476,9 @@ class Dispatcher:
         opened = await self._open(route)
         with opened.lease:
             opened.response.close()
-            if opened.response.status != 200:
-                raise ApiError(_refusal_of_engine_error(opened.response.status, opened.head, opened.model))
-            self._demand.record_use(opened.model)
-            return opened.head
+            if opened.response.status == HTTPStatus.OK:
+                self._demand.record_use(opened.model)
+            return EngineAnswer(opened.response.status, opened.head)
 
     # --- the walk ---------------------------------------------------------------------------------
 

@@ -131,6 +131,34 @@ def content_policy(categories: tuple[str, ...]) -> ApiError:
     )
 
 
+def screen_refused() -> ApiError:
+    """The judge would not read the request (its 4xx): refused, not let through."""
+    return ApiError(
+        Refusal(
+            400,
+            "Your request was rejected by the content policy: the content screen could not read it.",
+            "invalid_request_error",
+            "content_policy_violation",
+            retryable=False,
+        )
+    )
+
+
+def too_long_to_screen(model: str) -> ApiError:
+    # OpenAI's code for a prompt over a context, so clients that shorten on it do.
+    return ApiError(
+        Refusal(
+            400,
+            f"The request is longer than the content screen for `{model}` can read, so it was refused; "
+            "shorten the conversation.",
+            "invalid_request_error",
+            "context_length_exceeded",
+            param="messages",
+            retryable=False,
+        )
+    )
+
+
 def guard_unavailable(model: str) -> ApiError:
     return ApiError(
         Refusal(

@@ -11,19 +11,32 @@ The verdict rule is strict on purpose. Llama Guard answers ``safe``, or
 it with its categories; ANY other text blocks it too, as unsafe, whatever
 ``on_error`` says: an answer the router cannot read is not evidence of safety,
 and a prompt that makes the judge babble must not get past it. ``on_error`` is
-for a judge that does not answer at all (no replica, connection failures, a
-timeout, an HTTP error). A simulated judge answers Greek words, so it blocks
-everything: that is the honest outcome of guarding with a model that cannot judge.
+for a judge that does not answer at all: no replica, connection failures, a
+timeout, the judge's 5xx. A judge that answers 4xx refused the input the client
+chose (a prompt padded past its context, an image it cannot take), and a client
+must not turn the screen off by choosing such input: that is a block, whatever
+``on_error`` says. A judge's answer that the conversation is longer than its
+context is the policy's ``on_too_long``: block (the default), or split, which
+judges overlapping pieces until each fits (at most ``guard_max_pieces`` judge
+calls), every one of which must be safe. A simulated judge answers Greek words,
+so it blocks everything: that is the honest outcome of guarding with a model
+that cannot judge.
 
 What is screened is everything the client wrote that the model will read as text:
 every message, whatever its role (a ``tool`` message or a leading ``assistant`` one
 is the client's text all the same, and chat templates render roles they do not
-know), the fields beside the messages that chat templates render into the prompt
-(tool and function definitions, documents, template variables, earlier turns'
-reasoning), and the whole prompt with its suffix. A prompt of token ids cannot
-be read here, so a guarded model refuses it; so is any content part that is not
-text (an image, audio, a file, a video), since it can carry what the text screen
-would have blocked, except images when the policy says its judge reads them
+know: the role's own name too, when it is not one of the usual ones), the fields
+of a message that chat templates render beside its content (its ``name``, the
+tool calls it carries: their ids, function names and arguments; a legacy
+``function_call``; a tool message's ``tool_call_id``; a developer message's
+``tools``; ``task``; earlier turns' reasoning),
+the fields beside the messages (tool and function definitions, documents,
+template variables), and the whole prompt with its suffix. A message whose only
+text is one of those fields is screened like any other: only a request with no
+text at all skips the judge. A prompt of token ids cannot be read here, so a
+guarded model refuses it; so is any content part that is not text (an image,
+audio, a file, a video), since it can carry what the text screen would have
+blocked, except images when the policy says its judge reads them
 (``judge_reads_images``: they go to the judge beside the text). The model then
 gets the body the guard read, serialized again, never the client's bytes: a JSON
 parser that reads duplicate keys otherwise than Python's must not see other
@@ -39,11 +52,14 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
+from http import HTTPStatus
 
 from llmgw.core import routing
-from llmgw.core.catalog import Catalog, GuardErrorPolicy, GuardPolicy
+from llmgw.core.catalog import Catalog, GuardErrorPolicy, GuardPolicy, GuardTooLongPolicy
 from llmgw.gateway import errors
 from llmgw.gateway.calls import ApiCall
 from llmgw.gateway.dispatch import Dispatcher
@@ -58,8 +74,24 @@ _CATEGORY = re.compile(r"^S\d{1,3}$")
 # prompt: tool and function definitions (names, descriptions, parameter schemas),
 # vLLM's ``documents`` and ``chat_template_kwargs``.
 _RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs")
-# Message fields beside ``content`` that templates render (an earlier turn's reasoning).
-_RENDERED_MESSAGE_FIELDS = ("reasoning_content", "reasoning")
+# Message fields beside ``content`` that reach the template: vLLM's
+# ``_parse_chat_message_content`` (vllm/entrypoints/chat_utils.py) passes on a
+# message's ``name``, ``task``, a tool message's ``tool_call_id`` (Mistral's
+# templates write it) and a developer message's ``tools``; and earlier turns' reasoning.
+_RENDERED_MESSAGE_FIELDS = ("name", "reasoning_content", "reasoning", "tool_call_id", "task", "tools")
+# Roles chat templates know; any other is written into the prompt as it is
+# (Llama 3.1's template writes every role between its header tokens), so its name is screened.
+_KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function", "ipython"})
+# How an engine says a prompt is longer than its context (HTTP 400): vLLM's "This
+# model's maximum context length is N tokens..." and, with images, "The decoder
+# prompt (length N) is longer than the maximum model length of M"; SGLang's "...
+# exceeds the model's maximum context length"; llama.cpp's type
+# ``exceed_context_size_error`` ("exceeds the available context size"); OpenAI's code.
+_TOO_LONG_WORDS = ("context length", "maximum model length", "context size")
+_TOO_LONG_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+# A text piece shorter than this is not split again: a judge that cannot read it
+# cannot judge anything.
+_MIN_SPLIT_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,17 +134,19 @@ def judge_messages(call: ApiCall, *, images: bool = False) -> list[dict[str, obj
     content is its text, or with ``images`` (a judge that reads them) its text and
     image parts. Raises the 400 for what cannot be screened: a prompt of token ids,
     a content part that is not text (or an image, with ``images``)."""
-    turns: list[_Turn] = []
+    return _as_messages(_judge_turns(call, images))
+
+
+def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
+    turns: list[Turn] = []
     if call.api is routing.Api.CHAT:
-        turns.append(_Turn("user", "\n".join(_strings([call.body.get(name) for name in _RENDERED_FIELDS]))))
+        turns.append(Turn("user", "\n".join(_strings([call.body.get(name) for name in _RENDERED_FIELDS]))))
         messages = call.body.get("messages")
         for message in messages if isinstance(messages, list) else []:
             if not isinstance(message, Mapping):
                 continue
             text, images_of = _message_turn(message, call.model, images)
-            turns.append(
-                _Turn("assistant" if message.get("role") == "assistant" else "user", text, images_of)
-            )
+            turns.append(Turn("assistant" if message.get("role") == "assistant" else "user", text, images_of))
     else:
         prompt = call.body.get("prompt")
         if isinstance(prompt, list) and not all(isinstance(part, str) for part in prompt):
@@ -122,11 +156,16 @@ def judge_messages(call: ApiCall, *, images: bool = False) -> list[dict[str, obj
                 param="prompt",
             )
         lines = prompt if isinstance(prompt, list) else []  # strings only: checked above
-        turns.append(_Turn("user", prompt if isinstance(prompt, str) else "\n".join(lines)))
+        turns.append(Turn("user", prompt if isinstance(prompt, str) else "\n".join(lines)))
         suffix = call.body.get("suffix")
         if isinstance(suffix, str):
-            turns.append(_Turn("user", suffix))
-    merged: list[_Turn] = []
+            turns.append(Turn("user", suffix))
+    return _merged(turns)
+
+
+def _merged(turns: Iterable[Turn]) -> list[Turn]:
+    """Empty turns dropped, neighbours of one role joined, the first one the user's."""
+    merged: list[Turn] = []
     for turn in turns:
         if not turn.text and not turn.images:
             continue
@@ -134,14 +173,50 @@ def judge_messages(call: ApiCall, *, images: bool = False) -> list[dict[str, obj
         if merged and merged[-1].role == role:
             last = merged[-1]
             text = last.text + "\n\n" + turn.text if last.text and turn.text else last.text or turn.text
-            merged[-1] = _Turn(role, text, last.images + turn.images)
+            merged[-1] = Turn(role, text, last.images + turn.images)
         else:
-            merged.append(_Turn(role, turn.text, turn.images))
-    return [{"role": t.role, "content": t.content()} for t in merged]
+            merged.append(Turn(role, turn.text, turn.images))
+    return merged
+
+
+def _as_messages(turns: Sequence[Turn]) -> list[dict[str, object]]:
+    return [{"role": t.role, "content": t.content()} for t in turns]
+
+
+def split_in_two(turns: Sequence[Turn]) -> tuple[list[Turn], list[Turn]] | None:
+    """Two smaller pieces of a conversation its judge could not read whole, or None
+    when it cannot be made smaller. Between turns when there are several; else the
+    images apart from the text, then the images in halves; else the text in halves
+    that overlap by a sixteenth of it on each side of a cut at the space nearest the
+    middle, so that words at the cut are read whole in one piece. Each piece is at
+    most five eighths of the whole."""
+    if len(turns) > 1:
+        middle = len(turns) // 2
+        return _merged(turns[:middle]), _merged(turns[middle:])
+    if not turns:
+        return None
+    [turn] = turns
+    if turn.images and turn.text:
+        return [Turn(turn.role, "", turn.images)], [Turn(turn.role, turn.text)]
+    if len(turn.images) > 1:
+        middle = len(turn.images) // 2
+        return [Turn(turn.role, "", turn.images[:middle])], [Turn(turn.role, "", turn.images[middle:])]
+    text = turn.text
+    if turn.images or len(text) < _MIN_SPLIT_CHARS:
+        return None
+    overlap = len(text) // 16
+    middle = len(text) // 2
+    before = text.rfind(" ", middle - overlap, middle + 1)
+    after = text.find(" ", middle, middle + overlap)
+    spaces = [space for space in (before, after) if space > 0]
+    cut = min(spaces, key=lambda space: abs(space - middle)) if spaces else middle
+    return [Turn(turn.role, text[: cut + overlap])], [Turn(turn.role, text[cut - overlap :])]
 
 
 @dataclass(frozen=True, slots=True)
-class _Turn:
+class Turn:
+    """One turn of the conversation the judge reads."""
+
     role: str
     text: str
     images: tuple[Mapping[str, object], ...] = ()
@@ -156,16 +231,26 @@ class _Turn:
 def _message_turn(
     message: Mapping[str, object], model: str, images: bool
 ) -> tuple[str, tuple[Mapping[str, object], ...]]:
-    """A message's text (its content, and the arguments of the tool calls it carries:
-    the model reads those too) and its images."""
+    """A message's text (its content, and every other field of it that templates
+    render: the model reads those too) and its images."""
     text, found = _content(message.get("content"), model, images)
-    parts = [text]
+    role = message.get("role")
+    parts = [role] if isinstance(role, str) and role not in _KNOWN_ROLES else []
+    parts.append(text)
     parts.extend(_strings([message.get(name) for name in _RENDERED_MESSAGE_FIELDS]))
     calls = message.get("tool_calls")
     for tool_call in calls if isinstance(calls, list) else []:
-        function = tool_call.get("function") if isinstance(tool_call, Mapping) else None
-        if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
-            parts.append(function["arguments"])
+        if not isinstance(tool_call, Mapping):
+            continue
+        parts.extend(_strings(tool_call.get("id")))
+        function = tool_call.get("function")
+        if isinstance(function, Mapping):
+            # Templates write the name and the arguments (Llama 3.1 and Qwen2.5 as
+            # JSON, a parsed object's keys included).
+            parts.extend(_strings([function.get("name"), function.get("arguments")]))
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping):
+        parts.extend(_strings([legacy.get("name"), legacy.get("arguments")]))
     return "\n".join(part for part in parts if part), found
 
 
@@ -235,6 +320,50 @@ def _answer_text(body: bytes) -> str:
     return content if isinstance(content, str) else ""
 
 
+def says_too_long(status: int, body: bytes) -> bool:
+    """Whether an engine's error answer says the prompt is longer than its context
+    (413, or a 400 in vLLM's, SGLang's, llama.cpp's or OpenAI's words)."""
+    if status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE:
+        return True
+    if status != HTTPStatus.BAD_REQUEST:
+        return False
+    error = _engine_error(body)
+    message = error.get("message")
+    text = message.lower() if isinstance(message, str) else ""
+    marks = {str(error.get("code")), str(error.get("type"))}
+    return bool(marks & _TOO_LONG_CODES) or any(words in text for words in _TOO_LONG_WORDS)
+
+
+def _engine_error(body: bytes) -> Mapping[str, object]:
+    """The fields of an engine's error body: ``{"error": {...}}``, or at the top (older vLLM)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    error = data.get("error")
+    return error if isinstance(error, dict) else data
+
+
+class _Reading(StrEnum):
+    """What one judge call came to (the ``verdict`` label of the latency metric)."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+    UNREADABLE = "unreadable"
+    REFUSED = "refused"  # the judge answered 4xx: it would not read what the client sent
+    TOO_LONG = "too_long"  # ... because it is longer than the judge's context
+    ERROR = "error"  # the judge did not answer: no replica, a timeout, its 5xx
+
+
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    reading: _Reading
+    categories: tuple[str, ...] = ()
+    detail: str = ""  # for the log
+
+
 class Guard:
     def __init__(self, settings: RouterSettings, dispatcher: Dispatcher, metrics: RouterMetrics) -> None:
         self._settings = settings
@@ -255,40 +384,101 @@ class Guard:
     async def _screen_one(
         self, call: ApiCall, name: str, policy: GuardPolicy, catalog: Catalog, request_id: str
     ) -> None:
-        messages = judge_messages(call, images=policy.judge_reads_images)
-        if not messages:
-            return  # nothing the client wrote to screen
+        """Returns when the policy lets the call through; raises its refusal otherwise.
+        Under ``on_too_long: split`` a conversation the judge finds too long is judged
+        again in two pieces, and so on, each piece within ``guard_max_pieces`` calls."""
+        turns = _judge_turns(call, policy.judge_reads_images)
+        if not turns:
+            return  # the client wrote no text at all
         judge = catalog.resolve(policy.judge)
+        pieces = deque([turns])
+        asked = 0
+        while pieces:
+            piece = pieces.popleft()
+            asked += 1
+            judged = await self._ask(name, policy, judge, piece, catalog, request_id)
+            if judged.reading is _Reading.TOO_LONG and policy.on_too_long is GuardTooLongPolicy.SPLIT:
+                halves = split_in_two(piece)
+                if halves is not None and asked + len(pieces) + 2 <= self._settings.guard_max_pieces:
+                    pieces.extendleft(reversed(halves))
+                    continue
+            if judged.reading is not _Reading.SAFE:
+                self._settle(call.model, name, policy, judged)
+
+    async def _ask(
+        self,
+        name: str,
+        policy: GuardPolicy,
+        judge: str | None,
+        turns: Sequence[Turn],
+        catalog: Catalog,
+        request_id: str,
+    ) -> _Judged:
+        """One judge call, read."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         body: dict[str, object] = {
-            "messages": messages,
+            "messages": _as_messages(turns),
             "max_tokens": self._settings.guard_max_tokens,
             "temperature": 0,
             "stream": False,
         }
+        judged: _Judged
         try:
             if judge is None:
                 raise ApiError(routing.model_not_found(policy.judge))
             async with asyncio.timeout(self._settings.guard_timeout):
                 answer = await self._dispatcher.complete(judge, catalog, body, request_id)
-        except (ApiError, TimeoutError) as exc:
-            self._metrics.guard_latency.labels(name, "error").observe(loop.time() - started)
-            reason = exc.refusal.message if isinstance(exc, ApiError) else "timed out"
+        except ApiError as exc:  # the router's own refusal: no replica, a failed connection...
+            judged = _Judged(_Reading.ERROR, detail=exc.refusal.message)
+        except TimeoutError:
+            judged = _Judged(_Reading.ERROR, detail="timed out")
+        else:
+            if answer.status == HTTPStatus.OK:
+                verdict = parse_verdict(_answer_text(answer.body))
+                if verdict.safe:
+                    judged = _Judged(_Reading.SAFE)
+                else:
+                    reading = _Reading.UNSAFE if verdict.readable else _Reading.UNREADABLE
+                    judged = _Judged(reading, verdict.categories)
+            elif answer.status >= HTTPStatus.INTERNAL_SERVER_ERROR:
+                judged = _Judged(_Reading.ERROR, detail=f"the judge answered HTTP {answer.status}")
+            else:
+                # Its message stays out of the log: an engine's validation error may quote the input.
+                reading = _Reading.TOO_LONG if says_too_long(answer.status, answer.body) else _Reading.REFUSED
+                judged = _Judged(reading, detail=f"the judge answered HTTP {answer.status}")
+        self._metrics.guard_latency.labels(name, str(judged.reading)).observe(loop.time() - started)
+        return judged
+
+    def _settle(self, model: str, name: str, policy: GuardPolicy, judged: _Judged) -> None:
+        """Raises the refusal a judge call that was not ``safe`` means, or returns for
+        a judge that did not answer under ``on_error: allow``."""
+        reading = judged.reading
+        if reading is _Reading.ERROR:
             if policy.on_error is GuardErrorPolicy.ALLOW:
                 log.warning(
                     "guard %s: judge unavailable (%s); letting the request through (on_error: allow)",
                     name,
-                    reason,
+                    judged.detail,
                 )
                 return
             log.warning(
-                "guard %s: judge unavailable (%s); blocking the request (on_error: block)", name, reason
+                "guard %s: judge unavailable (%s); blocking the request (on_error: block)",
+                name,
+                judged.detail,
             )
-            raise errors.guard_unavailable(call.model) from None
-        verdict = parse_verdict(_answer_text(answer))
-        label = "safe" if verdict.safe else ("unsafe" if verdict.readable else "unreadable")
-        self._metrics.guard_latency.labels(name, label).observe(loop.time() - started)
-        if not verdict.safe:
-            log.info("guard %s: blocked a request for %s (%s)", name, call.model, label)
-            raise errors.content_policy(verdict.categories)
+            raise errors.guard_unavailable(model)
+        if reading is _Reading.TOO_LONG:
+            log.info(
+                "guard %s: blocked a request for %s: longer than its judge reads (%s; on_too_long: %s)",
+                name, model, judged.detail, policy.on_too_long,
+            )  # fmt: skip
+            raise errors.too_long_to_screen(model)
+        if reading is _Reading.REFUSED:
+            # Not an outage: the client chose what the judge would not read.
+            log.warning(
+                "guard %s: blocked a request for %s: its judge refused it (%s)", name, model, judged.detail
+            )
+            raise errors.screen_refused()
+        log.info("guard %s: blocked a request for %s (%s)", name, model, reading)
+        raise errors.content_policy(judged.categories)

@@ -53,7 +53,7 @@ REJECTION_REASONS = frozenset(
         "model_not_found", "model_not_supported", "model_off", "model_unavailable", "model_loading",
         "no_healthy_replica",
         # the guard
-        "content_policy_violation", "guard_unavailable",
+        "content_policy_violation", "guard_unavailable", "context_length_exceeded",
         # the engines
         "upstream_unavailable", "upstream_timeout", "upstream_stream_broken",
         # the router

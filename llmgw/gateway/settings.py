@@ -151,6 +151,12 @@ class RouterSettings:
     # The judge's whole answer (it is short: "safe" or "unsafe\nS1").
     guard_timeout: float = field(default=10.0, metadata=_help("seconds the guard judge may take"))
     guard_max_tokens: int = field(default=20, metadata=_help("max_tokens asked of the guard judge"))
+    # A conversation longer than its judge reads, under a policy with on_too_long: split,
+    # is halved (with an overlap) until each piece fits: each piece is one more judge call.
+    guard_max_pieces: int = field(
+        default=16,
+        metadata=_help("most judge calls one request's split screen may take (on_too_long: split)"),
+    )
 
     # --- demand reporting ----------------------------------------------------------------------
     # Use is written to Consul in batches this often (wake-ups go at once): the
@@ -233,7 +239,7 @@ def validate(settings: RouterSettings) -> list[str]:
     for name in (
         "backlog", "max_body_bytes", "max_response_bytes", "attempts_per_model", "attempts_total",
         "max_concurrency_per_model", "loading_retry_after", "unavailable_retry_after", "queue_retry_after",
-        "guard_max_tokens", "unplaceable_retry_after",
+        "guard_max_tokens", "guard_max_pieces", "unplaceable_retry_after",
     ):  # fmt: skip
         if getattr(settings, name) < 1:
             problems.append(f"{flag(name)} must be >= 1, got {getattr(settings, name)}")

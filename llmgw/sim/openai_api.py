@@ -25,6 +25,8 @@ SSE_DONE = b"data: [DONE]\n\n"
 class ErrorType(enum.StrEnum):
     INVALID_REQUEST = "invalid_request_error"
     SERVER = "server_error"
+    # vLLM's own type for the errors its input checks raise (an over-long prompt).
+    VLLM_BAD_REQUEST = "BadRequestError"
 
 
 class ApiError(Exception):
@@ -40,7 +42,7 @@ class ApiError(Exception):
         message: str,
         type: ErrorType = ErrorType.INVALID_REQUEST,
         param: str | None = None,
-        code: str | None = None,
+        code: str | int | None = None,
     ) -> None:
         super().__init__(f"{status} {message}")
         self.status = status
@@ -227,17 +229,25 @@ def _refuse_n(body: Mapping[str, Any]) -> None:
         )
 
 
-def _check_context(prompt_tokens: int, max_tokens: int, limits: Limits, param: str) -> None:
-    total = prompt_tokens + max_tokens
-    if total > limits.max_model_len:
-        raise ApiError(
-            400,
-            f"This model's maximum context length is {limits.max_model_len} tokens. However, you requested "
-            f"{total} tokens ({prompt_tokens} in the {param}, {max_tokens} in the completion). "
-            f"Please reduce the length of the {param} or completion.",
-            param=param,
-            code="context_length_exceeded",
+def _check_context(prompt_tokens: int, max_tokens: int, limits: Limits) -> None:
+    """vLLM's answer to a prompt its context cannot hold: HTTP 400 with its own envelope
+    (type ``BadRequestError``, ``code`` the HTTP status, no ``param``) and wording.
+    A guard's judge answers a padded prompt this way: the router must read it as a
+    refusal of the client's input, not as an engine that is down."""
+    if prompt_tokens >= limits.max_model_len:
+        message = (
+            f"This model's maximum context length is {limits.max_model_len} tokens. However, your "
+            f"request has {prompt_tokens} input tokens. Please reduce the length of the input messages."
         )
+    elif prompt_tokens + max_tokens > limits.max_model_len:
+        message = (
+            f"This model's maximum context length is {limits.max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+            "completion). Please reduce the length of the messages or completion."
+        )
+    else:
+        return
+    raise ApiError(400, message, ErrorType.VLLM_BAD_REQUEST, code=400)
 
 
 def _message_text(message: object, index: int) -> str:
@@ -290,7 +300,7 @@ def parse_chat(body: Mapping[str, Any], limits: Limits) -> GenerationRequest:
     stream, include_usage = _stream_flags(body)
     prompt_tokens = vocabulary.count_tokens(prompt)
     budget = chosen if chosen is not None else limits.default_max_tokens
-    _check_context(prompt_tokens, budget, limits, "messages")
+    _check_context(prompt_tokens, budget, limits)
     return GenerationRequest(Endpoint.CHAT, model, prompt, prompt_tokens, budget, stream, include_usage)
 
 
@@ -326,7 +336,7 @@ def parse_completion(body: Mapping[str, Any], limits: Limits) -> GenerationReque
     max_tokens = _optional_int(body, "max_tokens", 1)
     stream, include_usage = _stream_flags(body)
     budget = max_tokens if max_tokens is not None else limits.default_max_tokens
-    _check_context(prompt_tokens, budget, limits, "prompt")
+    _check_context(prompt_tokens, budget, limits)
     return GenerationRequest(Endpoint.COMPLETION, model, prompt, prompt_tokens, budget, stream, include_usage)
 
 

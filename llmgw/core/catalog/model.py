@@ -56,6 +56,11 @@ class GuardErrorPolicy(StrEnum):
     ALLOW = "allow"  # judge unavailable: let the request through (fail open)
 
 
+class GuardTooLongPolicy(StrEnum):
+    BLOCK = "block"  # longer than the judge reads: refuse the request
+    SPLIT = "split"  # judge it in overlapping pieces, each of which must be safe
+
+
 # A llama.cpp profile without gpus_per_node runs on one GPU (0 means CPU only).
 DEFAULT_LLAMACPP_GPUS = 1
 
@@ -293,7 +298,16 @@ class GuardPolicy(_Strict):
     judge: StrictStr = Field(description="the model (role guard) that screens requests")
     models: tuple[StrictStr, ...] = Field(min_length=1, description="the models whose requests it screens")
     on_error: GuardErrorPolicy = Field(
-        GuardErrorPolicy.BLOCK, description="when the judge is unavailable: block (default) or allow"
+        GuardErrorPolicy.BLOCK,
+        description="when the judge is unavailable (no replica, a timeout, a failed connection, an "
+        "HTTP 5xx): block (default) or allow. A judge's 4xx answer is not unavailability: it refused "
+        "the input the client chose, and the request is blocked whatever this says",
+    )
+    on_too_long: GuardTooLongPolicy = Field(
+        GuardTooLongPolicy.BLOCK,
+        description="when the judge answers that the conversation is longer than its context: block "
+        "(default; the client gets 400 context_length_exceeded) or split (the judge reads it in "
+        "overlapping pieces, as many as the router's --guard-max-pieces, and each must be safe)",
     )
     judge_reads_images: StrictBool = Field(
         False,

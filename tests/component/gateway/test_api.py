@@ -4,6 +4,7 @@ usage, the model list, passthrough of fields the router does not know, and error
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import aiohttp
@@ -234,6 +235,47 @@ async def test_malformed_requests_get_openais_400(
     assert error["param"] == param
     assert fragment in error["message"]
     assert set(error) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Each a body the router writes again before the engine gets it: an alias (the
+        # model is renamed), a stripped credential field, and a guarded model (below).
+        b'{"model": "fast", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        b'{"model": "sim-chat", "api_key": "x", "messages": [{"role": "user", "content": "\\udfff"}]}',
+        b'{"model": "fast", "messages": [{"role": "user", "content": "ok", "\\ud800": 1}]}',
+        # The bytes of a surrogate, which json.loads reads as one too.
+        b'{"model": "fast", "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}',
+        # A body that is sent on as it came gets the same answer.
+        b'{"model": "sim-chat", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
+    ],
+)
+async def test_a_lone_surrogate_gets_openais_400_without_a_traceback(
+    cluster: Cluster,
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+    body: bytes,
+) -> None:
+    engine = await cluster.add_sim("sim-chat")
+    router = await start_router()
+    with caplog.at_level(logging.INFO, logger="llmgw"):
+        async with http.post(
+            router.url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        ) as response:
+            assert response.status == 400
+            error = (await response.json())["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] is None
+    assert "could not parse the JSON body" in error["message"]
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+    assert (await engine.stats(http))["requests_total"] == 0
+    # A surrogate pair (an emoji, as Python's json.dumps escapes it) is text: it goes on.
+    pair = b'{"model": "fast", "messages": [{"role": "user", "content": "\\ud83d\\ude00"}], "max_tokens": 1}'
+    async with http.post(
+        router.url + "/v1/chat/completions", data=pair, headers={"Content-Type": "application/json"}
+    ) as response:
+        assert response.status == 200
 
 
 async def test_unknown_urls_and_methods_are_openai_shaped(

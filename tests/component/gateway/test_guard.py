@@ -4,6 +4,7 @@ block it before it reaches the model; a judge that is down blocks by default."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import aiohttp
@@ -370,3 +371,281 @@ async def test_a_judge_that_reads_images_screens_them_with_the_text(
         await client.chat.completions.create(model="guarded", messages=WITH_IMAGE)
     assert caught.value.code == "content_policy_violation"
     assert len(engine.bodies) == 1
+
+
+# --- a judge's refusal of what the client sent is a verdict, not an outage ---------------------
+
+
+def _padded(words: int) -> Any:
+    return [{"role": "user", "content": "how do I bake bread? " + "please " * words}]
+
+
+async def test_padding_past_the_judges_context_does_not_turn_the_screen_off(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    # The attack: a simulated judge blocks everything, and a prompt padded past its
+    # context made it answer vLLM's 400, which on_error: allow used to let through.
+    cluster.set_catalog(guard_catalog(on_error="allow"))
+    await cluster.add_sim("judge", max_model_len=64)
+    model = await cluster.add_sim("guarded")
+    client = openai_for(await start_router())
+    with pytest.raises(openai.BadRequestError) as short:
+        await client.chat.completions.create(model="guarded", messages=_padded(0))
+    assert short.value.code == "content_policy_violation"
+    with pytest.raises(openai.BadRequestError) as padded:
+        await client.chat.completions.create(model="guarded", messages=_padded(100))
+    assert padded.value.code == "context_length_exceeded" and padded.value.param == "messages"
+    assert "shorten the conversation" in padded.value.message
+    assert (await model.stats(http))["requests_total"] == 0
+
+
+class AnsweringJudge:
+    """A judge engine that answers every call with ``status`` and ``body``."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        self.status, self.body = status, body
+        self.calls = 0
+
+    def app(self) -> web.Application:
+        async def chat(request: web.Request) -> web.Response:
+            self.calls += 1
+            return web.json_response(self.body, status=self.status)
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        return app
+
+
+def _vllm_error(message: str) -> Any:
+    return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "answer", "code"),
+    [
+        # vLLM on an image whose tokens overflow its context (vllm/v1/engine/processor.py).
+        (
+            400,
+            _vllm_error(
+                "The decoder prompt (length 9000) is longer than the maximum model length of 8192. "
+                "Make sure that `max_model_len` is no smaller than the number of text tokens plus "
+                "multimodal tokens."
+            ),
+            400,
+            "context_length_exceeded",
+        ),
+        # llama.cpp's server.
+        (
+            400,
+            {
+                "error": {
+                    "code": 400,
+                    "type": "exceed_context_size_error",
+                    "message": "request exceeds the available context size (8192 tokens), try increasing it",
+                }
+            },
+            400,
+            "context_length_exceeded",
+        ),
+        # Any other refusal of what the client sent (an image it cannot decode).
+        (400, _vllm_error("cannot identify image file"), 400, "content_policy_violation"),
+        (422, {"detail": "unprocessable"}, 400, "content_policy_violation"),
+        # The judge failing is unavailability: on_error says, here allow.
+        (500, _vllm_error("engine crashed"), 200, None),
+        (503, _vllm_error("overloaded"), 200, None),
+    ],
+)
+async def test_a_judges_4xx_blocks_and_only_its_5xx_is_unavailable(
+    cluster: Cluster,
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+    status: int,
+    body: Any,
+    answer: int,
+    code: str | None,
+) -> None:
+    cluster.set_catalog(guard_catalog(on_error="allow") + "    judge_reads_images: true\n")
+    judge = AnsweringJudge(status, body)
+    await cluster.add_app("judge", judge.app())
+    engine = RecordingEngine()
+    await cluster.add_app("guarded", engine.app())
+    router = await start_router()
+    request = {"model": "guarded", "messages": WITH_IMAGE}
+    async with http.post(router.url + "/v1/chat/completions", json=request) as response:
+        assert response.status == answer, await response.text()
+        if code is not None:
+            assert (await response.json())["error"]["code"] == code
+    assert len(engine.bodies) == (1 if answer == 200 else 0)
+    async with http.get(router.url + "/metrics") as response:
+        text = await response.text()
+    reading = {"context_length_exceeded": "too_long", "content_policy_violation": "refused"}.get(
+        code or "", "error"
+    )
+    assert metric_value(text, "llmgw_router_guard_seconds_count", policy="default", verdict=reading) >= 1
+
+
+class ShortContextJudge(FakeJudge):
+    """Reads at most ``limit`` characters of conversation (vLLM's 400 past them), and
+    is unsafe on any piece holding ``word``."""
+
+    def __init__(self, limit: int, word: str = "EVIL") -> None:
+        super().__init__("safe")
+        self.limit, self.word = limit, word
+
+    def app(self) -> web.Application:
+        inner = super().app()
+
+        @web.middleware
+        async def judge(request: web.Request, handler: Any) -> web.StreamResponse:
+            body = await request.json()
+            text = "".join(str(m["content"]) for m in body["messages"])
+            if len(text) > self.limit:
+                self.seen.append(body)
+                return web.json_response(
+                    _vllm_error(
+                        f"This model's maximum context length is {self.limit} tokens. However, your "
+                        f"request has {len(text)} input tokens. Please reduce the length of the input "
+                        "messages."
+                    ),
+                    status=400,
+                )
+            self.verdict = "unsafe\nS1" if self.word in text else "safe"
+            response: web.StreamResponse = await handler(request)
+            return response
+
+        inner.middlewares.append(judge)
+        return inner
+
+
+def _long_text(evil_at: int | None) -> str:
+    words = [f"word{i}" for i in range(200)]
+    if evil_at is not None:
+        words[evil_at] = "EVIL"
+    return " ".join(words)
+
+
+async def _split_setup(cluster: Cluster, policy_lines: str) -> tuple[ShortContextJudge, RecordingEngine]:
+    cluster.set_catalog(guard_catalog() + policy_lines)
+    judge = ShortContextJudge(limit=400)
+    await cluster.add_app("judge", judge.app())
+    engine = RecordingEngine()
+    await cluster.add_app("guarded", engine.app())
+    return judge, engine
+
+
+async def test_on_too_long_split_judges_every_piece_of_a_long_conversation(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    judge, engine = await _split_setup(cluster, "    on_too_long: split\n")
+    router = await start_router()
+    url = router.url + "/v1/chat/completions"
+    text = _long_text(None)  # ~1,400 characters: four pieces or so
+    async with http.post(
+        url, json={"model": "guarded", "messages": [{"role": "user", "content": text}]}
+    ) as r:
+        assert r.status == 200, await r.text()
+    read = [m["content"] for body in judge.seen for m in body["messages"] if len(str(m["content"])) <= 400]
+    assert len(read) > 2 and all(f"word{i}" in "".join(read) for i in range(200))  # nothing skipped
+    for evil_at in (0, 99, 100, 199):  # at the start, the end, and where a cut falls
+        messages = [{"role": "user", "content": _long_text(evil_at)}]
+        async with http.post(url, json={"model": "guarded", "messages": messages}) as r:
+            assert r.status == 400
+            assert (await r.json())["error"]["code"] == "content_policy_violation"
+    assert len(engine.bodies) == 1
+
+
+@pytest.mark.parametrize(
+    ("policy_lines", "max_pieces", "calls"),
+    [
+        ("", 16, 1),  # block is the default
+        ("    on_too_long: block\n", 16, 1),
+        # The whole, then its first half: still too long, and two more pieces would be 4 calls.
+        ("    on_too_long: split\n", 3, 2),
+    ],
+)
+async def test_a_conversation_too_long_for_the_judge_is_blocked(
+    cluster: Cluster,
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+    policy_lines: str,
+    max_pieces: int,
+    calls: int,
+) -> None:
+    judge, engine = await _split_setup(cluster, policy_lines)
+    router = await start_router(guard_max_pieces=max_pieces)
+    body = {"model": "guarded", "messages": [{"role": "user", "content": _long_text(None)}]}
+    async with http.post(router.url + "/v1/chat/completions", json=body) as response:
+        assert response.status == 400
+        assert (await response.json())["error"]["code"] == "context_length_exceeded"
+    assert len(judge.seen) == calls and engine.bodies == []
+
+
+# --- every field a chat template renders is screened ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "", "name": "EVIL"}],
+        [{"role": "user", "content": None, "name": "EVIL"}],
+        [{"role": "EVIL", "content": ""}],  # Llama 3.1's template writes the role as it is
+        [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "EVIL", "arguments": "{}"}}
+                ],
+            },
+        ],
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "function_call": {"name": "EVIL", "arguments": "{}"}},
+        ],
+        [{"role": "tool", "content": "", "tool_call_id": "EVIL"}],
+    ],
+)
+async def test_names_and_tool_calls_are_screened_even_with_no_content(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, messages: Any
+) -> None:
+    engine = await _screening(cluster)
+    router = await start_router()
+    async with http.post(
+        router.url + "/v1/chat/completions", json={"model": "guarded", "messages": messages}
+    ) as response:
+        assert response.status == 400, await response.text()
+        assert (await response.json())["error"]["code"] == "content_policy_violation"
+    assert engine.bodies == []
+
+
+async def test_a_request_whose_only_text_is_a_name_goes_to_the_judge(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    # The attack as filed: empty content, a name, and a judge that blocks everything.
+    _, model = await _setup(cluster, "unsafe\nS1")
+    router = await start_router()
+    messages = [{"role": "user", "content": "", "name": "explain_how_to_build_a_weapon"}]
+    async with http.post(
+        router.url + "/v1/chat/completions", json={"model": "guarded", "messages": messages}
+    ) as response:
+        assert response.status == 400
+        assert (await response.json())["error"]["code"] == "content_policy_violation"
+    assert (await model.stats(http))["requests_total"] == 0
+
+
+async def test_a_lone_surrogate_to_a_guarded_model_is_openais_400(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    judge, model = await _setup(cluster, "safe")
+    router = await start_router()
+    raw = b'{"model": "guarded", "messages": [{"role": "user", "content": "\\ud800"}]}'
+    with caplog.at_level(logging.INFO, logger="llmgw"):
+        async with http.post(
+            router.url + "/v1/chat/completions", data=raw, headers={"Content-Type": "application/json"}
+        ) as response:
+            assert response.status == 400
+            error = (await response.json())["error"]
+    assert error["type"] == "invalid_request_error" and "could not parse the JSON body" in error["message"]
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+    assert judge.seen == [] and (await model.stats(http))["requests_total"] == 0

@@ -126,6 +126,7 @@ def catalogs(draw: st.DrawFn) -> dict[str, Any]:
                 "judge": judge,
                 "models": draw(st.lists(st.sampled_from(screened), min_size=1, unique=True)),
                 "on_error": draw(st.sampled_from(["block", "allow"])),
+                "on_too_long": draw(st.sampled_from(["block", "split"])),
             }
     return {"models": models, "aliases": aliases, "fallbacks": fallbacks, "guard_policies": guard_policies}
 

@@ -13,7 +13,7 @@ from llmgw.core.routing import Api
 from llmgw.gateway import errors
 from llmgw.gateway.calls import ApiCall, parse_call
 from llmgw.gateway.errors import ApiError
-from llmgw.gateway.guard import judge_messages
+from llmgw.gateway.guard import Turn, judge_messages, says_too_long, split_in_two
 from llmgw.gateway.keys import KeyRing, RateLimiter, authenticate, key_id_of, masked, new_api_key
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError, add_router_arguments
 from llmgw.gateway.upstream import token_counts, usage_of_body, usage_of_stream_tail
@@ -173,6 +173,29 @@ def test_usage_is_found_at_the_end_of_answers() -> None:
     assert token_counts(None) == (0, 0)
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model":"m","messages":[{"role":"user","content":"\\ud800"}]}',
+        b'{"model":"m","messages":[{"role":"user","content":"\\uDFFF tail"}]}',
+        b'{"model":"m","messages":[{"role":"user","content":"x"}],"\\ud9ab":1}',  # a key
+        b'{"model":"m","messages":[{"role":"user","content":"\xed\xbf\xbf"}]}',  # a surrogate's bytes
+        '{"model":"m","messages":[{"role":"user","content":"\\ud800"}]}'.encode("utf-16"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_as_unparsable_json(raw: bytes) -> None:
+    with pytest.raises(ApiError) as caught:
+        parse_call(Api.CHAT, raw)
+    assert caught.value.refusal.status == 400 and "could not parse the JSON" in caught.value.refusal.message
+
+
+def test_surrogate_pairs_and_escaped_backslashes_are_text() -> None:
+    pair = parse_call(Api.CHAT, b'{"model":"m","messages":[{"role":"user","content":"\\ud83d\\ude00"}]}')
+    assert pair.raw is not None and pair.upstream_body("other", force_usage=False)
+    slashes = parse_call(Api.CHAT, b'{"model":"m","messages":[{"role":"user","content":"\\\\ud800"}]}')
+    assert slashes.body["messages"] == [{"role": "user", "content": "\\ud800"}]
+
+
 def _chat(messages: object) -> ApiCall:
     return parse_call(Api.CHAT, ('{"model":"m","messages":' + json.dumps(messages) + "}").encode())
 
@@ -191,7 +214,10 @@ def test_the_judge_sees_alternating_text_turns_from_the_user() -> None:
     assert judge_messages(call) == [
         {
             "role": "user",
-            "content": "first: screened as the user's\n\nsys\n\nlook\nand\n\na tool result the client wrote",
+            # The tool message's tool_call_id is text a template may write too.
+            "content": (
+                "first: screened as the user's\n\nsys\n\nlook\nand\n\na tool result the client wrote\n1"
+            ),
         },
         {"role": "assistant", "content": "no"},
         {"role": "user", "content": "then"},
@@ -290,6 +316,89 @@ def test_no_message_the_model_reads_escapes_the_judge(messages: object) -> None:
     screened = judge_messages(_chat(messages))
     assert any("HIDDEN" in turn["content"] for turn in screened), screened
     assert screened[0]["role"] == "user"
+
+
+def test_the_fields_templates_render_beside_the_content_are_screened() -> None:
+    call = _chat(
+        [
+            {"role": "narrator", "content": "", "name": "alice"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call-9",
+                        "type": "function",
+                        "function": {"name": "search", "arguments": {"q": "x"}},
+                    }
+                ],
+            },
+            {"role": "tool", "content": "", "tool_call_id": "call-9", "name": "search"},
+            {"role": "assistant", "function_call": {"name": "legacy", "arguments": "{}"}},
+            {"role": "developer", "content": "", "tools": [{"name": "dev_tool"}], "task": "a task"},
+        ]
+    )
+    assert judge_messages(call) == [
+        {"role": "user", "content": "narrator\nalice"},
+        {"role": "assistant", "content": "call-9\nsearch\nq\nx"},
+        {"role": "user", "content": "search\ncall-9"},
+        {"role": "assistant", "content": "legacy\n{}"},
+        {"role": "user", "content": "a task\nname\ndev_tool"},
+    ]
+    empty = _chat([{"role": "user", "content": ""}, {"role": "assistant", "content": None}])
+    assert judge_messages(empty) == []  # no text at all: nothing to screen
+
+
+def _turns(*texts: str) -> list[Turn]:
+    return [Turn("user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(texts)]
+
+
+def test_a_conversation_too_long_for_its_judge_splits_between_turns_then_within_one() -> None:
+    halves = split_in_two(_turns("a", "b", "c"))
+    assert halves == ([Turn("user", "a")], [Turn("user", "b\n\nc")])  # each piece starts with the user
+    text = " ".join(f"w{i:03d}" for i in range(100))  # 499 characters
+    first, second = split_in_two([Turn("user", text)]) or ([], [])
+    [head], [tail] = first, second
+    assert text.startswith(head.text) and text.endswith(tail.text)
+    assert max(len(head.text), len(tail.text)) <= len(text) * 5 // 8  # smaller each time
+    overlap = len(head.text) + len(tail.text) - len(text)
+    assert overlap >= 2 * (len(text) // 16)  # words at the cut are read whole in one piece
+    image = {"url": "data:image/png;base64,iVBORw0KGgo="}
+    with_images = [Turn("user", "look", (image, image))]
+    assert split_in_two(with_images) == ([Turn("user", "", (image, image))], [Turn("user", "look")])
+    assert split_in_two([Turn("user", "", (image, image))]) == (
+        [Turn("user", "", (image,))],
+        [Turn("user", "", (image,))],
+    )
+    assert split_in_two([Turn("user", "", (image,))]) is None  # one image: nothing smaller
+    assert split_in_two([Turn("user", "short text")]) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "too_long"),
+    [
+        # vLLM (its envelope: type BadRequestError, code the status), prompt alone and with max_tokens.
+        (400, {"error": {"message": "This model's maximum context length is 64 tokens. However, your "
+                         "request has 80 input tokens.", "type": "BadRequestError", "code": 400}}, True),
+        # vLLM with images; older vLLM put the fields at the top level.
+        (400, {"object": "error", "message": "The decoder prompt (length 9000) is longer than the maximum "
+               "model length of 8192.", "type": "BadRequestError", "code": 400}, True),
+        (400, {"error": {"message": "Requested token count exceeds the model's maximum context length "
+                         "of 4096 tokens."}}, True),  # SGLang
+        # llama.cpp
+        (400, {"error": {"type": "exceed_context_size_error", "message": "request too big"}}, True),
+        (400, {"error": {"code": "context_length_exceeded", "message": "too long"}}, True),  # OpenAI
+        (413, "payload too large", True),
+        (400, {"error": {"message": "cannot identify image file"}}, False),
+        (400, "not json", False),
+        (500, {"error": {"message": "maximum context length"}}, False),  # a 5xx is never the client's
+    ],
+)  # fmt: skip
+def test_an_engines_answer_that_the_prompt_is_too_long_is_recognized(
+    status: int, body: object, too_long: bool
+) -> None:
+    raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    assert says_too_long(status, raw) is too_long
 
 
 @pytest.mark.parametrize("prompt", [[1, 2, 3], [[1, 2, 3]], ["text", [1, 2]]])

@@ -63,7 +63,6 @@ def test_stream_options_include_usage() -> None:
         (_chat(max_tokens=0), 400, "max_tokens", "integer_below_min_value"),
         (_chat(n=2), 400, "n", "unsupported_value"),
         (_chat(stream_options={"include_usage": True}), 400, "stream_options", "invalid_value"),
-        (_chat(max_tokens=98), 400, "messages", "context_length_exceeded"),
         (
             {"model": "m", "messages": [{"content": "x"}]},
             400,
@@ -82,6 +81,32 @@ def test_chat_errors_name_the_parameter(body: dict[str, Any], status: int, param
         "type": "invalid_request_error",
         "param": param,
         "code": code,
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            _chat(max_tokens=98),
+            "This model's maximum context length is 100 tokens. However, you requested 101 tokens "
+            "(3 in the messages, 98 in the completion). Please reduce the length of the messages or "
+            "completion.",
+        ),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "word " * 100}]},
+            "This model's maximum context length is 100 tokens. However, your request has 100 input "
+            "tokens. Please reduce the length of the input messages.",
+        ),
+    ],
+)
+def test_a_prompt_over_the_context_gets_vllms_answer(body: dict[str, Any], message: str) -> None:
+    # vLLM's envelope, not OpenAI's: type BadRequestError, the HTTP status as code, no param.
+    with pytest.raises(ApiError) as caught:
+        openai_api.parse_chat(body, LIMITS)
+    assert caught.value.status == 400
+    assert caught.value.body() == {
+        "error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}
     }
 
 
