@@ -345,22 +345,28 @@ class LeaderElection:
         critical check, and a new check without a Status starts critical)."""
         ttl = self._settings.process_check_ttl
         assert ttl is not None
-        await self._client.agent_service_register(
-            {
-                "ID": self.process_service_id,
-                "Name": PROCESS_SERVICE,
-                "Meta": {"instance": self._instance[:512]},
-                "Check": {
-                    "CheckID": self.process_check_id,
-                    "Name": "llmgw control plane process alive",
-                    "TTL": go_duration(ttl),
-                    "Status": "passing",
-                    "DeregisterCriticalServiceAfter": go_duration(
-                        self._settings.process_check_deregister_after
-                    ),
-                },
-            }
-        )
+        registration: dict[str, object] = {
+            "ID": self.process_service_id,
+            "Name": PROCESS_SERVICE,
+            "Meta": {"instance": self._instance[:512]},
+            "Check": {
+                "CheckID": self.process_check_id,
+                "Name": "llmgw control plane process alive",
+                "TTL": go_duration(ttl),
+                "Status": "passing",
+                "DeregisterCriticalServiceAfter": go_duration(self._settings.process_check_deregister_after),
+            },
+        }
+        try:
+            await self._client.agent_service_register(registration)
+        except ConsulRejected as exc:
+            if exc.status != 403:
+                raise
+            raise ConsulRejected(
+                f'{exc}; the control plane\'s token also needs service "{PROCESS_SERVICE}" write '
+                "(its leader session is tied to this process's check: ops/README.md, Consul ACLs)",
+                exc.status,
+            ) from None
         self._check_registered = True
 
     async def _process_check_loop(self) -> None:
