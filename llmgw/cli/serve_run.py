@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 
+from llmgw.adapters.consul import ConsulNamespaceUnsupported
 from llmgw.admin import AdminSettings, AdminSettingsError, check_settings
 from llmgw.bundled import read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, event_loop
@@ -78,11 +79,17 @@ def run_serve(args: argparse.Namespace) -> int:
 
 async def _run(settings: ServiceSettings, catalog_text: str | None) -> int:
     logging.getLogger("llmgw").info("event loop: %s", event_loop.running_loop_name())
-    async with Services(settings) as services:
-        if catalog_text is not None and services.consul is not None:
-            applied = await publish_catalog(services.consul, catalog_text, applied_by="llmgw serve --catalog")
-            logging.getLogger("llmgw").info(
-                "catalog %s", f"version {applied.version} applied" if applied else "unchanged"
-            )
-        await wait_for_signal()
+    try:
+        async with Services(settings) as services:
+            if catalog_text is not None and services.consul is not None:
+                applied = await publish_catalog(
+                    services.consul, catalog_text, applied_by="llmgw serve --catalog"
+                )
+                logging.getLogger("llmgw").info(
+                    "catalog %s", f"version {applied.version} applied" if applied else "unchanged"
+                )
+            await wait_for_signal()
+    except ConsulNamespaceUnsupported as exc:  # raised at start, before anything runs
+        print(f"llmgw serve: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK

@@ -132,6 +132,7 @@ class Services:
         consul = ConsulClient(s.consul, ClientSettings())
         await consul.start()
         self._stack.push_async_callback(consul.close)
+        await consul.check_namespace()  # CONSUL_NAMESPACE on Consul CE: one clear error, now
         self.consul = consul
         if s.role in (Role.ALL, Role.CONTROL_PLANE):
             nomad = NomadClient(s.nomad)

@@ -69,6 +69,7 @@ KV_CATALOG_HISTORY_PREFIX: Final = "llmgw/catalog/history/"  # + <zero-padded ve
 KV_LEADER: Final = "llmgw/leader"
 KV_KEYS_PREFIX: Final = "llmgw/keys/"  # + <key id>: API keys, hashed
 KV_STATUS: Final = "llmgw/status"  # the leader's last published status, for `llmgw status` anywhere
+KV_STATUS_PARTS_PREFIX: Final = "llmgw/status/parts/"  # + <generation>/<part>: the status in pieces
 # The models the leader cannot serve now (unplaceable, drained by an operator), one
 # document for all of them so every router follows it with one blocking query.
 KV_UNAVAILABLE: Final = "llmgw/unavailable"

@@ -37,6 +37,7 @@ from llmgw.adapters.consul import (
     ConsulClient,
     DrainingMarks,
     ElectionSettings,
+    StatusPublisher,
     parse_endpoint,
 )
 from llmgw.adapters.nomad import NomadClient, Registered
@@ -52,6 +53,7 @@ from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.consul import ConsulSettings
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig
 from llmgw.devcluster.partition import TcpProxy
+from llmgw.devcluster.timing import real_defaults
 from llmgw.gateway.settings import RouterSettings
 from llmgw.render import Renderer
 from llmgw.settings import ConsulConnection, NomadConnection
@@ -59,8 +61,9 @@ from llmgw.settings import ConsulConnection, NomadConnection
 log = logging.getLogger("tests.e2e")
 T = TypeVar("T")
 
-# The leader lock on short clocks, so a failover takes seconds, not the default ~45 s
-# (2 x 15 s TTL before Consul invalidates a dead leader's session, then 15 s lock-delay).
+# The leader lock on short clocks, so a failover takes a few seconds, not the default ~14 s
+# (the dead leader's 3 s process check goes critical, then 10 s lock-delay; see
+# test_after_a_leader_crash_another_leads_within_20_s_at_consuls_real_timing).
 FAST_ELECTION = ElectionSettings(
     ttl=2.0,
     lock_delay=2.0,
@@ -409,18 +412,28 @@ class Instance:
 class Stack:
     """``async with Stack(tmp_path, policy, nodes(3)) as stack:`` cluster, router, clients."""
 
-    def __init__(self, tmp_path: Path, policy: SecurityPolicy, node_specs: tuple[NodeSpec, ...]) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        policy: SecurityPolicy,
+        node_specs: tuple[NodeSpec, ...],
+        *,
+        election: ElectionSettings = FAST_ELECTION,
+        real_timing: bool = False,
+    ) -> None:
+        """``real_timing``: the stand-ins on Nomad's and Consul's real default clocks
+        (``llmgw.devcluster.timing.real_defaults``) instead of the short ones."""
         self.tmp_path = tmp_path
         self.policy = policy
+        self.election = election
         self.control_settings = e2e_control_settings()
         self.render_settings = dev_render_settings()
-        self.cluster = DevCluster(
-            DevClusterConfig(
-                nomad=StandInConfig(nodes=node_specs, heartbeat_grace_s=1.0),
-                consul=CONSUL,
-                state_dir=tmp_path / "nomad",
-            )
+        config = DevClusterConfig(
+            nomad=StandInConfig(nodes=node_specs, heartbeat_grace_s=1.0),
+            consul=CONSUL,
+            state_dir=tmp_path / "nomad",
         )
+        self.cluster = DevCluster(real_defaults(config) if real_timing else config)
         self.acts = ActLog()
         self._stack = contextlib.AsyncExitStack()
         self._instances: list[Instance] = []
@@ -476,7 +489,7 @@ class Stack:
             admin=None,
             control_metrics=MetricsListenerSettings("127.0.0.1", 0),
             instance_id=instance_id,
-            election=FAST_ELECTION,
+            election=self.election,
         )
         return replace(settings, **overrides)
 
@@ -510,7 +523,7 @@ class Stack:
             consul=consul,
             instance_id=name,
             policy=self.policy,
-            election=FAST_ELECTION,
+            election=self.election,
         )
         deps = replace(
             deps,
@@ -548,8 +561,8 @@ class Stack:
         return entry.value.decode() if entry is not None and entry.session else None
 
     async def status(self) -> dict[str, Any] | None:
-        entry, _ = await self.consul.kv_get(c.KV_STATUS)
-        return None if entry is None else dict(json.loads(entry.value))
+        document = await StatusPublisher(self.consul).read()  # stored in pieces: read it whole
+        return None if document is None else dict(json.loads(document.text))
 
 
 def model_status(status: dict[str, Any] | None, model: str) -> dict[str, Any] | None:

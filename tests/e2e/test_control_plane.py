@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from llmgw.adapters.consul import ElectionSettings
 from llmgw.core import conventions as c
 from llmgw.core.catalog import SecurityPolicy
 
@@ -181,6 +182,40 @@ async def test_one_of_two_instances_leads_and_the_other_takes_over_and_keeps_rec
         for job_id, replica in before.items():
             assert after[job_id] == replica
         assert load.failures == [], load.failures[:5]
+
+
+async def test_after_a_leader_crash_another_leads_within_20_s_at_consuls_real_timing(
+    tmp_path: Path, shipped_policy: SecurityPolicy
+) -> None:
+    """Nomad's and Consul's real default timing (``llmgw.devcluster.timing.real_defaults``:
+    session TTL at least 10 s and enforced at up to 2 x TTL, lock-delay applied up to 60 s,
+    a node down 30 s after its last heartbeat) and llmgw's real election settings: the
+    leader's session is tied to its process's TTL check, so when nothing more comes from it
+    (a crash) Consul invalidates the session within the check's TTL and the standby leads
+    after lock-delay, not after 2 x TTL + lock-delay; and acts, never alongside the old one."""
+    loop = asyncio.get_running_loop()
+    election = ElectionSettings()
+    async with Stack(tmp_path, shipped_policy, nodes(2), election=election, real_timing=True) as stack:
+        watch = LeadershipWatch(stack.acts)
+        await watch.start()
+        try:
+            a = await stack.instance("cp-a", partitionable=True)
+            await eventually(lambda: a.leading, 30, "cp-a leading")
+            b = await stack.instance("cp-b")
+            assert a.proxy is not None
+            a.proxy.freeze()  # from Consul's side, a crash: nothing more arrives from cp-a
+            crashed_at = loop.time()
+            await eventually(lambda: b.leading, 30, "cp-b taking over")
+            took_over = loop.time() - crashed_at
+            await stack.apply(SPARE.replace("  sim-spare:", "models:\n  sim-spare:", 1))
+            await eventually(_settled(stack, "sim-spare", leader="cp-b"), 30, "cp-b placing sim-spare")
+        finally:
+            await watch.stop()
+        print(f"failover after a crash at Consul's real timing: {took_over:.1f}s")
+        assert election.lock_delay <= took_over < 20.0
+        assert watch.overlaps == []
+        assert [act for act in stack.acts.acts if act.others_leading] == []
+        assert stack.acts.actors() == ["cp-b"]
 
 
 async def test_a_catalog_change_rolls_replicas_one_at_a_time_with_no_failed_request(

@@ -23,6 +23,7 @@ from llmgw.adapters.consul.catalog import CatalogConflict, CatalogStore
 from llmgw.adapters.consul.client import (
     ConsulClient,
     ConsulError,
+    ConsulNamespaceUnsupported,
     ConsulProtocolError,
     ConsulRejected,
     ConsulUnavailable,
@@ -53,6 +54,7 @@ __all__ = [
     "ClientSettings",
     "ConsulClient",
     "ConsulError",
+    "ConsulNamespaceUnsupported",
     "ConsulProtocolError",
     "ConsulRejected",
     "ConsulSettingsError",

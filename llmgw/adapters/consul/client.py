@@ -62,6 +62,15 @@ class ConsulRejected(ConsulError):
         self.status = status
 
 
+class ConsulNamespaceUnsupported(ConsulRejected):
+    """CONSUL_NAMESPACE is set but this Consul has no namespaces (Consul CE refuses
+    every request that names one with 400; agent/http_ce.go, parseEntMeta)."""
+
+
+# The end of Consul CE's answer to ``?ns=`` (agent/http_ce.go, parseEntMeta).
+_CE_NAMESPACE_ANSWER: Final = "Namespaces are a Consul Enterprise feature"
+
+
 class ConsulProtocolError(ConsulError):
     """Consul (or something pretending to be it) answered with a shape llmgw cannot read."""
 
@@ -174,6 +183,21 @@ class ConsulClient:
     ) -> None:
         await self.close()
 
+    async def check_namespace(self) -> None:
+        """With CONSUL_NAMESPACE set, one read that Consul CE refuses: raises
+        :class:`ConsulNamespaceUnsupported` if this Consul has no namespaces, so a program
+        fails at start with one clear error instead of every request failing later. If
+        Consul does not answer, nothing is known yet and nothing is raised."""
+        if not self._connection.namespace:
+            return
+        try:
+            # A KV read: CE refuses its namespace before it looks at the key or the token.
+            await self._request("GET", "/v1/kv/llmgw/leader", ok_404=True)
+        except ConsulNamespaceUnsupported:
+            raise
+        except ConsulError:
+            return  # unreachable, or the token may not list: later requests will say so
+
     # ------------------------------------------------------------------ raw HTTP
 
     def _url(self, path: str) -> URL:
@@ -233,6 +257,14 @@ class ConsulClient:
             raise ConsulRejected(
                 f"{what}: 403 {text} (the ACL token in CONSUL_HTTP_TOKEN is missing, unknown "
                 "or lacks this permission)",
+                status,
+            )
+        if status == 400 and self._connection.namespace and _CE_NAMESPACE_ANSWER in text:
+            raise ConsulNamespaceUnsupported(
+                f"CONSUL_NAMESPACE={self._connection.namespace!r} is set, but the Consul at "
+                f"{self._connection.url} has no namespaces (it is Consul CE, which refuses every request "
+                f"naming one: {text!r}). Unset CONSUL_NAMESPACE to use Consul's only namespace, or point "
+                "CONSUL_HTTP_ADDR at Consul Enterprise",
                 status,
             )
         if 400 <= status < 500:
@@ -347,17 +379,29 @@ class ConsulClient:
     # ------------------------------------------------------------------ sessions
 
     async def session_create(
-        self, *, name: str, ttl: float, lock_delay: float, behavior: str = "release"
+        self,
+        *,
+        name: str,
+        ttl: float,
+        lock_delay: float,
+        behavior: str = "release",
+        service_checks: tuple[str, ...] = (),
     ) -> str:
-        """A session on the agent's node, tied to its serfHealth check; returns its ID."""
-        body = json.dumps(
-            {
-                "Name": name,
-                "TTL": go_duration(ttl),
-                "LockDelay": go_duration(lock_delay),
-                "Behavior": behavior,
-            }
-        ).encode()
+        """A session on the agent's node, tied to its serfHealth check and to
+        ``service_checks`` (check ids on the same agent): Consul invalidates it the moment
+        any of them goes critical. Returns its ID."""
+        request: dict[str, object] = {
+            "Name": name,
+            "TTL": go_duration(ttl),
+            "LockDelay": go_duration(lock_delay),
+            "Behavior": behavior,
+        }
+        if service_checks:
+            # Consul >= 1.7: NodeChecks / ServiceChecks (a custom list replaces the
+            # default serfHealth, so it is named again).
+            request["NodeChecks"] = ["serfHealth"]
+            request["ServiceChecks"] = [{"ID": check} for check in service_checks]
+        body = json.dumps(request).encode()
         _, payload, _ = await self._request("PUT", "/v1/session/create", body=body)
         doc = _json(payload, "Consul PUT /v1/session/create")
         if not isinstance(doc, dict) or not isinstance(doc.get("ID"), str) or not doc["ID"]:
@@ -372,6 +416,20 @@ class ConsulClient:
 
     async def session_destroy(self, session_id: str) -> None:
         await self._request("PUT", f"/v1/session/destroy/{session_id}")
+
+    # ------------------------------------------------------------------ the local agent
+
+    async def agent_service_register(self, registration: Mapping[str, object]) -> None:
+        """``PUT /v1/agent/service/register`` on the agent this client talks to."""
+        body = json.dumps(registration).encode()
+        await self._request("PUT", "/v1/agent/service/register", body=body)
+
+    async def agent_service_deregister(self, service_id: str) -> None:
+        await self._request("PUT", f"/v1/agent/service/deregister/{service_id}")
+
+    async def agent_check_pass(self, check_id: str) -> None:
+        """``PUT /v1/agent/check/pass/:check_id``: a TTL check stays passing for its TTL."""
+        await self._request("PUT", f"/v1/agent/check/pass/{check_id}")
 
 
 def _query_meta(headers: Mapping[str, str]) -> QueryMeta:

@@ -1,9 +1,12 @@
 """Leader election for the control plane: a Consul session and a lock on ``llmgw/leader``.
 
-Owns :class:`LeaderElection`: a session (TTL, renewed every TTL/2, lock-delay,
-behavior ``release``), the ``?acquire=`` of the leader key with this instance's
-id as its value, and the rule for when this instance may act as leader. It is
-leader only while ALL of these hold:
+Owns :class:`LeaderElection`: this process's own service ``llmgw-control`` on the
+local agent with a TTL check it passes while it lives, a session tied to that check
+(TTL, renewed every TTL/2, lock-delay, behavior ``release``; Consul invalidates it
+the moment the check goes critical, so a crash frees the lock after the check's TTL
+plus lock-delay, not after 2 x TTL), the ``?acquire=`` of the leader key with this
+instance's id as its value, and the rule for when this instance may act as leader.
+It is leader only while ALL of these hold:
 
 - the key is held by its session (as last read; a blocking query on the key
   notices another holder or a release at once);
@@ -12,8 +15,9 @@ leader only while ALL of these hold:
   (a timer ends the term then, even if nothing else could be heard).
 
 Consul will not let anyone else take the lock until the session is invalidated
-(at the earliest when it is destroyed, at the latest 2 x TTL after the last
-renewal) plus lock-delay (>= TTL, enforced by ElectionSettings). So an old
+(at the earliest when it is destroyed or its check goes critical, at the latest
+2 x TTL after the last renewal) plus lock-delay (>= TTL and <= Consul's 60 s cap,
+enforced by ElectionSettings). So an old
 leader has stopped before a new one can start, without relying on the old one
 hearing anything; DESIGN.md writes the argument out.
 
@@ -34,7 +38,14 @@ from collections.abc import AsyncIterator, Awaitable
 from types import TracebackType
 from typing import TypeVar
 
-from llmgw.adapters.consul.client import ConsulClient, ConsulError, KvEntry, QueryMeta
+from llmgw.adapters.consul.client import (
+    ConsulClient,
+    ConsulError,
+    ConsulRejected,
+    KvEntry,
+    QueryMeta,
+    go_duration,
+)
 from llmgw.adapters.consul.settings import ElectionSettings
 from llmgw.adapters.consul.watch import next_index
 from llmgw.cancellation import cancel_and_wait
@@ -43,6 +54,10 @@ from llmgw.core.conventions import KV_LEADER
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# The service each control-plane instance registers on its local agent, with the TTL
+# check its leader session is tied to (``ElectionSettings.process_check_ttl``).
+PROCESS_SERVICE = "llmgw-control"
 
 
 class Term:
@@ -103,6 +118,7 @@ class LeaderElection:
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
         self._last_error: str | None = None
+        self._check_registered = False
 
     # ------------------------------------------------------------------ reading
 
@@ -130,6 +146,15 @@ class LeaderElection:
     @property
     def last_error(self) -> str | None:
         return self._last_error
+
+    @property
+    def process_service_id(self) -> str:
+        """The service (on the local agent) whose TTL check says this process is alive."""
+        return f"{PROCESS_SERVICE}-{self._instance}"
+
+    @property
+    def process_check_id(self) -> str:
+        return f"{PROCESS_SERVICE}-alive:{self._instance}"
 
     async def wait_for_leadership(self) -> Term:
         """The current term, waiting for one to begin if needed. Needs a started election."""
@@ -168,6 +193,10 @@ class LeaderElection:
             asyncio.create_task(self._campaign_loop(), name=f"leader-campaign:{self._instance}"),
             asyncio.create_task(self._renew_loop(), name=f"leader-renew:{self._instance}"),
         ]
+        if self._settings.process_check_every is not None:
+            self._tasks.append(
+                asyncio.create_task(self._process_check_loop(), name=f"leader-check:{self._instance}")
+            )
 
     async def stop(self) -> None:
         """Stop acting (the term ends first), then release the lock and destroy the
@@ -181,10 +210,11 @@ class LeaderElection:
         session, self._session_id = self._session_id, None
         self._renew_ok = False
         self._notify()
-        if session is None:
+        registered, self._check_registered = self._check_registered, False
+        if session is None and not registered:
             return
         try:
-            await asyncio.wait_for(self._release(session), self._settings.release_timeout)
+            await asyncio.wait_for(self._release(session, registered), self._settings.release_timeout)
         except (ConsulError, TimeoutError) as exc:
             log.warning(
                 "leader election %s: could not release the lock cleanly (%s); it frees itself when the "
@@ -193,9 +223,12 @@ class LeaderElection:
                 str(exc) or "no answer in time",
             )
 
-    async def _release(self, session: str) -> None:
-        await self._client.kv_put(self._key, self._instance.encode("utf-8"), release=session)
-        await self._client.session_destroy(session)
+    async def _release(self, session: str | None, registered: bool) -> None:
+        if session is not None:
+            await self._client.kv_put(self._key, self._instance.encode("utf-8"), release=session)
+            await self._client.session_destroy(session)
+        if registered:
+            await self._client.agent_service_deregister(self.process_service_id)
 
     async def __aenter__(self) -> LeaderElection:
         await self.start()
@@ -304,6 +337,59 @@ class LeaderElection:
                 self._lose("the session expired or was destroyed")
                 self._poke()
 
+    # ------------------------------------------------------------------ the process check
+
+    async def _register_process_check(self) -> None:
+        """Register (again: idempotent) this process's service with a passing TTL check.
+        Registered passing, so a session can be tied to it at once (Consul refuses a
+        critical check, and a new check without a Status starts critical)."""
+        ttl = self._settings.process_check_ttl
+        assert ttl is not None
+        registration: dict[str, object] = {
+            "ID": self.process_service_id,
+            "Name": PROCESS_SERVICE,
+            "Meta": {"instance": self._instance[:512]},
+            "Check": {
+                "CheckID": self.process_check_id,
+                "Name": "llmgw control plane process alive",
+                "TTL": go_duration(ttl),
+                "Status": "passing",
+                "DeregisterCriticalServiceAfter": go_duration(self._settings.process_check_deregister_after),
+            },
+        }
+        try:
+            await self._client.agent_service_register(registration)
+        except ConsulRejected as exc:
+            if exc.status != 403:
+                raise
+            raise ConsulRejected(
+                f'{exc}; the control plane\'s token also needs service "{PROCESS_SERVICE}" write '
+                "(its leader session is tied to this process's check: ops/README.md, Consul ACLs)",
+                exc.status,
+            ) from None
+        self._check_registered = True
+
+    async def _process_check_loop(self) -> None:
+        """Pass the check while this process lives. A failed pass is retried at the next
+        beat; if the check expires meanwhile Consul invalidates the session, and the
+        campaign registers the check again before the next session."""
+        every = self._settings.process_check_every
+        assert every is not None
+        while True:
+            await asyncio.sleep(every)
+            if not self._check_registered:
+                continue
+            try:
+                await self._client.agent_check_pass(self.process_check_id)
+            except ConsulError as exc:
+                self._last_error = str(exc)
+                if isinstance(exc, ConsulRejected) and exc.status == 404:
+                    self._check_registered = False  # reaped or removed: register before the next session
+                    # The session tied to it is gone too (or soon is): end the term now.
+                    self._renew_ok = False
+                    self._lose("this process's check is gone from the agent")
+                    self._poke()
+
     # ------------------------------------------------------------------ the lock
 
     async def _campaign_loop(self) -> None:
@@ -313,12 +399,17 @@ class LeaderElection:
             try:
                 session = self._session_id
                 if session is None:
+                    checks: tuple[str, ...] = ()
+                    if self._settings.process_check_ttl is not None:
+                        await self._register_process_check()
+                        checks = (self.process_check_id,)
                     sent = self._loop.time()
                     session = await self._client.session_create(
                         name=f"llmgw leader lock: {self._instance}"[:200],
                         ttl=self._settings.ttl,
                         lock_delay=self._settings.lock_delay,
                         behavior="release",
+                        service_checks=checks,
                     )
                     self._session_id = session
                     self._renewed_at = sent

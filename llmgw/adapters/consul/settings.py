@@ -78,23 +78,41 @@ class WatchSettings:
             raise ConsulSettingsError("WatchSettings.burst must be at least 1")
 
 
+# Consul applies at most this lock-delay, whatever a session asks for
+# (structs.MaxLockDelay, enforced in agent/consul/state/session.go).
+CONSUL_MAX_LOCK_DELAY = 60.0
+
+
 @dataclass(frozen=True, slots=True)
 class ElectionSettings:
-    # The leader session's TTL. Consul refuses TTLs under 10 s and invalidates a
-    # session only after 2 x TTL without a renewal; the leader itself gives up at TTL.
-    ttl: float = 15.0
+    # The leader session's TTL: Consul's minimum (10 s; it refuses shorter). Consul
+    # invalidates a session only after 2 x TTL without a renewal
+    # (agent/consul/session_ttl.go); the leader itself gives up at TTL.
+    ttl: float = 10.0
     # Renew this often (None: ttl / 2, so one lost renewal still leaves time for another).
     renew_interval: float | None = None
     # Consul refuses to let anyone take the lock for this long after the holder's
     # session is invalidated. Must be >= ttl: that is what keeps an old leader that
-    # has not heard of its loss from overlapping a new one (see DESIGN.md).
-    lock_delay: float = 15.0
+    # has not heard of its loss from overlapping a new one (see DESIGN.md). At most
+    # 60 s: Consul cuts longer ones to that.
+    lock_delay: float = 10.0
     # The leader stops considering itself leader this long before its TTL runs out,
     # to absorb clock-rate differences and event-loop lag.
     safety_margin: float = 1.0
+    # The session is also tied to a TTL check of this process on the local agent
+    # (service llmgw-control), which the process passes every process_check_ttl / 3:
+    # when the process dies, the check goes critical within this long and Consul
+    # invalidates the session at once, instead of after 2 x ttl. A failover after a
+    # crash then takes about process_check_ttl + lock_delay + acquire_retry_interval
+    # (~14 s) instead of 2 x ttl + lock_delay (~30 s). None: no check (only the TTL).
+    process_check_ttl: float | None = 3.0
+    # A crashed instance's check (critical for good) is removed by Consul after this
+    # long (DeregisterCriticalServiceAfter; Consul's minimum is 1 min).
+    process_check_deregister_after: float = 60.0
     # A contender whose acquire was refused while the key was free (lock-delay)
-    # tries again after this long; Consul's Go client uses 5 s (DefaultLockRetryTime).
-    acquire_retry_interval: float = 5.0
+    # tries again after this long (Consul's Go client waits 5 s, DefaultLockRetryTime;
+    # 1 s keeps a failover within a second of the lock-delay's end, at one PUT a second).
+    acquire_retry_interval: float = 1.0
     # After a failed session create, renew or acquire: retry after this long
     # (doubling up to backoff_max, with jitter).
     backoff_initial: float = 0.5
@@ -110,6 +128,11 @@ class ElectionSettings:
     def renew_every(self) -> float:
         return self.renew_interval if self.renew_interval is not None else self.ttl / 2
 
+    @property
+    def process_check_every(self) -> float | None:
+        """How often the process passes its own check: three tries within its TTL."""
+        return None if self.process_check_ttl is None else self.process_check_ttl / 3
+
     def __post_init__(self) -> None:
         if self.ttl <= 0 or self.safety_margin < 0 or self.safety_margin >= self.ttl:
             raise ConsulSettingsError("ElectionSettings: ttl > safety_margin >= 0 is required")
@@ -122,5 +145,13 @@ class ElectionSettings:
                 f"ElectionSettings.lock_delay ({self.lock_delay}s) must be at least the ttl ({self.ttl}s): "
                 "otherwise a new leader may act before an old one that missed its loss has stopped"
             )
+        if self.lock_delay > CONSUL_MAX_LOCK_DELAY:
+            raise ConsulSettingsError(
+                f"ElectionSettings.lock_delay ({self.lock_delay}s) is more than Consul applies "
+                f"({CONSUL_MAX_LOCK_DELAY:g}s, its MaxLockDelay): use a ttl and lock_delay of at most "
+                f"{CONSUL_MAX_LOCK_DELAY:g}s"
+            )
+        if self.process_check_ttl is not None and self.process_check_ttl <= 0:
+            raise ConsulSettingsError("ElectionSettings.process_check_ttl must be positive (or None)")
         if min(self.acquire_retry_interval, self.backoff_initial, self.key_wait, self.release_timeout) <= 0:
             raise ConsulSettingsError("ElectionSettings: intervals must be positive")

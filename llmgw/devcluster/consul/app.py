@@ -90,12 +90,32 @@ async def _outage_middleware(request: web.Request, handler: Handler) -> web.Stre
     return late if late is not None else response
 
 
+# Endpoints whose handlers never read a namespace (agent/http_ce.go's parseEntMeta is
+# not called for them), so Consul CE answers them whatever ``?ns=`` says.
+_NO_NAMESPACE_PATHS = ("/v1/status/", "/v1/agent/self")
+
+
+def _refuse_namespace_on_ce(request: web.Request) -> None:
+    """Consul CE's answer to a namespace: 400 with parseEntMeta's text (agent/http_ce.go)."""
+    if state_of(request).settings.enterprise or not request.path.startswith("/v1/"):
+        return
+    if request.path.startswith(_NO_NAMESPACE_PATHS):
+        return
+    if request.headers.get("X-Consul-Namespace"):
+        raise ConsulError(
+            400, 'Invalid header: "X-Consul-Namespace" - Namespaces are a Consul Enterprise feature'
+        )
+    if request.query.get("ns"):
+        raise ConsulError(400, 'Invalid query parameter: "ns" - Namespaces are a Consul Enterprise feature')
+
+
 @web.middleware
 async def _consul_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         dc = request.query.get("dc")
         if dc and request.path.startswith("/v1/") and dc != state_of(request).settings.datacenter:
             raise ConsulError(500, "No path to datacenter")
+        _refuse_namespace_on_ce(request)
         return await handler(request)
     except ConsulError as exc:
         return text_answer(exc.status, exc.message)

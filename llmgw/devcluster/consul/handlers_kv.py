@@ -80,7 +80,7 @@ async def kv_put(request: web.Request) -> web.StreamResponse:
         return text_answer(
             413,
             f"Request body({len(body)} bytes) too large, max size: {limit} bytes. "
-            "See https://developer.hashicorp.com/consul/docs/agent/config/config-files#kv_max_value_size.",
+            "See https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size.",
         )
     flags = parse_uint(q["flags"], "flags") if "flags" in q else 0
     cas = parse_uint(q["cas"], "cas value") if "cas" in q else None

@@ -29,6 +29,12 @@ class ConsulSettings:
     # filtered lists and gets 403 elsewhere; another token gets 403 "ACL not found".
     acl_token: str | None = field(default=None, repr=False)  # repr: never print a secret
 
+    # False answers as Consul CE (Community Edition) does: a request naming a
+    # namespace (``?ns=`` or ``X-Consul-Namespace``) is a 400 (agent/http_ce.go,
+    # parseEntMeta). True accepts and ignores namespaces, as Enterprise with only
+    # the namespace asked for would.
+    enterprise: bool = False
+
     # Blocking queries: Consul waits 5 min without ?wait=, caps ?wait= at 10 min,
     # and adds up to wait/16 of random extra time. 0 disables the jitter.
     default_wait: float = 300.0
@@ -49,11 +55,15 @@ class ConsulSettings:
     min_deregister_critical_after: float = 60.0
 
     # Sessions: TTL must lie in [10 s, 24 h]; the servers invalidate a session
-    # not renewed within TTL x 2; lock-delay defaults to 15 s.
+    # not renewed within TTL x 2 (agent/consul/session_ttl.go, createSessionTimer:
+    # ttl * structs.SessionTTLMultiplier); lock-delay defaults to 15 s and is cut to
+    # 60 s when applied (agent/consul/state/session.go: "Enforce the max lock delay",
+    # structs.MaxLockDelay), whatever the session asked for.
     session_ttl_min: float = 10.0
     session_ttl_max: float = 86400.0
     session_ttl_multiplier: float = 2.0
     default_lock_delay: float = 15.0
+    max_lock_delay: float = 60.0
 
     # KV: Consul refuses values over 512 KiB (kv_max_value_size).
     kv_max_value_size: int = 512 * 1024

@@ -911,8 +911,9 @@ class ConsulState:
                 self._tombstones[key] = idx
             else:
                 self._kv[key] = replace(entry, session="", modify_index=idx)
-            if sess.lock_delay > 0:
-                self._lock_delays[key] = now + sess.lock_delay
+            delay = min(sess.lock_delay, self.settings.max_lock_delay)  # Consul's MaxLockDelay
+            if delay > 0:
+                self._lock_delays[key] = now + delay
 
     # ------------------------------------------------------------------ time
 

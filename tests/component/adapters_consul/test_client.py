@@ -17,6 +17,7 @@ from aiohttp import web
 
 from llmgw.adapters.consul import (
     ConsulClient,
+    ConsulNamespaceUnsupported,
     ConsulRejected,
     ConsulUnavailable,
     WatchSettings,
@@ -293,3 +294,26 @@ async def test_closing_twice_and_using_after_close(connector: Callable[..., Cons
     await client.close()
     with pytest.raises(RuntimeError, match="before start"):
         await client.kv_get("k")
+
+
+async def test_a_namespace_on_consul_ce_is_one_clear_error_at_start(
+    connector: Callable[..., ConsulClient],
+) -> None:
+    """Consul CE refuses every request naming a namespace (agent/http_ce.go); the stand-in
+    answers as CE does, and the client says which setting to change instead of quoting a 400."""
+    async with ConsulStandIn(ConsulSettings.for_tests()) as ce:
+        async with connector(ce.url, CONSUL_NAMESPACE="team-a") as client:
+            with pytest.raises(ConsulNamespaceUnsupported) as refused:
+                await client.check_namespace()
+            message = str(refused.value)
+            assert "CONSUL_NAMESPACE='team-a'" in message and "Unset CONSUL_NAMESPACE" in message
+            assert "Consul CE" in message and refused.value.status == 400
+            with pytest.raises(ConsulNamespaceUnsupported):
+                await client.kv_get("llmgw/status")
+        async with connector(ce.url) as without:
+            await without.check_namespace()
+            assert await without.kv_put("llmgw/x", b"1") is True
+    enterprise = ConsulStandIn(ConsulSettings.for_tests(enterprise=True))
+    async with enterprise, connector(enterprise.url, CONSUL_NAMESPACE="team-a") as client:
+        await client.check_namespace()
+        assert await client.kv_put("llmgw/x", b"1") is True

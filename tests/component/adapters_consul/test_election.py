@@ -74,9 +74,9 @@ def leader_of(electors: list[LeaderElection]) -> list[LeaderElection]:
 
 @contextlib.asynccontextmanager
 async def electors(
-    *clients: ConsulClient, settings: ElectionSettings = FAST
+    *clients: ConsulClient, settings: ElectionSettings = FAST, first: int = 0
 ) -> AsyncIterator[list[LeaderElection]]:
-    group = [LeaderElection(cl, f"ctl-{i}", settings) for i, cl in enumerate(clients)]
+    group = [LeaderElection(cl, f"ctl-{first + i}", settings) for i, cl in enumerate(clients)]
     try:
         for e in group:
             await e.start()
@@ -230,3 +230,59 @@ def test_settings_refuse_a_lock_delay_shorter_than_the_ttl() -> None:
         ElectionSettings(ttl=15, lock_delay=5)
     with pytest.raises(ConsulSettingsError, match="renew_interval"):
         ElectionSettings(ttl=15, renew_interval=15)
+    with pytest.raises(ConsulSettingsError, match="MaxLockDelay"):
+        ElectionSettings(ttl=90, lock_delay=90)  # Consul would apply 60 s: no longer >= the ttl
+
+
+async def test_a_crashed_leaders_session_ends_with_its_process_check_not_after_twice_the_ttl(
+    standin: ConsulStandIn, client: ConsulClient, proxy: TcpProxy, eventually: Eventually
+) -> None:
+    """The leader's session is tied to a TTL check its process passes on the local agent.
+    When the process is gone (here: nothing it sends arrives, as after a crash) the check
+    goes critical within its TTL and Consul invalidates the session at once; the other
+    takes over after lock-delay, well before Consul's 2 x TTL expiry would have let it."""
+    settings = ElectionSettings(
+        ttl=2.0,
+        renew_interval=0.5,
+        lock_delay=2.0,
+        safety_margin=0.2,
+        process_check_ttl=0.3,
+        acquire_retry_interval=0.05,
+        backoff_initial=0.02,
+        backoff_max=0.1,
+        key_wait=1.0,
+    )
+    crashed = ConsulClient(
+        ConsulConnection.from_env({"CONSUL_HTTP_ADDR": proxy.url}),
+        ClientSettings(connect_timeout=0.5, request_timeout=5.0, blocking_slack=0.5),
+    )
+    async with crashed, electors(crashed, settings=settings) as (first,):
+        await asyncio.wait_for(first.wait_for_leadership(), 5)
+        checks = {c["CheckID"]: c for c in await agent_checks(standin.url)}
+        assert checks[first.process_check_id]["Status"] == "passing"
+        async with electors(client, settings=settings, first=1) as (second,):
+            with OverlapMonitor([first, second]) as monitor:
+                loop = asyncio.get_running_loop()
+                proxy.freeze()
+                crashed_at = loop.time()
+                await eventually(lambda: second.is_leader, within=10.0)
+                took_over_after = loop.time() - crashed_at
+            assert monitor.overlaps == []
+            # Without the check: 2 x TTL (4 s) before Consul drops the session, then lock-delay.
+            assert settings.lock_delay <= took_over_after < 2 * settings.ttl
+            checks = {c["CheckID"]: c for c in await agent_checks(standin.url)}
+            assert checks[first.process_check_id]["Status"] == "critical"
+            proxy.thaw()
+
+
+async def test_a_clean_stop_removes_the_process_check(client: ConsulClient, standin: ConsulStandIn) -> None:
+    election = LeaderElection(client, "ctl-tidy", FAST)
+    async with election.leadership():
+        assert election.process_check_id in {c["CheckID"] for c in await agent_checks(standin.url)}
+    assert election.process_check_id not in {c["CheckID"] for c in await agent_checks(standin.url)}
+
+
+async def agent_checks(url: str) -> list[dict[str, str]]:
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/v1/agent/checks") as resp:
+        assert resp.status == 200
+        return list((await resp.json()).values())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
@@ -293,3 +294,44 @@ def test_a_key_part_is_one_plain_segment(value: str) -> None:
     with pytest.raises(ValueError, match="cannot be part of a Consul key"):
         key_part(value, "key id")
     assert key_part("k-0123456789abcdef", "key id") == "k-0123456789abcdef"
+
+
+async def test_a_status_read_while_the_leader_publishes_is_always_one_whole_generation(
+    standin: ConsulStandIn, client: ConsulClient, connector: Callable[..., ConsulClient]
+) -> None:
+    """The status is stored in pieces (Consul holds 512 KiB a value); a reader racing the
+    publisher sees one document or the other, never pieces of two."""
+    status = StatusPublisher(client)
+    size = 3 * standin.settings.kv_max_value_size  # several pieces each
+    docs = [json.dumps({"generation": g, "fill": str(g) * size}, sort_keys=True) for g in range(4)]
+    await status.publish(docs[0])
+    stop = asyncio.Event()
+    seen: list[str] = []
+
+    async def reader() -> None:
+        async with connector(standin.url) as own:
+            mine = StatusPublisher(own)
+            while not stop.is_set():
+                doc = await mine.read()
+                assert doc is not None
+                seen.append(doc.text)
+
+    readers = [asyncio.create_task(reader()) for _ in range(2)]
+    for round_ in range(12):
+        await status.publish(docs[round_ % len(docs)])
+    stop.set()
+    await asyncio.gather(*readers)
+    assert seen and all(text in docs for text in seen)
+
+
+async def test_a_status_head_that_is_not_one_is_a_corrupt_record(client: ConsulClient) -> None:
+    """An older llmgw's single-value status, or pieces missing, is named, not shown half."""
+    from llmgw.adapters.consul import CorruptRecord
+
+    await client.kv_put("llmgw/status", json.dumps({"leader": "old", "models": []}).encode())
+    with pytest.raises(CorruptRecord, match="not a status head"):
+        await StatusPublisher(client).read()
+    await StatusPublisher(client).publish(json.dumps({"leader": "new"}))
+    await client.kv_delete("llmgw/status/parts/", recurse=True)
+    with pytest.raises(CorruptRecord, match="missing or do not match"):
+        await StatusPublisher(client).read()

@@ -60,3 +60,33 @@ def test_an_unknown_event_loop_is_refused_up_front_from_the_flag_or_the_environm
     result = serve(LLMGW_EVENT_LOOP="trio")
     assert result.returncode == 2 and "LLMGW_EVENT_LOOP" in result.stderr and "'trio'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def test_a_consul_namespace_on_consul_ce_stops_serve_at_start_with_one_clear_error() -> None:
+    """Consul CE refuses every request naming a namespace (the stand-in answers as CE does):
+    `llmgw serve` says so once, names CONSUL_NAMESPACE and what to do, and exits 2."""
+    import asyncio
+
+    from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
+
+    async with ConsulStandIn(ConsulSettings.for_tests()) as consul:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "NOMAD_", "CONSUL_"))}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "llmgw",
+            "serve",
+            "--role",
+            "router",
+            "--port",
+            "0",
+            cwd=REPO,
+            env={**clean, "CONSUL_HTTP_ADDR": consul.url, "CONSUL_NAMESPACE": "team-a"},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(process.communicate(), 60)
+    text = err.decode()
+    assert process.returncode == 2, text
+    assert "CONSUL_NAMESPACE='team-a'" in text and "Unset CONSUL_NAMESPACE" in text
+    assert "Traceback" not in text

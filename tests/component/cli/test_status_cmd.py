@@ -394,3 +394,62 @@ async def test_a_model_healthy_again_after_a_rebuild_shows_why_it_runs_not_the_o
     assert "rebuilding" not in row and "failure" not in row
     history = await status("--json")
     assert json.loads(history.out)["models"][0]["backoff"]["failures"] == 1
+
+
+def big_report(models: int, generated_at: float, leader: str = "cp-1") -> StatusReport:
+    """A catalog of ``models`` two-node models, each with one replica on two nodes of 8 GPUs."""
+    return StatusReport(
+        generated_at=generated_at,
+        catalog_hash="cd" * 32,
+        leader=leader,
+        models=tuple(
+            ModelStatus(
+                model=f"model-{i:04d}",
+                mode="keep-running",
+                desired=1,
+                healthy=1,
+                replicas=(
+                    replica(
+                        f"llmgw-model-{i:04d}-r1",
+                        Phase.HEALTHY,
+                        (f"gpu-{2 * i}", f"gpu-{2 * i + 1}"),
+                        16,
+                        "passing",
+                    ),
+                ),
+                scaling="min 1",
+                waiting=None,
+                backoff=None,
+            )
+            for i in range(models)
+        ),
+    )
+
+
+async def test_a_2000_model_status_publishes_through_consuls_value_limit_and_shows_whole(
+    consul: ConsulStandIn, status: StatusRunner, publisher: StatusPublisher
+) -> None:
+    """One KV value holds 512 KiB (the stand-in refuses more as Consul does, 413); a
+    2,000-model status is several times that, so it is stored in pieces and read whole."""
+    published = big_report(2000, time.time())
+    text = to_json(published)
+    assert len(text.encode()) > 3 * consul.settings.kv_max_value_size
+    await publisher.publish(text)
+
+    whole = await status("--json")
+    assert whole.code == 0, whole.err
+    assert json.loads(whole.out) == json.loads(text)
+    shown = await status()
+    assert shown.code == 0, shown.err
+    assert sum(1 for line in shown.lines if line.startswith("model-")) == 2000
+    assert sum(1 for line in shown.lines if line.startswith("llmgw-model-")) == 2000
+    one = await status("--json", "--model", "model-1999")
+    assert [m["model"] for m in json.loads(one.out)["models"]] == ["model-1999"]
+
+    # A smaller status replaces it whole, and the old pieces are gone.
+    await publisher.publish(to_json(report(time.time())))
+    again = await status("--json")
+    assert [m["model"] for m in json.loads(again.out)["models"]] == ["llama-70b", "qwen-7b"]
+    async with ConsulClient(ConsulConnection.from_env({"CONSUL_HTTP_ADDR": consul.url})) as client:
+        keys = await client.kv_keys("llmgw/status/parts/")
+    assert len({key.split("/")[3] for key in keys}) == 1

@@ -198,3 +198,26 @@ async def test_bare_app_is_a_working_single_agent(http: ClientSession, eventuall
         await eventually(expired)
     finally:
         await runner.cleanup()
+
+
+async def test_a_namespace_is_refused_as_consul_ce_refuses_it(
+    standin: ConsulStandIn, http: aiohttp.ClientSession
+) -> None:
+    """Consul CE answers a request naming a namespace with 400 and parseEntMeta's text
+    (agent/http_ce.go); an empty ``ns`` is no namespace. Status endpoints take none."""
+    async with http.get(standin.url + "/v1/kv/llmgw/status?ns=team-a") as resp:
+        assert resp.status == 400
+        assert (
+            await resp.text() == 'Invalid query parameter: "ns" - Namespaces are a Consul Enterprise feature'
+        )
+    async with http.put(
+        standin.url + "/v1/session/create", json={}, headers={"X-Consul-Namespace": "team-a"}
+    ) as resp:
+        assert resp.status == 400
+        assert await resp.text() == (
+            'Invalid header: "X-Consul-Namespace" - Namespaces are a Consul Enterprise feature'
+        )
+    async with http.get(standin.url + "/v1/kv/llmgw/status?ns=") as resp:
+        assert resp.status == 404
+    async with http.get(standin.url + "/v1/status/leader?ns=team-a") as resp:
+        assert resp.status == 200

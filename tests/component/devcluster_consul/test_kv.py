@@ -99,3 +99,18 @@ async def test_kv_errors(standin: ConsulStandIn, http: ClientSession) -> None:
         assert resp.status == 413
     async with http.get(standin.url + "/v1/kv/x?dc=elsewhere") as resp:
         assert (resp.status, await resp.text()) == (500, "No path to datacenter")
+
+
+async def test_a_value_over_kv_max_value_size_is_refused_with_consuls_answer(
+    standin: ConsulStandIn, http: ClientSession
+) -> None:
+    """agent/kvs_endpoint.go (KVSPut): 413 and this text, the limit in bytes."""
+    limit = standin.settings.kv_max_value_size
+    async with http.put(standin.url + "/v1/kv/x", data=b"x" * (limit + 1)) as resp:
+        assert resp.status == 413
+        assert await resp.text() == (
+            f"Request body({limit + 1} bytes) too large, max size: {limit} bytes. "
+            "See https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size."
+        )
+    async with http.put(standin.url + "/v1/kv/x", data=b"x" * limit) as resp:
+        assert resp.status == 200

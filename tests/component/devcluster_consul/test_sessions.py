@@ -148,3 +148,22 @@ async def test_session_validation(
     sid = await create_session(http, standin.url, LockDelay=7, Checks=[])
     _, info = await server_client.session.info(sid)
     assert info is not None and (info["LockDelay"], info["Checks"]) == (7_000_000_000, [])
+
+
+def test_lock_delay_is_cut_to_consuls_60_second_cap() -> None:
+    """Consul applies at most structs.MaxLockDelay (60 s) whatever a session asked for
+    (agent/consul/state/session.go, "Enforce the max lock delay"); the store's clock is a
+    parameter, so an hour-long lock-delay is checked without waiting."""
+    from llmgw.devcluster.consul import ConsulSettings, ConsulState
+    from llmgw.devcluster.consul.decoding import decode_session_create
+
+    state = ConsulState(ConsulSettings())
+    state.add_node("gpu-1", "127.0.0.1")
+    holder = state.session_create("gpu-1", decode_session_create(b'{"LockDelay": "1h"}'), 0.0)
+    waiter = state.session_create("gpu-1", decode_session_create(b'{"LockDelay": "1h"}'), 0.0)
+    assert holder.lock_delay == 3600.0  # kept as asked (session info shows it)...
+    assert state.kv_put("llmgw/leader", b"h", 0, 0.0, acquire=holder.session_id) is True
+    state.session_destroy(holder.session_id, 100.0)
+    assert state.kv_put("llmgw/leader", b"w", 0, 159.0, acquire=waiter.session_id) is False
+    # ...but applied for 60 s only.
+    assert state.kv_put("llmgw/leader", b"w", 0, 160.5, acquire=waiter.session_id) is True
