@@ -10,7 +10,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "1ae617e2816b5d36d7fbe1199adfcdbd14c404ed9f049983fdeb462527f73994"
+    "llmgw_catalog_hash" = "84bd039e90823f8529b8de37e7d0df0f5548260ad1bba2be1c455f5b1a8c1752"
     "llmgw_engine" = "sim"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "sim-on-demand"
