@@ -72,6 +72,9 @@ class AdminSettings:
     preview_concurrency: int = 2
     # Idle keep-alive connections, and unfinished request heads, are closed after this.
     keepalive_timeout: float = 15.0
+    # A body that has not arrived whole after this long is a slow client, not a big
+    # catalog: 408 (the router's --body-read-timeout, read the same way).
+    body_read_timeout: float = 30.0
     # On stop, requests in flight get this long to finish.
     shutdown_timeout: float = 5.0
 
@@ -121,7 +124,7 @@ def check_settings(settings: AdminSettings) -> SettingsCheck:
     for name in ("max_body_bytes", "history_limit", "apply_attempts", "preview_concurrency"):
         if getattr(settings, name) < 1:
             problems.append(f"--admin-{name.replace('_', '-')} must be >= 1, got {getattr(settings, name)}")
-    for name in ("keepalive_timeout", "shutdown_timeout"):
+    for name in ("keepalive_timeout", "body_read_timeout", "shutdown_timeout"):
         if getattr(settings, name) <= 0:
             problems.append(f"--admin-{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}")
     if (settings.tls_cert is None) != (settings.tls_key is None):
@@ -196,6 +199,7 @@ _FLAGS: tuple[Flag, ...] = (
     _flag("apply_attempts", int, "tries of an apply without If-Match that lost a race"),
     _flag("preview_concurrency", int, "catalog previews computed at once"),
     _flag("keepalive_timeout", float, "seconds an idle connection is kept"),
+    _flag("body_read_timeout", float, "seconds to read a request body"),
     _flag("shutdown_timeout", float, "seconds requests in flight get on stop"),
 )
 
