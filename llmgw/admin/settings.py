@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from llmgw.core.addresses import is_loopback, url_of
-from llmgw.flags import Flag, add_flags, parse_bool, read_flags
+from llmgw.core.addresses import bad_host_name, is_loopback, url_of
+from llmgw.flags import Flag, add_flags, parse_bool, parse_host_names, read_flags
 
 ENV_PREFIX = "LLMGW_ADMIN_"
 TOKEN_ENV = "LLMGW_ADMIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
@@ -130,7 +130,7 @@ def check_settings(settings: AdminSettings) -> SettingsCheck:
     if (settings.tls_cert is None) != (settings.tls_key is None):
         problems.append("--admin-tls-cert and --admin-tls-key go together: give both or neither")
     for name in settings.allowed_hosts:
-        if not name or any(ch in name for ch in "/:@ \t") or name != name.strip("."):
+        if bad_host_name(name):
             problems.append(f"--admin-allowed-hosts {name!r} must be a bare host name (no port, no scheme)")
     short = settings.token is not None and len(settings.token) < MIN_TOKEN_CHARS
     if settings.on_loopback:
@@ -163,10 +163,6 @@ def check_settings(settings: AdminSettings) -> SettingsCheck:
 # --- flags ----------------------------------------------------------------------------------------
 
 
-def _parse_hosts(raw: str) -> tuple[str, ...]:
-    return tuple(part.strip().lower() for part in raw.split(",") if part.strip())
-
-
 def _flag(field: str, parse: Callable[[str], Any], help: str, *, is_switch: bool = False) -> Flag:
     # Prefixed flags and destinations: the admin flags share a parser with the
     # control plane's and the router's own --host and --port.
@@ -193,7 +189,7 @@ _FLAGS: tuple[Flag, ...] = (
         "serve without TLS on a non-loopback address; the token crosses the network in clear text",
         is_switch=True,
     ),
-    _flag("allowed_hosts", _parse_hosts, "comma-separated host names accepted in Host (e.g. the cert's)"),
+    _flag("allowed_hosts", parse_host_names, "comma-separated host names accepted in Host (e.g. the cert's)"),
     _flag("max_body_bytes", int, "largest request body, bytes"),
     _flag("history_limit", int, "catalog versions the history shows by default"),
     _flag("apply_attempts", int, "tries of an apply without If-Match that lost a race"),
