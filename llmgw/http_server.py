@@ -4,7 +4,7 @@ Owns:
 
 - ``ConnectionLog``: the logger aiohttp's connection handler is given
   (``AppRunner(logger=...)``, the ``logger`` of ``web_protocol.RequestHandler``).
-  aiohttp logs a request it cannot parse with
+  aiohttp (3.14.5, as pinned in requirements.lock) logs a request it cannot parse with
   ``logger.exception("Error handling request from %s", peer, exc_info=exc)``
   (``RequestHandler.handle_error``), and the parser's exception holds the bytes it
   stopped in: the offending line, or, when the request has bare-LF line endings and
