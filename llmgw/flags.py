@@ -41,6 +41,11 @@ def parse_bool(raw: str) -> bool:
     raise ValueError(f"expected a boolean (true/false/1/0), got {raw!r}")
 
 
+def parse_host_names(raw: str) -> tuple[str, ...]:
+    """A comma-separated list of host names, lowercase (an allowed-hosts flag)."""
+    return tuple(part.strip().lower() for part in raw.split(",") if part.strip())
+
+
 def _shown(default: Any) -> str:
     if default is None or default == "" or default == ():
         return "none"

@@ -42,7 +42,7 @@ from llmgw.admin import errors
 from llmgw.admin.context import ACTOR, SETTINGS
 from llmgw.admin.errors import AdminError
 from llmgw.admin.settings import AdminSettings
-from llmgw.core.addresses import is_ip_or_localhost
+from llmgw.core.addresses import is_allowed_host
 
 log = logging.getLogger("llmgw.admin")
 
@@ -111,7 +111,7 @@ def host_refusal(header: str | None, allowed_hosts: tuple[str, ...]) -> str | No
     if parts is None:
         return "the Host header is malformed"
     host = parts[0]
-    if is_ip_or_localhost(host) or host.lower() in allowed_hosts:
+    if is_allowed_host(host, allowed_hosts):
         return None
     return (
         f"the admin API answers only to an IP address or localhost in Host, not {host!r} "

@@ -21,6 +21,7 @@ from llmgw.admin.app import create_admin_app
 from llmgw.admin.ports import AdminDeps
 from llmgw.admin.settings import AdminSettings, AdminSettingsError, check_settings
 from llmgw.core.addresses import url_of
+from llmgw.http_server import listener_log
 
 log = logging.getLogger("llmgw.admin")
 
@@ -66,6 +67,8 @@ async def start_admin(settings: AdminSettings, deps: AdminDeps) -> AdminListener
     runner = web.AppRunner(
         create_admin_app(settings, deps),
         access_log=None,
+        # Malformed requests are logged without their bytes (the token is among them).
+        logger=listener_log("llmgw.admin.http"),
         keepalive_timeout=settings.keepalive_timeout,
         shutdown_timeout=settings.shutdown_timeout,
     )

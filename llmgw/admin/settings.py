@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from llmgw.core.addresses import is_loopback, url_of
-from llmgw.flags import Flag, add_flags, parse_bool, read_flags
+from llmgw.core.addresses import bad_host_name, is_loopback, url_of
+from llmgw.flags import Flag, add_flags, parse_bool, parse_host_names, read_flags
 
 ENV_PREFIX = "LLMGW_ADMIN_"
 TOKEN_ENV = "LLMGW_ADMIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
@@ -72,6 +72,9 @@ class AdminSettings:
     preview_concurrency: int = 2
     # Idle keep-alive connections, and unfinished request heads, are closed after this.
     keepalive_timeout: float = 15.0
+    # A body that has not arrived whole after this long is a slow client, not a big
+    # catalog: 408 (the router's --body-read-timeout, read the same way).
+    body_read_timeout: float = 30.0
     # On stop, requests in flight get this long to finish.
     shutdown_timeout: float = 5.0
 
@@ -121,13 +124,13 @@ def check_settings(settings: AdminSettings) -> SettingsCheck:
     for name in ("max_body_bytes", "history_limit", "apply_attempts", "preview_concurrency"):
         if getattr(settings, name) < 1:
             problems.append(f"--admin-{name.replace('_', '-')} must be >= 1, got {getattr(settings, name)}")
-    for name in ("keepalive_timeout", "shutdown_timeout"):
+    for name in ("keepalive_timeout", "body_read_timeout", "shutdown_timeout"):
         if getattr(settings, name) <= 0:
             problems.append(f"--admin-{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}")
     if (settings.tls_cert is None) != (settings.tls_key is None):
         problems.append("--admin-tls-cert and --admin-tls-key go together: give both or neither")
     for name in settings.allowed_hosts:
-        if not name or any(ch in name for ch in "/:@ \t") or name != name.strip("."):
+        if bad_host_name(name):
             problems.append(f"--admin-allowed-hosts {name!r} must be a bare host name (no port, no scheme)")
     short = settings.token is not None and len(settings.token) < MIN_TOKEN_CHARS
     if settings.on_loopback:
@@ -160,10 +163,6 @@ def check_settings(settings: AdminSettings) -> SettingsCheck:
 # --- flags ----------------------------------------------------------------------------------------
 
 
-def _parse_hosts(raw: str) -> tuple[str, ...]:
-    return tuple(part.strip().lower() for part in raw.split(",") if part.strip())
-
-
 def _flag(field: str, parse: Callable[[str], Any], help: str, *, is_switch: bool = False) -> Flag:
     # Prefixed flags and destinations: the admin flags share a parser with the
     # control plane's and the router's own --host and --port.
@@ -190,12 +189,13 @@ _FLAGS: tuple[Flag, ...] = (
         "serve without TLS on a non-loopback address; the token crosses the network in clear text",
         is_switch=True,
     ),
-    _flag("allowed_hosts", _parse_hosts, "comma-separated host names accepted in Host (e.g. the cert's)"),
+    _flag("allowed_hosts", parse_host_names, "comma-separated host names accepted in Host (e.g. the cert's)"),
     _flag("max_body_bytes", int, "largest request body, bytes"),
     _flag("history_limit", int, "catalog versions the history shows by default"),
     _flag("apply_attempts", int, "tries of an apply without If-Match that lost a race"),
     _flag("preview_concurrency", int, "catalog previews computed at once"),
     _flag("keepalive_timeout", float, "seconds an idle connection is kept"),
+    _flag("body_read_timeout", float, "seconds to read a request body"),
     _flag("shutdown_timeout", float, "seconds requests in flight get on stop"),
 )
 

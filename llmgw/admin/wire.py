@@ -17,8 +17,10 @@ from typing import Any
 from aiohttp import web
 
 from llmgw.admin import errors
+from llmgw.admin.context import SETTINGS
 from llmgw.core.diagnostics import Diagnostic
 from llmgw.core.records import ApiKeyRecord, CatalogVersion
+from llmgw.http_server import BodyTimeout, read_body
 
 MAX_NAME_CHARS = 200
 MAX_MODEL_CHARS = 1024
@@ -32,8 +34,18 @@ def _refuse_constant(name: str) -> object:
 
 async def read_object(request: web.Request, allowed: frozenset[str]) -> dict[str, Any]:
     """The body as a JSON object holding only ``allowed`` keys; an empty body is ``{}``.
-    Raises 400 naming what is wrong (413 comes from aiohttp's size limit)."""
-    raw = await request.read()
+    Raises 400 naming what is wrong, 408 when it does not arrive within
+    ``body_read_timeout`` (413 comes from the size limit)."""
+    settings = request.app[SETTINGS]
+    try:
+        raw = await read_body(request, max_bytes=settings.max_body_bytes, within=settings.body_read_timeout)
+    except BodyTimeout as exc:
+        raise errors.AdminError(
+            408,
+            f"{exc}; send the whole body at once (--admin-body-read-timeout)",
+            errors.INVALID,
+            "request_timeout",
+        ) from None
     if not raw.strip():
         return {}
     try:

@@ -16,6 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from llmgw.core.addresses import url_of
+from llmgw.http_server import listener_log
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ class MetricsListener:
         app.router.add_get("/health", self._health)
         self._registry = registry
         self._is_leader = is_leader
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, logger=listener_log("llmgw.control.http"))
         self.port = 0
 
     @property

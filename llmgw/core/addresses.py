@@ -1,10 +1,12 @@
 """Host and port as they appear in URLs and Host headers (an IPv6 address is
 bracketed), and what kind of host a name is: an IP address or ``localhost``, a
-loopback address."""
+loopback address, one a listener answers to (``is_allowed_host``: the DNS-rebinding
+check the router without keys and the admin API share)."""
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Collection
 
 
 def authority(host: str, port: int) -> str:
@@ -34,6 +36,17 @@ def is_ip_or_localhost(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def is_allowed_host(host: str, allowed_names: Collection[str]) -> bool:
+    """An IP address, ``localhost`` or one of ``allowed_names`` (lowercase): a page that
+    reaches a listener by DNS rebinding sends its own name, which is none of these."""
+    return is_ip_or_localhost(host) or host.lower() in allowed_names
+
+
+def bad_host_name(name: str) -> bool:
+    """Not a bare host name for an allowed-hosts list (a port, scheme, path or space in it)."""
+    return not name or any(ch in name for ch in "/:@ \t") or name != name.strip(".")
 
 
 def is_loopback(host: str) -> bool:

@@ -12,7 +12,8 @@ Owns:
   router routes on stale data.
 - ``RouterServer``/``run_router``: the aiohttp runner with the options that matter
   for a proxy (listen backlog, handler cancellation on disconnect, keep-alive
-  timeout against slowloris, access log off the hot path, graceful shutdown).
+  timeout against slowloris, access log off the hot path, malformed requests
+  logged without their bytes, graceful shutdown).
 
 Must not: parse the command line or install signal handlers (the CLI does).
 """
@@ -45,6 +46,7 @@ from llmgw.gateway.metrics import Gauges, RouterMetrics, WatchHealth
 from llmgw.gateway.ports import RouterDeps, Watched
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError, validate
 from llmgw.gateway.upstream import Upstream
+from llmgw.http_server import listener_log
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -259,6 +261,9 @@ def runner_options(settings: RouterSettings) -> dict[str, Any]:
         # their request head (aiohttp arms this timer at connect): slowloris.
         "keepalive_timeout": settings.keepalive_timeout,
         "shutdown_timeout": settings.shutdown_timeout,
+        # A request aiohttp cannot parse is logged without its bytes (they hold its
+        # Authorization header and prompt), and at most once per interval.
+        "logger": listener_log("llmgw.gateway.http"),
     }
 
 

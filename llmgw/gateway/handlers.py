@@ -21,6 +21,7 @@ from llmgw.gateway.calls import parse_call
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.settings import RouterSettings
+from llmgw.http_server import BodyTimeout, read_body
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 OWNED_BY_REAL = "llmgw"
@@ -91,18 +92,9 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
 
 
 async def _read_body(request: web.Request, settings: RouterSettings) -> bytes:
-    content = request.content
-    if content.is_eof():
-        # The whole body came with the head: take it as it is (request.read() would
-        # copy it chunk by chunk), with the size limit request.read() enforces.
-        body = content.read_nowait()
-        if len(body) > settings.max_body_bytes:
-            raise web.HTTPRequestEntityTooLarge(max_size=settings.max_body_bytes, actual_size=len(body))
-        return body
     try:
-        async with asyncio.timeout(settings.body_read_timeout):
-            return await request.read()
-    except TimeoutError:
+        return await read_body(request, max_bytes=settings.max_body_bytes, within=settings.body_read_timeout)
+    except BodyTimeout:
         raise ApiError(
             Refusal(
                 408, "The request body was not received in time.", "invalid_request_error", "request_timeout"

@@ -16,10 +16,13 @@ runs it, and each extra layer is code a cold request has to touch):
   (``request.path``), which is also what the router matches; never a URL
   rebuilt from the Host header. Without keys (``--no-auth``, loopback only, as
   ``llmgw dev`` runs) nothing else stops a web page in the operator's browser,
-  so the API then refuses a browser's request that it marks as another site's
+  so then every path (``/metrics`` and ``/health`` name every model and
+  replica) refuses a ``Host`` that is not an IP address, ``localhost`` or a name
+  in ``--allowed-hosts``: a DNS-rebinding page reaches 127.0.0.1 under its own
+  name, and a browser that sends no ``Sec-Fetch-*`` looks like any other client.
+  The API also refuses a browser's request that it marks as another site's
   (``Origin``, ``Sec-Fetch-Site``: a form or ``text/plain`` POST needs no
-  preflight) or whose ``Host`` is not an IP address or ``localhost`` (a
-  DNS-rebinding page reaches 127.0.0.1 under its own name).
+  preflight).
 
 Must not: route, or read bodies.
 """
@@ -33,7 +36,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from llmgw.core.addresses import host_of_header, is_ip_or_localhost
+from llmgw.core.addresses import host_of_header, is_allowed_host
 from llmgw.core.routing import Refusal
 from llmgw.gateway import errors, keys
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
@@ -68,7 +71,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     status = 500
     refusal: Refusal | None = None  # the router's own error answer, if it gave one
     try:
-        authenticate(request, context.keys)
+        authenticate(request, context.keys, context.settings.allowed_hosts)
         response = await handler(request)
         status = response.status
         return response
@@ -140,38 +143,42 @@ def _refusal_of_http(exc: web.HTTPException, request: web.Request) -> Refusal:
     return Refusal(exc.status, exc.reason, kind, None, retryable=exc.status >= 500)
 
 
-def authenticate(request: web.Request, ring: keys.KeyRing | None) -> None:
+def authenticate(request: web.Request, ring: keys.KeyRing | None, allowed_hosts: tuple[str, ...]) -> None:
     """Sets the request's ``API_KEY``, or raises the refusal (see the module's docstring).
-    ``ring`` is None when the router serves without keys."""
-    if is_public(request.path):
-        return
+    ``ring`` is None when the router serves without keys; ``allowed_hosts`` are the
+    names besides IP addresses and ``localhost`` it then answers to."""
     if ring is not None:
-        request[API_KEY] = keys.authenticate(request.headers.get("Authorization"), ring)
+        if not is_public(request.path):
+            request[API_KEY] = keys.authenticate(request.headers.get("Authorization"), ring)
         return
-    why = browser_refusal(
-        request.headers.get("Host"),
-        request.headers.get("Origin"),
-        request.headers.get("Sec-Fetch-Site"),
-    )
+    host = request.headers.get("Host")
+    why = host_refusal(host, allowed_hosts)
+    if why is None and not is_public(request.path):
+        why = browser_refusal(host, request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"))
     if why is not None:
         log.warning("request refused path=%s peer=%s: %s", request.path, request.remote, why)
         raise errors.cross_site_request(why)
 
 
-def browser_refusal(host: str | None, origin: str | None, fetch_site: str | None) -> str | None:
-    """Why a request to a router without keys may come from another site's page, or None.
-
-    Only a browser's requests are judged (browsers send ``Sec-Fetch-Site``, and
-    ``Origin`` on every POST): other clients may reach the loopback listener under
-    any name (``host.docker.internal``, the machine's own name)."""
-    if fetch_site is None and origin is None:
+def host_refusal(host: str | None, allowed_hosts: tuple[str, ...]) -> str | None:
+    """Why a router without keys must not answer a request with this ``Host``, or None.
+    No ``Host`` at all is no browser's (an HTTP/1.0 client's)."""
+    if host is None:
         return None
+    name = host_of_header(host)
+    if name is not None and is_allowed_host(name, allowed_hosts):
+        return None
+    return (
+        f"the Host {host[:100]!r} is not an IP address, localhost or a name in --allowed-hosts "
+        "(a DNS-rebinding page sends its own name; add the name with --allowed-hosts if it is yours)"
+    )
+
+
+def browser_refusal(host: str | None, origin: str | None, fetch_site: str | None) -> str | None:
+    """Why a browser's request to a router without keys comes from another site's page, or
+    None (browsers send ``Sec-Fetch-Site``, and ``Origin`` on every POST)."""
     if fetch_site is not None and fetch_site.lower() not in ("same-origin", "none"):
         return f"the browser marked this request as {fetch_site[:40]!r} (Sec-Fetch-Site)"
-    host = host or ""
-    if origin is not None and origin.lower().partition("://")[2] != host.lower():
+    if origin is not None and origin.lower().partition("://")[2] != (host or "").lower():
         return f"the request comes from a page at {origin[:100]!r}"
-    name = host_of_header(host)
-    if name is None or not is_ip_or_localhost(name):
-        return f"the Host {host[:100]!r} is a name, not an IP address or localhost (DNS rebinding)"
     return None

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from llmgw.core.addresses import is_loopback
-from llmgw.flags import Flag, add_flags, parse_bool, read_flags
+from llmgw.core.addresses import bad_host_name, is_loopback
+from llmgw.flags import Flag, add_flags, parse_bool, parse_host_names, read_flags
 
 ENV_PREFIX = "LLMGW_ROUTER_"
 
@@ -62,6 +62,14 @@ class RouterSettings:
     # Without API keys anyone who reaches the port may use every model: allowed
     # only on a loopback address (development), with a warning.
     no_auth: bool = field(default=False, metadata=_help("serve without API keys (loopback only)"))
+    # Without keys nothing else stops a web page in the operator's browser, and a
+    # DNS-rebinding page reaches the loopback listener under its own name: so a router
+    # without keys answers (every path, /metrics and /health too) only requests whose
+    # Host is an IP address, localhost or one of these names (e.g. the name a local
+    # Prometheus scrapes it by; the admin API's --admin-allowed-hosts alike).
+    allowed_hosts: tuple[str, ...] = field(
+        default=(), metadata=_help("comma-separated host names a router without keys answers to")
+    )
 
     # --- upstream engines --------------------------------------------------------------------
     # Engines are on the LAN: a few seconds without a TCP handshake means down.
@@ -189,7 +197,9 @@ class RouterSettings:
 
 def _flag_table() -> tuple[Flag, ...]:
     """One flag per settings field, its help from the field's metadata."""
-    parsers: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "bool": parse_bool}
+    parsers: dict[str, Callable[[str], Any]] = {
+        "int": int, "float": float, "str": str, "bool": parse_bool, "tuple[str, ...]": parse_host_names,
+    }  # fmt: skip
     table = []
     for spec in fields(RouterSettings):
         kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
@@ -247,6 +257,9 @@ def validate(settings: RouterSettings) -> list[str]:
         problems.append(f"--hold-for-unbounded-answer must be >= 0, got {settings.hold_for_unbounded_answer}")
     if settings.max_queue_per_model < 0:
         problems.append(f"--max-queue-per-model must be >= 0, got {settings.max_queue_per_model}")
+    for name in settings.allowed_hosts:
+        if bad_host_name(name):
+            problems.append(f"--allowed-hosts {name!r} must be a bare host name (no port, no scheme)")
     if settings.no_auth and not settings.on_loopback:
         problems.append(
             f"--no-auth serves every model to anyone who reaches {settings.host}: it is allowed only on "

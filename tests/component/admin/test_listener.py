@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
 import shutil
 import ssl
 import subprocess
@@ -107,3 +110,65 @@ async def test_tls_serves_only_what_verifies_and_ctl_connects_with_its_ca(
     ):
         assert resp.status == 200
         assert [k["name"] for k in (await resp.json())["keys"]] == ["over-tls"]
+
+
+# --- what every llmgw listener shares with the router (llmgw/http_server.py) ------------------------
+
+
+async def _trickle(port: int, head: bytes, interval: float) -> tuple[bytes, float]:
+    """Send ``head`` and then a body a byte at a time; the answer's head and its delay."""
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    started = loop.time()
+
+    async def drip() -> None:
+        with contextlib.suppress(ConnectionError):
+            for _ in range(1000):
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(interval)
+
+    writer.write(head)
+    dripping = asyncio.create_task(drip())
+    try:
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
+        return answer, loop.time() - started
+    finally:
+        dripping.cancel()
+        writer.close()
+
+
+async def test_a_body_sent_a_byte_at_a_time_is_refused_after_the_body_read_timeout(
+    start: StartAdmin, stores: Stores, texts: Texts
+) -> None:
+    listener = await start(stores, body_read_timeout=0.5)
+    head = (
+        f"POST /admin/v1/catalog/diff HTTP/1.1\r\nHost: 127.0.0.1:{listener.port}\r\n"
+        f"Authorization: Bearer {texts.token}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 1000\r\n\r\n"
+    ).encode()
+    answer, after = await _trickle(listener.port, head, interval=0.05)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert 0.5 <= after < 5.0
+
+
+async def test_a_malformed_request_is_logged_without_the_token(
+    start: StartAdmin, stores: Stores, texts: Texts, caplog: pytest.LogCaptureFixture
+) -> None:
+    listener = await start(stores)
+    body = json.dumps({"catalog": texts.good})
+    raw = (
+        f"PUT /admin/v1/catalog HTTP/1.1\nHost: 127.0.0.1\nAuthorization: Bearer {texts.token}\n"
+        f"Content-Type: application/json\nContent-Length: {len(body)}\n\n{body}"
+    ).encode()  # bare LF line endings: aiohttp's parser quoted the whole request
+    with caplog.at_level(logging.DEBUG):
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(raw)
+        answer = await asyncio.wait_for(reader.read(), 10.0)
+        writer.close()
+    assert b" 400 " in answer.split(b"\r\n", 1)[0]
+    assert texts.token not in caplog.text and "the chat model" not in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.name == "llmgw.admin.http"] == [
+        "refused a malformed request from 127.0.0.1: PUT /admin/v1/catalog: "
+        "Expected CRLF after version (BadStatusLine) (its bytes are not logged)"
+    ]

@@ -149,18 +149,74 @@ async def test_a_router_without_keys_refuses_other_sites_pages(
         assert response.status == 403
     assert (await cluster.engines[0].stats(http))["requests_total"] == 0
 
-    # Its own chat page (same origin) under an address or localhost; clients that are
-    # not browsers, under any name (a container reaching the host, the machine's name).
+    # Its own chat page (same origin) under an address or localhost, and other clients.
     for headers in (
         {"Origin": f"http://{own}", "Sec-Fetch-Site": "same-origin"},
         {"Host": f"localhost:{router.port}", "Sec-Fetch-Site": "same-origin"},
         {"Host": f"[::1]:{router.port}", "Sec-Fetch-Site": "none"},
         {},
-        {"Host": f"host.docker.internal:{router.port}"},
     ):
         async with http.post(url, data=body, headers=headers) as response:
             assert response.status == 200, (headers, await response.text())
-    async with http.get(router.url + "/health", headers=rebound) as response:
+
+
+# Every path a router without keys serves without a key. A browser that sends no
+# Sec-Fetch-* headers (Safari before 16.4, Firefox before 90) and no Origin (a
+# same-origin GET) looks like any other client: only Host tells the attack apart.
+PUBLIC_PATHS = (
+    "/metrics",
+    "/health",
+    "/v1/models",
+    "/v1/models/sim-chat",
+    "/",
+    "/favicon.ico",
+    "/static/chat.js",
+)
+
+
+async def test_a_dns_rebinding_page_reads_no_path_of_a_router_without_keys(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    await cluster.add_sim("sim-chat")
+    router = await start_router()
+    for path in PUBLIC_PATHS:
+        for headers in (
+            {"Host": f"attacker.example:{router.port}"},
+            {"Host": "attacker.example", "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"},
+            {"Host": f"127.0.0.1.attacker.example:{router.port}"},
+            {"Host": f"[::1:{router.port}"},
+        ):
+            async with http.get(router.url + path, headers=headers) as response:
+                assert response.status == 403, (path, headers)
+                text = await response.text()
+            assert json.loads(text)["error"]["code"] == "cross_site_request"
+            assert (
+                "--allowed-hosts" in text
+                and "sim-chat" not in text
+                and cluster.engines[0].endpoint.replica not in text
+            )
+    # Prometheus on the same host scrapes by address or localhost (Host: <ip>:<port>).
+    for host in (f"127.0.0.1:{router.port}", f"localhost:{router.port}", f"[::1]:{router.port}", "127.0.0.1"):
+        for path in PUBLIC_PATHS:
+            async with http.get(router.url + path, headers={"Host": host}) as response:
+                assert response.status == 200, (host, path)
+
+
+async def test_names_in_allowed_hosts_are_answered_and_routers_with_keys_answer_any_name(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    await cluster.add_sim("sim-chat")
+    # A scraper or a container reaching the host under a name the operator lists.
+    named = await start_router(allowed_hosts=("prometheus.internal", "host.docker.internal"))
+    for host in ("prometheus.internal:9", "PROMETHEUS.internal", "host.docker.internal"):
+        async with http.get(named.url + "/metrics", headers={"Host": host}) as response:
+            assert response.status == 200, host
+    async with http.get(named.url + "/metrics", headers={"Host": "attacker.example"}) as response:
+        assert response.status == 403
+    # With keys the key is the guard: /metrics and /health are public by design and a
+    # scrape may use any name (the router listens beyond loopback).
+    keyed = await start_router(with_keys=True)
+    async with http.get(keyed.url + "/metrics", headers={"Host": "router.prod.example:8080"}) as response:
         assert response.status == 200
 
 

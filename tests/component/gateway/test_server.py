@@ -4,6 +4,7 @@ an idle one, no connector cap at 100, slow clients, slowloris, access logs; and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import socket
@@ -63,7 +64,7 @@ async def test_no_access_log_lines_on_the_hot_path(
 async def test_slowloris_connections_are_closed(start_router: StartRouter) -> None:
     router = await start_router(keepalive_timeout=0.3)
     reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     closed = False
     try:
         for _ in range(50):  # one header byte every 0.05 s: a request head that never ends
@@ -83,10 +84,39 @@ async def test_slowloris_connections_are_closed(start_router: StartRouter) -> No
     assert closed, "the router kept a connection whose request head never ended"
 
 
+async def test_a_body_sent_a_byte_at_a_time_gets_408_after_the_body_read_timeout(
+    start_router: StartRouter,
+) -> None:
+    router = await start_router(body_read_timeout=0.5)
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000\r\n\r\n"
+    )
+    started = loop.time()
+
+    async def drip() -> None:
+        with contextlib.suppress(ConnectionError):
+            for _ in range(1000):
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+
+    dripping = asyncio.create_task(drip())
+    try:
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
+    finally:
+        dripping.cancel()
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert 0.5 <= loop.time() - started < 5.0
+
+
 async def test_idle_keep_alive_connections_are_closed(start_router: StartRouter) -> None:
     router = await start_router(keepalive_timeout=0.2)
     reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     await writer.drain()
     assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
     rest = await asyncio.wait_for(reader.read(), 3.0)  # returns at EOF: the router closed it
@@ -213,7 +243,7 @@ async def test_a_client_that_stops_reading_is_dropped_and_the_engine_released(
     body = b'{"model":"chat-a","messages":[{"role":"user","content":"hi"}],"stream":true}'
     await loop.sock_sendall(
         sock,
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body,
     )
     try:

@@ -718,8 +718,8 @@ async def _raw_post(port: int, body: bytes, *, version: bytes = b"1.1", rcvbuf: 
     await loop.sock_connect(sock, ("127.0.0.1", port))
     await loop.sock_sendall(
         sock,
-        b"POST /v1/chat/completions HTTP/" + version + b"\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body,
+        b"POST /v1/chat/completions HTTP/" + version + b"\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body,
     )
     return sock
 

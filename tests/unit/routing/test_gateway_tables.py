@@ -32,6 +32,9 @@ def test_flags_win_over_env_which_wins_over_defaults() -> None:
         True,
     )
     assert settings.upstream_idle_timeout == RouterSettings().upstream_idle_timeout
+    names = parser.parse_args(["--allowed-hosts", "Prometheus.internal, ,router.lan"])
+    assert RouterSettings.from_env_and_args({}, names).allowed_hosts == ("prometheus.internal", "router.lan")
+    assert RouterSettings().allowed_hosts == ()
 
 
 @pytest.mark.parametrize(
@@ -41,6 +44,8 @@ def test_flags_win_over_env_which_wins_over_defaults() -> None:
         ({"LLMGW_ROUTER_UPSTREAM_IDLE_TIMEOUT": "0"}, "--upstream-idle-timeout must be > 0"),
         ({"LLMGW_ROUTER_NO_AUTH": "yes", "LLMGW_ROUTER_HOST": "0.0.0.0"}, "loopback"),
         ({"LLMGW_ROUTER_BACKLOG": "0"}, "--backlog"),
+        ({"LLMGW_ROUTER_ALLOWED_HOSTS": "prometheus.internal:9090"}, "--allowed-hosts .* bare host name"),
+        ({"LLMGW_ROUTER_ALLOWED_HOSTS": "http://prometheus.internal"}, "--allowed-hosts"),
     ],
 )
 def test_bad_settings_name_what_to_fix(env: dict[str, str], fragment: str) -> None:
