@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
+from llmgw.http_server import listener_log
 from llmgw.sim import logs, startup_policy
 from llmgw.sim.app import STATE, SimDeps, create_app
 from llmgw.sim.settings import (
@@ -79,6 +80,8 @@ async def serve(settings: SimSettings, deps: SimDeps | None = None) -> ExitCode:
         access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
         handler_cancellation=True,  # a client that leaves cancels its generation at once
         shutdown_timeout=_RUNNER_SHUTDOWN_BACKSTOP,
+        # Malformed requests are logged without their bytes (a prompt is among them).
+        logger=listener_log("llmgw.sim.http"),
     )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)

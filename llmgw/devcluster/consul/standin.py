@@ -31,6 +31,7 @@ from llmgw.devcluster.consul.model import ConsulError, OutageMode
 from llmgw.devcluster.consul.settings import ConsulSettings
 from llmgw.devcluster.consul.state import ConsulState, Outage
 from llmgw.devcluster.consul.supervisor import Supervisor
+from llmgw.http_server import listener_log
 
 
 @dataclass(slots=True)
@@ -207,6 +208,8 @@ class ConsulStandIn:
             shutdown_timeout=self.settings.shutdown_timeout,
             handler_cancellation=True,
             access_log=None,
+            # Malformed requests are logged without their bytes (the ACL token is among them).
+            logger=listener_log("llmgw.devcluster.consul.http"),
         )
         await runner.setup()
         refusing = self._refusing()

@@ -30,6 +30,7 @@ from llmgw.devcluster.nomad.events import SubscriptionDropped, filter_events, pa
 from llmgw.devcluster.nomad.jobcanon import JobInvalid
 from llmgw.devcluster.nomad.standin import NOMAD_VERSION, BadRequest, NomadStandIn, NotFound
 from llmgw.devcluster.nomad.state import NAMESPACE
+from llmgw.http_server import listener_log
 
 JSON = dict[str, Any]
 STANDIN_KEY = web.AppKey("nomad_standin", NomadStandIn)
@@ -686,7 +687,13 @@ class NomadServer:
 
     async def start(self) -> None:
         app = create_app(self.standin)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            shutdown_timeout=1.0,
+            # Malformed requests are logged without their bytes (the ACL token is among them).
+            logger=listener_log("llmgw.devcluster.nomad.http"),
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()

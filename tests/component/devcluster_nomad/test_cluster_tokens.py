@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -194,3 +195,29 @@ async def test_python_nomad_and_py_consul_work_with_the_tokens_and_are_refused_w
         await asyncio.to_thread(anonymous_consul.kv.get, "scratch/probe")
     with pytest.raises(consul.exceptions.ACLPermissionDenied):
         await asyncio.to_thread(anonymous_consul.kv.put, "scratch/probe", "y")
+
+
+@pytest.mark.parametrize("stand_in", ["nomad", "consul"])
+async def test_a_malformed_request_does_not_log_the_token_it_carried(
+    dev: DevCluster, caplog: pytest.LogCaptureFixture, stand_in: str
+) -> None:
+    """aiohttp quotes a request it cannot parse in its error log; the token was in it."""
+    address, header, token = {
+        "nomad": (dev.nomad_addr, "X-Nomad-Token", dev.nomad_token),
+        "consul": (dev.consul_addr, "X-Consul-Token", dev.consul_token),
+    }[stand_in]
+    target = urlsplit(address)
+    assert target.hostname is not None and target.port is not None
+    # Bare-LF line endings: llhttp finds no CRLF to cut its excerpt at, so it held everything.
+    raw = f"GET /v1/jobs HTTP/1.1\nHost: 127.0.0.1\n{header}: {token}\n\n".encode()
+    with caplog.at_level(logging.DEBUG):
+        reader, writer = await asyncio.open_connection(target.hostname, target.port)
+        try:
+            writer.write(raw)
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), 10.0)
+        finally:
+            writer.close()
+    assert answer.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), answer[:200]
+    assert token not in caplog.text
+    assert any("malformed request" in r.getMessage() for r in caplog.records)
