@@ -58,6 +58,7 @@ class Stop:
     alloc: AllocRecord
     description: str
     client_status: str = ""  # "lost" when the node is gone
+    expired: bool = False  # lost because its disconnect { lost_after } ran out
 
 
 @dataclass
@@ -115,6 +116,23 @@ def reschedule_allowed(group: JSON, alloc: AllocRecord, now_ns: int) -> bool:
     return len(recent) < attempts
 
 
+def lost_after_ns(alloc: AllocRecord) -> int:
+    """The group's ``disconnect { lost_after }`` as the allocation's job has it (0: none)."""
+    for group in alloc.job.get("TaskGroups") or []:
+        if group.get("Name") == alloc.task_group:
+            disconnect = group.get("Disconnect") or {}
+            return int(disconnect.get("LostAfter") or group.get("MaxClientDisconnect") or 0)
+    return 0
+
+
+def disconnect_expired(alloc: AllocRecord, now_ns: int) -> bool:
+    """Nomad's ``Allocation.Expired`` (nomad/structs/alloc.go): an ``unknown`` allocation whose
+    ``lost_after`` has run out since it became unknown."""
+    if alloc.client_status != "unknown" or not alloc.unknown_since:
+        return False
+    return alloc.unknown_since + lost_after_ns(alloc) <= now_ns
+
+
 def replace_lost(group: JSON) -> bool:
     if group.get("PreventRescheduleOnLost"):
         return False
@@ -162,6 +180,7 @@ class Scheduler:
                 and a.client_status == "lost"
                 and not a.next_allocation
                 and a.job_version == version
+                and not a.expired
                 and not replace_lost(group)
             }
             self._reconcile_group(
@@ -214,6 +233,17 @@ class Scheduler:
 
         for alloc in sorted(allocs, key=lambda a: a.create_index):
             node = self.store.nodes.get(alloc.node_id)
+            if disconnect_expired(alloc, now):
+                # classifyAllocs puts an expired allocation in "expiring" before any disconnect
+                # rule applies, and the reconciler adds it to the lost ones (lost =
+                # lost.union(expiring)): stopped lost and replaced, whatever
+                # disconnect { replace } and the reschedule policy say.
+                out.stops.append(Stop(alloc, DESC_LOST, "lost", expired=True))
+                out.bump(name, "Stop")
+                if not alloc.next_allocation:
+                    replace.append(Place(group, alloc.index, alloc))
+                    out.bump(name, "Place")
+                continue
             if alloc.client_status == "unknown" and node is not None and node.status == "disconnected":
                 # Disconnected but within lost_after: it keeps its slot; Nomad still places a
                 # replacement unless disconnect { replace = false }.
@@ -313,6 +343,7 @@ class Scheduler:
                 alloc = stop.alloc
                 alloc.desired_status = "stop"
                 alloc.desired_description = stop.description
+                alloc.expired = alloc.expired or stop.expired
                 if stop.client_status:
                     alloc.client_status = stop.client_status
                     alloc.client_description = "alloc is lost since its node is down"

@@ -33,7 +33,7 @@ from llmgw.devcluster.nomad.consul_http import ConsulAgent, service_id
 from llmgw.devcluster.nomad.events import EventBroker
 from llmgw.devcluster.nomad.jobcanon import canonicalize, validate
 from llmgw.devcluster.nomad.processes import ProcessTable
-from llmgw.devcluster.nomad.scheduler import PlanOutcome, Scheduler, spec_key
+from llmgw.devcluster.nomad.scheduler import PlanOutcome, Scheduler, lost_after_ns, spec_key
 from llmgw.devcluster.nomad.state import (
     EV_ALLOC_DESIRED,
     EV_ALLOC_UPDATED,
@@ -716,6 +716,7 @@ class NomadStandIn:
                 if after > 0:
                     alloc.client_status = "unknown"
                     alloc.client_description = "alloc is unknown since its node is disconnected"
+                    alloc.unknown_since = now_ns()
                     self.store.touch_alloc(alloc)
             evals = [
                 self._new_eval(job_id, "node-update", node_id=node_id)
@@ -724,8 +725,12 @@ class NomadStandIn:
         for ev in evals:
             self._enqueue(ev.id)
         if disconnectable:
+            # A moment after the last lost_after runs out, so the evaluation sees it expired
+            # (asyncio may fire a timer up to its clock resolution early).
             self._later(
-                max(disconnectable), lambda: self._disconnect_expired(node_id), f"lost-after-{node_id}"
+                max(disconnectable) + 0.01,
+                lambda: self._disconnect_expired(node_id),
+                f"lost-after-{node_id}",
             )
 
     async def _disconnect_expired(self, node_id: str) -> None:
@@ -746,12 +751,7 @@ class NomadStandIn:
 
     @staticmethod
     def _lost_after_s(alloc: AllocRecord) -> float:
-        for group in alloc.job.get("TaskGroups") or []:
-            if group.get("Name") == alloc.task_group:
-                disconnect = group.get("Disconnect") or {}
-                ns = int(disconnect.get("LostAfter") or group.get("MaxClientDisconnect") or 0)
-                return ns / NS
-        return 0.0
+        return lost_after_ns(alloc) / NS
 
     async def restore_node(self, node_ref: str) -> NodeRecord:
         """The node comes back empty: ready again, its old allocations lost, stale services removed."""

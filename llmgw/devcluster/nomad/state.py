@@ -180,6 +180,11 @@ class AllocRecord:
     next_allocation: str = ""
     followup_eval_id: str = ""
     reschedule_events: list[JSON] = field(default_factory=list)
+    # When its client status last became "unknown" (Nomad's LastUnknown, from AllocStates);
+    # 0 when it never did. Its disconnect { lost_after } counts from here.
+    unknown_since: int = 0
+    # Lost because its lost_after ran out: Nomad replaces it whatever the group says.
+    expired: bool = False
     create_index: int = 0
     modify_index: int = 0
     alloc_modify_index: int = 0
