@@ -11,9 +11,11 @@ from typing import Any
 import aiohttp
 import nomad
 
-from llmgw.devcluster.nomad import NomadServer
+from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn
 
-from .conftest import assert_shape, call, group, read_alloc_file, server_task, wait_for
+from .conftest import assert_shape, call, fast_config, group, read_alloc_file, server_task, wait_for
+
+S = 1_000_000_000
 
 GPU = [
     {
@@ -244,3 +246,30 @@ async def test_allocation_lists_carry_resources_only_when_nomad_would(
     assert with_resources["AllocatedResources"]["Tasks"]["server"]["Devices"] == [device]
     assert (await listed("/v1/job/res/allocations"))["AllocatedResources"] is None
     assert (await listed(f"/v1/evaluation/{stub['EvalID']}/allocations"))["AllocatedResources"] is None
+
+
+async def test_a_stopping_allocation_keeps_its_gpus_until_its_tasks_have_exited(tmp_path: Path) -> None:
+    # Nomad's ProposedAllocs drops only client-terminal allocations: one told to stop still
+    # holds its devices (and its distinct_hosts slot) through shutdown_delay and the kill.
+    solo = (NodeSpec(name="solo", gpus=2, gpu_model="H100", fabric="ib-0"),)
+    both_gpus = [{"Name": "nvidia/gpu", "Count": 2}]
+    async with NomadServer(NomadStandIn(fast_config(tmp_path, nodes=solo))) as server:
+        client = nomad.Nomad(host="127.0.0.1", port=server.port, timeout=10)
+        old = {"ID": "old", "TaskGroups": [group("g", devices=both_gpus, ShutdownDelay=3 * S)]}
+        await call(client.jobs.register_job, {"Job": old})
+        (old_alloc,) = await wait_for(lambda: running(client, "old", 1), "the old job on both GPUs")
+        await call(client.job.deregister_job, "old")
+        new = {"ID": "new", "TaskGroups": [group("g", devices=both_gpus)]}
+        await call(client.jobs.register_job, {"Job": new})
+        blocked = await wait_for(
+            lambda: [e for e in client.job.get_evaluations("new") if e["Status"] == "blocked"],
+            "the new job blocked while the old one shuts down",
+        )
+        assert blocked[0]["FailedTGAllocs"]["g"]["DimensionExhausted"]
+        stopping = await call(client.allocation.get_allocation, old_alloc["ID"])
+        assert (stopping["DesiredStatus"], stopping["ClientStatus"]) == ("stop", "running")
+        assert await call(client.job.get_allocations, "new") == []
+
+        await wait_for(lambda: running(client, "new", 1), "the new job once the GPUs are back")
+        finished = await call(client.allocation.get_allocation, old_alloc["ID"])
+        assert finished["ClientStatus"] == "complete"
