@@ -16,7 +16,7 @@ job "llmgw-bge-m3-8c041954-0" {
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "fc3813da84e03b993ec9dd40fd9c66eb46de9ab8a48bbcc45cf52ae18de01a73"
+    "llmgw_spec_hash" = "5800290f87c3a131a799792addf06778135c07cdef05a9d961ab7d4e8822353c"
     "llmgw_version" = "0.1.0"
   }
 
@@ -41,7 +41,7 @@ job "llmgw-bge-m3-8c041954-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "c3504c4a6f203b6c4a4509a0a3510cdf10b4c3ceb8d5a5e79b7eb6fec4420b29"
+    "llmgw_spec_hash" = "e4b0c024acbfbef97589e715ae383c7e057a88f31dab67d52dbda676d3a001fc"
     "llmgw_version" = "0.1.0"
   }
 
@@ -53,7 +53,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 
@@ -179,7 +179,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

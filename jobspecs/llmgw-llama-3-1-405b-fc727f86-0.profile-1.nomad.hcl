@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "1"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e63acdf50b0f4db0c0aa96ab1fcba55318cd3557340aaef1126e7d6753779588"
+    "llmgw_spec_hash" = "72e69b989d3e666477b5679bbeddebfee2b9b21d438855b2efd1f8e96c588617"
     "llmgw_version" = "0.1.0"
   }
 
@@ -53,7 +53,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 
@@ -157,7 +157,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "ccb2505e1d30d3c1848e9d169cbb9c7d94469faf246c8afb27e21ced1ba731cc"
+    "llmgw_spec_hash" = "f23aedb37c2c3a7c31e61d483c8b9c2d92597a22be096dcb3dc22153545275b0"
     "llmgw_version" = "0.1.0"
   }
 
@@ -41,7 +41,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

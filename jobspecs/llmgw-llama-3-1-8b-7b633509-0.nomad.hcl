@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
     "llmgw_model" = "llama-3.1-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "a34bb26d20617c7a84a99bf0fdffa17914923a5356f2f8b480d50f206f6a2db6"
+    "llmgw_spec_hash" = "6d7e7c8607ab05b6d9da9a5aec03170743556de2ab16812a163e4531f8dca994"
     "llmgw_version" = "0.1.0"
   }
 
@@ -41,7 +41,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

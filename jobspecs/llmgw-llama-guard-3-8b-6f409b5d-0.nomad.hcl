@@ -16,7 +16,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
     "llmgw_model" = "llama-guard-3-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "6a80df5ab9dca3d3b621d399d6f7b1983ef65290ae078ae6e0567cbfc8e03646"
+    "llmgw_spec_hash" = "ab68339ac06b55ee18d7e58e4a8c4b5fd9b7a778a9b19f890b78eed379444e76"
     "llmgw_version" = "0.1.0"
   }
 
@@ -41,7 +41,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

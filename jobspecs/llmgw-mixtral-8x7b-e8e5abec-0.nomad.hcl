@@ -16,7 +16,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "b45269beed26230f7b1f2a37c96db6edff249e8439e04c0acb4412062ee68a47"
+    "llmgw_spec_hash" = "b08128a8cdce3cf9476abd1fa902d0394fa5e61180cccfc0f7daaf2435e916ef"
     "llmgw_version" = "0.1.0"
   }
 
@@ -41,7 +41,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -16,7 +16,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
     "llmgw_model" = "qwen2.5-7b-gguf"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "a1851dbf299e27f994de91bee1c6e0d3c6937cc658c1e1ace3f15f6101b4e775"
+    "llmgw_spec_hash" = "16f74aeb004a9b170a0bfcd99f45d9882bf7ae049afc18364c9c0e4f81826185"
     "llmgw_version" = "0.1.0"
   }
 
@@ -41,7 +41,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

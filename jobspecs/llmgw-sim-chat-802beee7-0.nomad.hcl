@@ -16,7 +16,7 @@ job "llmgw-sim-chat-802beee7-0" {
     "llmgw_model" = "sim-chat"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "d4997ec6e3c13e8c5935b6f269156065c750e299314dcbd1f44a5a4e3bf54a9a"
+    "llmgw_spec_hash" = "41cc7f85096abd32058b4ef322541e933ef1d02cbaaf7a8dce557339b281a22f"
     "llmgw_version" = "0.1.0"
   }
 
@@ -41,7 +41,7 @@ job "llmgw-sim-chat-802beee7-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -16,7 +16,7 @@ job "llmgw-sim-embed-5559e68e-0" {
     "llmgw_model" = "sim-embed"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "d05438ec46cfee9e38173187275fb7de164e6b52cb12b9ee1c1af1b06ae94fc8"
+    "llmgw_spec_hash" = "aa54b627627a8b96a074b34619559340510f2b6e4ba1f25ab16bb12892e4e095"
     "llmgw_version" = "0.1.0"
   }
 
@@ -41,7 +41,7 @@ job "llmgw-sim-embed-5559e68e-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -16,7 +16,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
     "llmgw_model" = "sim-on-demand"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e6b2b73b43fe1a5cd3335e8bd5f22f9fb3b1f81f6e3f6bcc16a970d16a5b4d47"
+    "llmgw_spec_hash" = "417dc33bfe7bd2a8b979ff755953c37a4a67ff37a406ef91adf5836f2482ee59"
     "llmgw_version" = "0.1.0"
   }
 
@@ -41,7 +41,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 
