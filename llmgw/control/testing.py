@@ -793,7 +793,12 @@ class Simulation:
         decision = decide(desired, observed, self.state, self.now, self.settings)
         outcomes = self.apply(decision.actions)
         self.state = record_outcomes(
-            decision.state, outcomes, self.now, self.settings, capacity_version=observed.capacity_version
+            decision.state,
+            outcomes,
+            self.now,
+            self.settings,
+            capacity_version=observed.capacity_version,
+            gpus_freeing=observed.gpus_freeing,
         )
         self.decisions.append(decision)
         return decision
