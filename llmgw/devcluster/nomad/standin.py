@@ -30,6 +30,7 @@ import aiohttp
 from llmgw.devcluster.nomad.client import AllocRunner
 from llmgw.devcluster.nomad.config import NodeSpec, StandInConfig
 from llmgw.devcluster.nomad.consul_http import ConsulAgent, service_id
+from llmgw.devcluster.nomad.deployments import DeploymentWatcher
 from llmgw.devcluster.nomad.events import EventBroker
 from llmgw.devcluster.nomad.jobcanon import canonicalize, validate
 from llmgw.devcluster.nomad.processes import ProcessTable
@@ -138,6 +139,7 @@ class NomadStandIn:
         self._own_state_root = False
         self._seen_status: dict[str, str] = {}
         self._started = False
+        self.deployments = DeploymentWatcher(self, self._spawn, self._create_eval)
         # Called with the node's name when a node fails / is restored (``DevCluster``
         # uses them to fail the node's Consul agent too, as a dead machine would).
         self.on_node_failed: list[Callable[[str], Awaitable[None] | None]] = []
@@ -424,6 +426,7 @@ class NomadStandIn:
             self.runners[alloc.id] = runner
             runner.start()
             self._spawn(self._reap(alloc.id, runner), f"reap-{alloc.id}")
+            self.deployments.watch(alloc)
 
     async def _reap(self, alloc_id: str, runner: AllocRunner) -> None:
         await runner.wait()
