@@ -16,7 +16,7 @@ job "llmgw-bge-m3-8c041954-0" {
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "5800290f87c3a131a799792addf06778135c07cdef05a9d961ab7d4e8822353c"
+    "llmgw_spec_hash" = "5d0985b190735f3594043c9b6cd2446e9e5fafe30c464d1dee18879f741831cc"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-bge-m3-8c041954-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {

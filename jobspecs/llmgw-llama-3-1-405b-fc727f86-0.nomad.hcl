@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e4b0c024acbfbef97589e715ae383c7e057a88f31dab67d52dbda676d3a001fc"
+    "llmgw_spec_hash" = "7a514a74bc4c341a5c49a4301c31d1c045ce5adf666694356c39a9b502123334"
     "llmgw_version" = "0.1.0"
   }
 
@@ -26,6 +26,14 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   # The ranks of one replica run on distinct nodes of one fabric.

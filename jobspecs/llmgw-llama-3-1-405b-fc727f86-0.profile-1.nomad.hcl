@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "1"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "72e69b989d3e666477b5679bbeddebfee2b9b21d438855b2efd1f8e96c588617"
+    "llmgw_spec_hash" = "ee420f9def4cbb33402dd7452a73aa8ce43c4c70a108b252d91bd7c9851ec799"
     "llmgw_version" = "0.1.0"
   }
 
@@ -26,6 +26,14 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   # The ranks of one replica run on distinct nodes of one fabric.

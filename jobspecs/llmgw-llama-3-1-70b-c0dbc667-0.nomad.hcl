@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "f23aedb37c2c3a7c31e61d483c8b9c2d92597a22be096dcb3dc22153545275b0"
+    "llmgw_spec_hash" = "001a6c4df5c98a0c65cd0835f1194114dcf2fe4ecffe5bdd7fbf47d431ba205b"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {

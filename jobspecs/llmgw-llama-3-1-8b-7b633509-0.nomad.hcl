@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
     "llmgw_model" = "llama-3.1-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "6d7e7c8607ab05b6d9da9a5aec03170743556de2ab16812a163e4531f8dca994"
+    "llmgw_spec_hash" = "c30e4b304516ad19158d182581681fa08a99097e0802359d80673b55379ddaa4"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {

@@ -16,7 +16,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
     "llmgw_model" = "llama-guard-3-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "ab68339ac06b55ee18d7e58e4a8c4b5fd9b7a778a9b19f890b78eed379444e76"
+    "llmgw_spec_hash" = "9b4ae0c3827052a7bb5688121063e1899267d1cec98b36cbe0a599e4869c3531"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {

@@ -16,7 +16,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "b08128a8cdce3cf9476abd1fa902d0394fa5e61180cccfc0f7daaf2435e916ef"
+    "llmgw_spec_hash" = "b023dba89f1463d45f8a7a0461384e181b1d7d1722057124e4f198b342f0bd44"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {

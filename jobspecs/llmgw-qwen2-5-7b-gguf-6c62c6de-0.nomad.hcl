@@ -16,7 +16,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
     "llmgw_model" = "qwen2.5-7b-gguf"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "16f74aeb004a9b170a0bfcd99f45d9882bf7ae049afc18364c9c0e4f81826185"
+    "llmgw_spec_hash" = "93bdb0b4a33c4fdac6c53d6ecb25456de293431572700b1f2d3926bc53e8fddb"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {

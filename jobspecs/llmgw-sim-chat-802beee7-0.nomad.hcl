@@ -16,7 +16,7 @@ job "llmgw-sim-chat-802beee7-0" {
     "llmgw_model" = "sim-chat"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "41cc7f85096abd32058b4ef322541e933ef1d02cbaaf7a8dce557339b281a22f"
+    "llmgw_spec_hash" = "7135065f24a0e3d7c0c3e2a364dd7f4f75fe3079540ec1d6d71a9a7120ea86a2"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-sim-chat-802beee7-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {

@@ -16,7 +16,7 @@ job "llmgw-sim-embed-5559e68e-0" {
     "llmgw_model" = "sim-embed"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "aa54b627627a8b96a074b34619559340510f2b6e4ba1f25ab16bb12892e4e095"
+    "llmgw_spec_hash" = "9889696e3f3654d9272c173598e4495038686ce04a2911f2b2521ff7b42b12ee"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-sim-embed-5559e68e-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {

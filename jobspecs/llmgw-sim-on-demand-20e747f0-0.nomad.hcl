@@ -16,7 +16,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
     "llmgw_model" = "sim-on-demand"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "417dc33bfe7bd2a8b979ff755953c37a4a67ff37a406ef91adf5836f2482ee59"
+    "llmgw_spec_hash" = "9dac2fa227b92be8760d701e42d9532dbe1833fd0f3fa8f8907ac3d6a1417aee"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-sim-on-demand-20e747f0-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {
