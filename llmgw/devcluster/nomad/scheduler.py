@@ -146,8 +146,8 @@ def has_update_strategy(group: JSON) -> bool:
     """Nomad's ``!UpdateStrategy.IsEmpty()`` (nomad/structs/structs.go): a group deploys unless
     its strategy is missing or has ``max_parallel = 0``. With no ``update`` block Nomad's
     default strategy applies (``api.DefaultUpdateStrategy``: max_parallel 1), so it deploys."""
-    update = group.get("Update")
-    return bool(update) and int(update.get("MaxParallel") or 0) != 0
+    update = group.get("Update") or {}
+    return int(update.get("MaxParallel") or 0) != 0
 
 
 def replace_lost(group: JSON) -> bool:

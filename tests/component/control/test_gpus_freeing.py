@@ -44,11 +44,12 @@ def test_a_purged_replicas_stopping_allocation_counts_until_its_client_reports_i
     assert v.gpus_freeing == 2
     v.apply_events([alloc_event("a1", "llmgw-m-r0", "stop", "complete", ["g0", "g1"])], 12)
     assert v.gpus_freeing == 0
-    # Not llmgw's job, or no GPUs: not counted.
+    # Not llmgw's job, no GPUs, or on an unreachable node (unknown): not counted.
     v.apply_events(
         [
             alloc_event("b1", "other-job", "stop", "running", ["g2"]),
             alloc_event("c1", "llmgw-cpu-r0", "stop", "running", []),
+            alloc_event("d1", "llmgw-m-r1", "stop", "unknown", ["g3"]),
         ],
         13,
     )
