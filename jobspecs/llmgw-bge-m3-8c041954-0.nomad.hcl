@@ -16,7 +16,7 @@ job "llmgw-bge-m3-8c041954-0" {
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "5c5165cbfb36507d85bf31f733d1010ac92afe5c83ec0eb1d1c54ee6ccce1bde"
+    "llmgw_spec_hash" = "125a0939c43d03f3538aa24717f261adb8ec054628fe9d99270c86eff775c5ed"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-bge-m3-8c041954-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {
@@ -41,7 +49,7 @@ job "llmgw-bge-m3-8c041954-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e7f254a103b3d13bdbda93c2bd40d747ace6ba3fed3495026688e11a377db25c"
+    "llmgw_spec_hash" = "bc5d7ad7721087b9d6a3f5312e5159ea79868e73af8063e1cfa2e36ec6894db5"
     "llmgw_version" = "0.1.0"
   }
 
@@ -26,6 +26,14 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   # The ranks of one replica run on distinct nodes of one fabric.
@@ -53,7 +61,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 
@@ -188,7 +196,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "1"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e63acdf50b0f4db0c0aa96ab1fcba55318cd3557340aaef1126e7d6753779588"
+    "llmgw_spec_hash" = "ee420f9def4cbb33402dd7452a73aa8ce43c4c70a108b252d91bd7c9851ec799"
     "llmgw_version" = "0.1.0"
   }
 
@@ -26,6 +26,14 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   # The ranks of one replica run on distinct nodes of one fabric.
@@ -53,7 +61,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 
@@ -157,7 +165,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

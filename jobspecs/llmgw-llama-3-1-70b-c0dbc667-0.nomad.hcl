@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "86b47d17ffbac1b03089de56d4264778ddc0173b5146c1e03ce06d365421773e"
+    "llmgw_spec_hash" = "3c4c90caedc9d48b306283061c5f30f5e6e87845e18ebe8f77102f6ef7014c2b"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {
@@ -41,7 +49,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
     "llmgw_model" = "llama-3.1-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "d3945bf4733d8291d2785d4ddc7ad0b17f3c59bfbbc9acbf6b7cd9ea05ac9ed3"
+    "llmgw_spec_hash" = "72cd12421f09b42a4efbac883cbddb0e07a388c8e948f1cb36e8662ced080236"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {
@@ -41,7 +49,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -16,7 +16,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
     "llmgw_model" = "llama-guard-3-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "9cc99d789fd32289f4f9785ff0b8ba2718b5599181b90b7883fcfd165ee6dbd0"
+    "llmgw_spec_hash" = "faebb5d048476417e00e988b0dbbe2d2db12bb29fd0f07fb4a7d3ff4bbdd5420"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {
@@ -41,7 +49,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -16,7 +16,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e23b8a270f40a82bd53668d9269bf1d2b114b244e70c5d9ed3e9fea2d0dba458"
+    "llmgw_spec_hash" = "07ef8d5cce26ecf2edc72f135be7e336c16c97b80e5735a39b20e70ccd659ca7"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {
@@ -41,7 +49,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

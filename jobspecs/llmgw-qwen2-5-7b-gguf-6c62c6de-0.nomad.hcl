@@ -16,7 +16,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
     "llmgw_model" = "qwen2.5-7b-gguf"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "8e32467815ece39ac0759506ce47d553c4d759c300de1d0ffd3d5d6fb2b1b68d"
+    "llmgw_spec_hash" = "28963937c19ca43f45d52e3eef060c38f7b355f6c779c767aa72040c55afc71c"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {
@@ -41,7 +49,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -16,7 +16,7 @@ job "llmgw-sim-chat-802beee7-0" {
     "llmgw_model" = "sim-chat"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "d4997ec6e3c13e8c5935b6f269156065c750e299314dcbd1f44a5a4e3bf54a9a"
+    "llmgw_spec_hash" = "7135065f24a0e3d7c0c3e2a364dd7f4f75fe3079540ec1d6d71a9a7120ea86a2"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-sim-chat-802beee7-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {
@@ -41,7 +49,7 @@ job "llmgw-sim-chat-802beee7-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

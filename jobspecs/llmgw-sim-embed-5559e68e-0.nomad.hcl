@@ -16,7 +16,7 @@ job "llmgw-sim-embed-5559e68e-0" {
     "llmgw_model" = "sim-embed"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "d05438ec46cfee9e38173187275fb7de164e6b52cb12b9ee1c1af1b06ae94fc8"
+    "llmgw_spec_hash" = "9889696e3f3654d9272c173598e4495038686ce04a2911f2b2521ff7b42b12ee"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-sim-embed-5559e68e-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {
@@ -41,7 +49,7 @@ job "llmgw-sim-embed-5559e68e-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

@@ -16,7 +16,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
     "llmgw_model" = "sim-on-demand"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e6b2b73b43fe1a5cd3335e8bd5f22f9fb3b1f81f6e3f6bcc16a970d16a5b4d47"
+    "llmgw_spec_hash" = "9dac2fa227b92be8760d701e42d9532dbe1833fd0f3fa8f8907ac3d6a1417aee"
     "llmgw_version" = "0.1.0"
   }
 
@@ -25,6 +25,14 @@ job "llmgw-sim-on-demand-20e747f0-0" {
   reschedule {
     attempts  = 0
     unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
   }
 
   group "rank-0" {
@@ -41,7 +49,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
     # An unreachable node keeps its allocation (a network blip must not tear
     # down a replica that still serves); lost only after this long.
     disconnect {
-      lost_after = "5m"
+      lost_after = "15m"
       replace    = false
     }
 

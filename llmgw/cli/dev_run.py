@@ -84,7 +84,9 @@ def dev_render_settings() -> RenderSettings:
         check_timeout_s=3,
         kill_timeout_s=5,
         shutdown_delay_s=1,
-        lost_after_s=10,
+        # Past the control plane's node_lost_grace (15 s) and action_timeout (30 s): llmgw
+        # stops a lost replica before Nomad would replace one shard of it alone.
+        lost_after_s=60,
     )
 
 

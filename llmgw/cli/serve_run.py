@@ -20,6 +20,7 @@ from llmgw.bundled import read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, event_loop
 from llmgw.cli.catalog_cmd import load_catalog_file
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
+from llmgw.control import ControlSettings, lost_node_problem
 from llmgw.control.metrics_server import MetricsListenerSettings
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError
 from llmgw.render.settings import RenderSettingsError, render_settings_from_env
@@ -52,6 +53,10 @@ def run_serve(args: argparse.Namespace) -> int:
         problems = check_settings(admin).problems
         if problems:
             print("llmgw serve: the admin API will not start: " + "; ".join(problems), file=sys.stderr)
+            return EXIT_USAGE
+        problem = lost_node_problem(ControlSettings(), render.lost_after_s)
+        if problem is not None:
+            print(f"llmgw serve: the control plane will not start: {problem}", file=sys.stderr)
             return EXIT_USAGE
     policy = read_security_policy(args.policy)
     catalog_text = None

@@ -31,7 +31,7 @@ from llmgw.adapters.consul import (
 )
 from llmgw.adapters.nomad import NomadClient
 from llmgw.admin import AdminDeps, AdminListener, AdminSettings, CommandReceipt, start_admin
-from llmgw.control import ControlPlane, ControlSettings
+from llmgw.control import ControlPlane, ControlSettings, ControlSettingsError, lost_node_problem
 from llmgw.control.commands import ModelCommandStore, OperatorCommands
 from llmgw.control.metrics_server import MetricsListener, MetricsListenerSettings
 from llmgw.control.wiring import control_deps
@@ -129,6 +129,10 @@ class Services:
 
     async def _start(self) -> None:
         s = self.settings
+        if s.role in (Role.ALL, Role.CONTROL_PLANE):
+            problem = lost_node_problem(s.control, s.render.lost_after_s)
+            if problem is not None:
+                raise ControlSettingsError(f"the control plane will not start: {problem}")
         consul = ConsulClient(s.consul, ClientSettings())
         await consul.start()
         self._stack.push_async_callback(consul.close)

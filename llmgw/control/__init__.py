@@ -5,7 +5,8 @@ Public face:
 - ``run_control_plane(settings, deps)``: run until cancelled (``llmgw serve``).
 - ``ControlPlane(settings, deps)`` with ``start()`` / ``stop()``; ``ControlDeps`` (the ports);
   ``ControlSettings`` (every interval, timeout and backoff of the loops, with the decisions'
-  ``PlanningSettings`` inside).
+  ``PlanningSettings`` inside); ``lost_node_problem`` (the lost-node grace against the jobs'
+  ``lost_after``), which ``Services`` checks before a control plane starts.
 - ``control_deps(nomad=, renderer=, consul=, instance_id=, policy=)``: the ports from the real
   adapters (``llmgw.control.wiring``; mypy checks there that the adapters fit the ports).
 - ``ControlMetrics``: ``llmgw_control_*`` on a registry of its own.
@@ -22,7 +23,7 @@ from llmgw.control.metrics import ControlMetrics
 from llmgw.control.observing import ClusterView
 from llmgw.control.plane import ControlDeps, ControlPlane, run_control_plane
 from llmgw.control.reconciling import CatalogReader, Reconciler, SpecCache, Trigger
-from llmgw.control.settings import ControlSettings
+from llmgw.control.settings import ControlSettings, ControlSettingsError, lost_node_problem
 from llmgw.control.wiring import control_deps
 
 __all__ = [
@@ -32,11 +33,13 @@ __all__ = [
     "ControlMetrics",
     "ControlPlane",
     "ControlSettings",
+    "ControlSettingsError",
     "Executor",
     "LeadershipLost",
     "Reconciler",
     "SpecCache",
     "Trigger",
     "control_deps",
+    "lost_node_problem",
     "run_control_plane",
 ]

@@ -256,6 +256,7 @@ def build_observed(
     capacity_version: int,
     now: float,
     demand_stale_after: float,
+    gpus_freeing: int = 0,
 ) -> Observed:
     return Observed(
         jobs=jobs,
@@ -265,6 +266,7 @@ def build_observed(
         demand=aggregate_demand(demand, now, demand_stale_after),
         in_flight=in_flight,
         capacity_version=capacity_version,
+        gpus_freeing=gpus_freeing,
     )
 
 
@@ -296,11 +298,27 @@ class ClusterView:
         self._last_resync: float | None = None
         self._event_index = 0
         self._capacity_version = 0
+        # GPUs of llmgw's allocations told to stop and not yet finished, by allocation id,
+        # purged jobs' included (``Observed.gpus_freeing``).
+        self._freeing: dict[str, int] = {}
         self._synced = asyncio.Event()
 
     @property
     def capacity_version(self) -> int:
         return self._capacity_version
+
+    @property
+    def gpus_freeing(self) -> int:
+        return sum(self._freeing.values())
+
+    def _track_freeing(self, alloc: ObservedAlloc) -> None:
+        # Not an "unknown" one: its node is unreachable, and gives nothing back until it
+        # returns or its lost_after runs out.
+        running = alloc.client_status in (AllocStatus.PENDING, AllocStatus.RUNNING)
+        if alloc.gpus and not alloc.desired_run and running:
+            self._freeing[alloc.alloc_id] = len(alloc.gpus)
+        else:
+            self._freeing.pop(alloc.alloc_id, None)
 
     @property
     def event_index(self) -> int:
@@ -352,10 +370,13 @@ class ClusterView:
         # every replica would lose its GPUs from the view (and the status) at each resync.
         allocs_page = await self._nomad.allocations(resources=True)
         allocs: dict[str, tuple[JobId, ObservedAlloc]] = {}
+        self._freeing = {}
         for raw in allocs_page.items:
             if not str(raw.get("JobID", "")).startswith(JOB_PREFIX):
                 continue
             parsed = self._parse(parse_alloc, raw)
+            if parsed is not None:
+                self._track_freeing(parsed[1])  # a purged job's stopping allocation too
             if parsed is not None and parsed[0] in jobs:
                 allocs[parsed[1].alloc_id] = parsed
         nodes_page = await self._nomad.nodes()
@@ -443,6 +464,8 @@ class ClusterView:
             job_id, alloc = parse_alloc(raw)
             if alloc.client_status.terminal or not alloc.desired_run:
                 self._capacity_version += 1  # GPUs were (or are being) given back
+            if str(job_id).startswith(JOB_PREFIX):
+                self._track_freeing(alloc)
             if job_id in self._jobs:
                 if self._allocs.get(alloc.alloc_id) == (job_id, alloc):
                     return False

@@ -234,6 +234,7 @@ class Reconciler:
             self._clock.time(),
             self.settings.planning,
             capacity_version=observed.capacity_version,
+            gpus_freeing=observed.gpus_freeing,
         )
         # The reader's note says why there is no catalog more precisely than the decision can.
         report = replace(decision.status, leader=self._leader_id, note=note or decision.status.note)
@@ -294,6 +295,7 @@ class Reconciler:
             demand=demand,
             in_flight=in_flight,
             capacity_version=self._view.capacity_version,
+            gpus_freeing=self._view.gpus_freeing,
             now=now,
             demand_stale_after=self.settings.planning.demand_stale_after,
         )

@@ -53,3 +53,30 @@ class ControlSettings:
     # The leader republishes its status at least this often even when nothing changed
     # (so a reader sees it is fresh), and at most once per pass otherwise.
     status_refresh: float = 30.0
+
+
+class ControlSettingsError(ValueError):
+    """The control plane's settings cannot be used together; the message says which to change."""
+
+
+def lost_node_problem(settings: ControlSettings, lost_after_s: float) -> str | None:
+    """Why the jobs' ``disconnect { lost_after }`` (``RenderSettings.lost_after_s``) would let
+    Nomad replace a shard behind llmgw's back with these settings, or None when they agree.
+
+    When ``lost_after`` runs out, Nomad marks a disconnected allocation lost and places a
+    replacement whatever ``replace = false`` and the reschedule policy say
+    (``scheduler/reconciler/filters.go``, ``reconcile_cluster.go`` in Nomad 2.0): a lone copy
+    of one rank, holding its GPUs and unable to form a replica. llmgw must have stopped the
+    replica whole first: after ``node_lost_grace`` and one deregister call (``action_timeout``).
+    """
+    grace = settings.planning.node_lost_grace
+    needed = grace + settings.action_timeout
+    if lost_after_s >= needed:
+        return None
+    return (
+        f"the jobs' disconnect lost_after ({lost_after_s:g}s, RenderSettings.lost_after_s) must be at "
+        f"least the reconciler's node_lost_grace ({grace:g}s) plus action_timeout "
+        f"({settings.action_timeout:g}s), {needed:g}s: when lost_after runs out Nomad replaces a "
+        "disconnected shard on its own (whatever replace = false says) before llmgw rebuilds the "
+        "replica whole. Raise lost_after_s or lower node_lost_grace"
+    )

@@ -183,6 +183,10 @@ class FakeCluster:
         self.purge_events = True
         # What Nomad warns about in every job planned or registered (its Warnings, split).
         self.warnings: tuple[str, ...] = ()
+        # Seconds a stopped allocation's tasks take to exit (shutdown_delay, then the kill):
+        # until then it keeps its GPUs, as Nomad's ProposedAllocs counts them, purged or not.
+        self.stop_delay = 0.0
+        self._stopping: dict[str, float] = {}  # alloc id -> when its tasks have exited
         self._ids = itertools.count(1)
         self.changed = asyncio.Event() if _has_loop() else None
 
@@ -238,14 +242,17 @@ class FakeCluster:
         for alloc in self._allocs_of(job_id):
             if alloc.desired_status == "run":
                 alloc.desired_status = "stop"
-                if alloc.client_status in ("pending", "running", "unknown"):
+                if self.stop_delay > 0 and alloc.client_status in ("pending", "running"):
+                    self._stopping[alloc.alloc_id] = self.now + self.stop_delay
+                elif alloc.client_status in ("pending", "running", "unknown"):
                     alloc.client_status = "complete"
                 self._alloc_event(alloc)
         payload = self.job_json(job_id)
         if purge:
             del self.jobs[job_id]
             for alloc in self._allocs_of(job_id):
-                del self.allocs[alloc.alloc_id]
+                if alloc.alloc_id not in self._stopping:
+                    del self.allocs[alloc.alloc_id]
         else:
             sim.stop = True
         if self.purge_events or not purge:
@@ -339,8 +346,17 @@ class FakeCluster:
         self.tick(self.now + seconds)
 
     def tick(self, now: float) -> None:
-        """Let time pass: pending allocations start, blocked groups place when room freed."""
+        """Let time pass: stopped allocations finish, pending ones start, blocked groups place
+        when room freed."""
         self.now = max(self.now, now)
+        for alloc_id, done_at in sorted(self._stopping.items()):
+            if self.now >= done_at:
+                del self._stopping[alloc_id]
+                alloc = self.allocs[alloc_id]
+                alloc.client_status = "complete"
+                self._alloc_event(alloc)
+                if alloc.job_id not in self.jobs:
+                    del self.allocs[alloc_id]  # its job was purged: Nomad garbage-collects it
         for alloc in sorted(self.allocs.values(), key=lambda a: a.alloc_id):
             node = self.nodes.get(alloc.node_id)
             if (
@@ -802,7 +818,12 @@ class Simulation:
         decision = decide(desired, observed, self.state, self.now, self.settings)
         outcomes = self.apply(decision.actions)
         self.state = record_outcomes(
-            decision.state, outcomes, self.now, self.settings, capacity_version=observed.capacity_version
+            decision.state,
+            outcomes,
+            self.now,
+            self.settings,
+            capacity_version=observed.capacity_version,
+            gpus_freeing=observed.gpus_freeing,
         )
         self.decisions.append(decision)
         return decision

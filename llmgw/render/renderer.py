@@ -178,6 +178,12 @@ def check_job(job: dict[str, Any], *, job_id: str, model: str, spec_hash: str) -
         problems.append(
             "the job must say reschedule { attempts = 0, unlimited = false }: llmgw rebuilds replicas"
         )
+    if (job.get("Update") or {}).get("MaxParallel") != 0:
+        problems.append(
+            "the job must say update { max_parallel = 0 }: without it Nomad deploys the job, fails "
+            "the deployment of a model that loads past its healthy deadline and then never places "
+            "a rank still waiting for room"
+        )
     engine_services = [
         service
         for group in job.get("TaskGroups") or []
@@ -195,6 +201,11 @@ def check_job(job: dict[str, Any], *, job_id: str, model: str, spec_hash: str) -
                     f"group {group.get('Name')}: {setting} is ignored by Nomad 2.0, without a word; "
                     f"say it with {instead}"
                 )
+        if (group.get("Update") or {}).get("MaxParallel") not in (None, 0):
+            problems.append(
+                f"group {group.get('Name')}: an update block with max_parallel other than 0 makes "
+                "Nomad deploy the job (llmgw never updates a job in place)"
+            )
         if (group.get("Disconnect") or {}).get("Replace") is not False:
             problems.append(
                 f"group {group.get('Name')}: disconnect {{ replace = false }} is required "

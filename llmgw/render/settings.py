@@ -87,8 +87,11 @@ class RenderSettings:
     # Time for in-flight requests to finish when a replica stops.
     kill_timeout_s: int = 60
     shutdown_delay_s: int = 10
-    # How long a node may be unreachable before its allocations count as lost.
-    lost_after_s: int = 300
+    # How long a node may be unreachable before Nomad counts its allocations lost and replaces
+    # them on its own (whatever `replace = false` says). The control plane rebuilds a replica
+    # whole after its node_lost_grace (10 min) and refuses to start unless this is at least
+    # that plus its action_timeout (30 s): see llmgw.control.lost_node_problem.
+    lost_after_s: int = 15 * 60
     # How long a worker rank waits for its replica's other ranks to appear.
     rendezvous_timeout_s: int = 900
     # /dev/shm of an engine container (NCCL, the engines' worker processes) instead of

@@ -4,8 +4,9 @@ Public face:
 
 - ``decide(desired, observed, state, now, settings) -> Decision``: one pass; the actions in the
   order to apply them, the state to remember, the status in words, and when to look again.
-- ``record_outcomes(state, outcomes, now, settings, capacity_version=)``: fold what the executor
-  did (placed, unplaceable, deferred, done, failed) into the state for the next pass.
+- ``record_outcomes(state, outcomes, now, settings, capacity_version=, gpus_freeing=)``: fold what
+  the executor did (placed, unplaceable, deferred, done, failed) into the state for the next
+  pass; an unplaceable one while GPUs are still being given back is a wait, not a verdict.
 - ``desired_from_catalog(catalog, catalog_hash, expected_spec, settings) -> Desired``; ``expected_spec``
   is a ``SpecOracle``: the spec hash the renderer would give a running replica now.
 - ``ModelCommand``: the operator's drain and restart of a model (``Desired.commands``), and

@@ -121,3 +121,9 @@ class Observed:
     # Changes whenever capacity may have been freed or added (a node became ready, an
     # allocation ended); unplaceable models are planned again when it moves.
     capacity_version: int = 0
+    # The GPUs of llmgw's allocations told to stop whose client, still reachable, has not
+    # reported their tasks exited (shutdown_delay, then the kill), purged jobs' included. Nomad counts
+    # their devices as used until then (``ProposedAllocs`` in scheduler/feasible/context.go
+    # drops only client-terminal allocations), so a plan that needs them says "does not fit"
+    # for now, and capacity_version moves when they end.
+    gpus_freeing: int = 0

@@ -52,6 +52,10 @@ class PlacementHold:
     retry_at: float
     attempts: int
     capacity_version: int | None
+    # Nomad said "does not fit" while GPUs were still being given back by stopping
+    # allocations: the model waits for them (its retry comes when they end); it is not
+    # "unplaceable" to the routers.
+    freeing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +112,17 @@ def record_outcomes(
     settings: PlanningSettings,
     *,
     capacity_version: int,
+    gpus_freeing: int = 0,
 ) -> PlannerState:
-    """Fold what the executor did into the memory the next pass starts from."""
+    """Fold what the executor did into the memory the next pass starts from.
+
+    ``gpus_freeing`` is the pass's ``Observed.gpus_freeing``; a replica stopped in this very
+    pass frees GPUs too. A "does not fit" then is a wait for them, not a verdict."""
     models = dict(state.models)
     replicas = dict(state.replicas)
+    outcomes = tuple(outcomes)
+    stopped_now = any(isinstance(o, Done) and isinstance(o.action, StopReplica) for o in outcomes)
+    freeing = gpus_freeing > 0 or stopped_now
     for outcome in outcomes:
         if isinstance(outcome, Placed):
             act = outcome.action
@@ -132,14 +143,21 @@ def record_outcomes(
                 memo, hold=None, surge_blocked=memo.surge_blocked and act.why is not PlaceWhy.ROLL
             )
         elif isinstance(outcome, Unplaceable):
+            waiting = (
+                f"waiting for GPUs that stopping allocations give back "
+                f"({gpus_freeing or 'some'} still held until their tasks exit); "
+                if freeing
+                else ""
+            )
             models[outcome.action.model] = _held(
                 models.get(outcome.action.model, ModelMemo()),
                 outcome.action,
-                f"no profile fits: {outcome.explanation}",
+                f"{waiting}no profile fits: {outcome.explanation}",
                 now,
                 settings.unplaceable_retry,
                 settings.unplaceable_retry_max,
                 capacity_version,
+                freeing=freeing,
             )
         elif isinstance(outcome, Failed) and isinstance(outcome.action, PlaceReplica):
             models[outcome.action.model] = _held(
@@ -176,6 +194,8 @@ def _held(
     base: float,
     cap: float,
     capacity_version: int | None,
+    *,
+    freeing: bool = False,
 ) -> ModelMemo:
     attempts = (memo.hold.attempts if memo.hold else 0) + 1
     hold = PlacementHold(
@@ -184,6 +204,7 @@ def _held(
         retry_at=now + exponential(base, cap, attempts),
         attempts=attempts,
         capacity_version=capacity_version,
+        freeing=freeing,
     )
     # A roll goes in place (an old replica drains before its replacement is placed, so the
     # model serves with one replica fewer for a while) only when the extra replica failed

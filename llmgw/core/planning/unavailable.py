@@ -9,7 +9,10 @@ Owns the rule that turns the planner's memory and the operator's commands into t
   version) and the cluster's capacity has not changed since. Any capacity change (a
   node, an allocation that ended) drops the claim, so routers wait for a load again
   until Nomad is asked again. A hold after a failed register (no capacity version) is
-  a passing error, not "cannot place", and is left out;
+  a passing error, not "cannot place", and is left out; so is a hold while GPUs were
+  still being given back by stopping allocations (``PlacementHold.freeing``: Nomad counts
+  a stopping allocation's devices until its tasks exit, so the model waits for them and
+  routers answer "loading");
 - unplaceable too: the pass found no profile worth a plan at all (``Decision.unplaceable``:
   a multi-node profile and no fabric with enough ready nodes). Its ``since`` is kept
   from the last document while the reason holds, so an unchanged claim is not a new
@@ -60,6 +63,7 @@ def unavailable_models(
             hold is not None
             and hold.capacity_version is not None
             and hold.capacity_version == capacity_version
+            and not hold.freeing
         ):
             out.append(UnavailableModel(name, Unavailability.UNPLACEABLE, _clip(hold.reason), hold.since))
         elif unplaceable and name in unplaceable:

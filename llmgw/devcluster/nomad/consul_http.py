@@ -176,6 +176,22 @@ class ConsulAgent:
             params["wait"] = f"{max(1, int(wait_s))}s"
         return await self._get_list(f"/v1/health/service/{quote(name, safe='')}", params, wait_s)
 
+    async def agent_checks(self) -> list[JSON]:
+        """The checks this agent runs (``/v1/agent/checks``), each with its ServiceID and Status."""
+        path = "/v1/agent/checks"
+        try:
+            async with self.session.get(
+                f"{self.addr}{path}", headers=self.headers, timeout=aiohttp.ClientTimeout(total=10)
+            ) as resp:
+                if resp.status >= 300:
+                    raise ConsulError(f"GET {path}: HTTP {resp.status}: {(await resp.text()).strip()}")
+                body = await resp.json()
+        except aiohttp.ClientError as exc:
+            raise ConsulError(f"GET {path}: {exc}") from exc
+        except TimeoutError as exc:
+            raise ConsulError(f"GET {path}: timed out") from exc
+        return [c for c in body.values() if isinstance(c, dict)] if isinstance(body, dict) else []
+
     async def kv_get(self, key: str, *, index: int = 0, wait_s: float = 0) -> tuple[str | None, int]:
         params: dict[str, str] = {}
         if index:

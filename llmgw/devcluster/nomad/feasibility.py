@@ -364,9 +364,13 @@ class Usage:
 
 
 def usage_of(allocs: Iterable[AllocRecord]) -> Usage:
+    """What ``allocs`` hold. Like Nomad's ``ProposedAllocs`` (scheduler/feasible/context.go),
+    an allocation told to stop keeps its devices, ports and distinct_hosts slot until its
+    client reports it terminal (its tasks have exited); the caller leaves out the ones the
+    same plan stops."""
     usage = Usage()
     for alloc in allocs:
-        if alloc.terminal():
+        if alloc.client_terminal():
             continue
         usage.add(alloc.job_id, alloc.task_group, alloc.node_id, alloc.allocated)
     return usage

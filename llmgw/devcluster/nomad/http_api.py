@@ -292,6 +292,21 @@ async def job_evaluations(request: web.Request) -> web.Response:
     return _json([standin.store.eval_json(e) for e in evals], index=index)
 
 
+async def job_deployments(request: web.Request) -> web.Response:
+    standin = _standin(request)
+    index = await _block(request, lambda: standin.store.table_index["deployment"])
+    found = standin.store.job_deployments(request.match_info["job_id"])
+    return _json([standin.store.deployment_json(d) for d in found], index=index)
+
+
+async def deployment_get(request: web.Request) -> web.Response:
+    standin = _standin(request)
+    deployment = standin.store.deployments.get(request.match_info["deployment_id"])
+    if deployment is None:
+        raise NotFound("deployment not found")
+    return _json(standin.store.deployment_json(deployment), index=standin.store.table_index["deployment"])
+
+
 # ---------------------------------------------------------------------------
 # Allocations and evaluations
 
@@ -643,6 +658,8 @@ def create_app(standin: NomadStandIn) -> web.Application:
     r.add_get("/v1/job/{job_id}/summary", job_summary)
     r.add_get("/v1/job/{job_id}/allocations", job_allocations)
     r.add_get("/v1/job/{job_id}/evaluations", job_evaluations)
+    r.add_get("/v1/job/{job_id}/deployments", job_deployments)
+    r.add_get("/v1/deployment/{deployment_id}", deployment_get)
     r.add_get("/v1/allocations", allocations_list)
     r.add_get("/v1/allocation/{alloc_id}", allocation_get)
     r.add_post("/v1/allocation/{alloc_id}/stop", allocation_stop)

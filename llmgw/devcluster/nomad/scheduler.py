@@ -2,9 +2,12 @@
 
 Owns: Nomad's reconciler rules for service (and simple batch) jobs — count, destructive
 versus in-place updates, lost allocations on down nodes (replaced unless the group
-says ``prevent_reschedule_on_lost`` or ``disconnect { replace = false }``), failed
-allocations (rescheduled only as the group's ``reschedule`` policy allows), migration
-off draining nodes — and turning one evaluation into a ``PlanOutcome``. ``apply``
+says ``prevent_reschedule_on_lost`` or ``disconnect { replace = false }``, and always
+once their ``lost_after`` ran out), failed allocations (rescheduled only as the group's
+``reschedule`` policy allows), migration off draining nodes, deployments (created for
+the first run of a job version whose groups have an update strategy; after a failed
+one only lost allocations are replaced) — and turning one evaluation into a
+``PlanOutcome``. ``apply``
 writes an outcome (a PlanResult transaction, then an EvaluationUpdated one), creating
 or refreshing the job's blocked evaluation when something could not be placed.
 
@@ -28,6 +31,7 @@ from llmgw.devcluster.nomad.state import (
     EV_EVAL_UPDATED,
     EV_PLAN_RESULT,
     AllocRecord,
+    DeploymentRecord,
     EvalRecord,
     JobRecord,
     Store,
@@ -51,6 +55,7 @@ class Place:
     index: int
     previous: AllocRecord | None = None
     reschedule: bool = False
+    lost: bool = False  # replaces an allocation lost (or disconnected) with its node
 
 
 @dataclass
@@ -58,6 +63,7 @@ class Stop:
     alloc: AllocRecord
     description: str
     client_status: str = ""  # "lost" when the node is gone
+    expired: bool = False  # lost because its disconnect { lost_after } ran out
 
 
 @dataclass
@@ -70,6 +76,10 @@ class PlanOutcome:
     queued: dict[str, int] = field(default_factory=dict)
     desired: dict[str, dict[str, int]] = field(default_factory=dict)
     reschedule_later: dict[str, float] = field(default_factory=dict)  # alloc id -> delay seconds
+    # The job version's deployment: created by this plan, or the active one new
+    # allocations join (None: no update strategy, or the deployment is over).
+    deployment: DeploymentRecord | None = None
+    new_deployment: bool = False
 
     def bump(self, group: str, key: str, n: int = 1) -> None:
         row = self.desired.setdefault(group, {})
@@ -115,9 +125,34 @@ def reschedule_allowed(group: JSON, alloc: AllocRecord, now_ns: int) -> bool:
     return len(recent) < attempts
 
 
-def replace_lost(group: JSON) -> bool:
-    if group.get("PreventRescheduleOnLost"):
+def lost_after_ns(alloc: AllocRecord) -> int:
+    """The group's ``disconnect { lost_after }`` as the allocation's job has it (0: none)."""
+    for group in alloc.job.get("TaskGroups") or []:
+        if group.get("Name") == alloc.task_group:
+            disconnect = group.get("Disconnect") or {}
+            return int(disconnect.get("LostAfter") or 0)
+    return 0
+
+
+def disconnect_expired(alloc: AllocRecord, now_ns: int) -> bool:
+    """Nomad's ``Allocation.Expired`` (nomad/structs/alloc.go): an ``unknown`` allocation whose
+    ``lost_after`` has run out since it became unknown."""
+    if alloc.client_status != "unknown" or not alloc.unknown_since:
         return False
+    return alloc.unknown_since + lost_after_ns(alloc) <= now_ns
+
+
+def has_update_strategy(group: JSON) -> bool:
+    """Nomad's ``!UpdateStrategy.IsEmpty()`` (nomad/structs/structs.go): a group deploys unless
+    its strategy is missing or has ``max_parallel = 0``. With no ``update`` block Nomad's
+    default strategy applies (``api.DefaultUpdateStrategy``: max_parallel 1), so it deploys."""
+    update = group.get("Update") or {}
+    return int(update.get("MaxParallel") or 0) != 0
+
+
+def replace_lost(group: JSON) -> bool:
+    # max_client_disconnect and prevent_reschedule_on_lost never get here: Nomad 2.0 drops
+    # them at register (``as_registered``), so only ``disconnect`` decides.
     disconnect = group.get("Disconnect") or {}
     return disconnect.get("Replace") is not False
 
@@ -153,6 +188,14 @@ class Scheduler:
         usage = usage_of(a for a in store.allocs.values() if a.id not in stopping)
         placer = Placer(list(store.nodes.values()), usage, store.region, self.pick_port)
         now = self.now_ns()
+        current = store.latest_deployment(job) if job is not None and job_doc is None else None
+        if current is not None and current.job_version != version:
+            current = None  # an older version's: Nomad cancels it
+        outcome.deployment = current if current is not None and current.active() else None
+        # After a failed deployment Nomad places only replacements of lost allocations and
+        # reschedules (reconcile_cluster.go placeAllocs: deploymentPlaceReady is false).
+        deployment_failed = current is not None and current.status == "failed"
+        first_run = not any(a.job_version == version for a in store.job_allocs(job_id))
         for name, group in groups.items():
             # Lost allocations that the group says not to replace keep their names taken.
             held = {
@@ -162,6 +205,7 @@ class Scheduler:
                 and a.client_status == "lost"
                 and not a.next_allocation
                 and a.job_version == version
+                and not a.expired
                 and not replace_lost(group)
             }
             self._reconcile_group(
@@ -174,8 +218,45 @@ class Scheduler:
                 placer,
                 now,
                 held,
+                deployment_failed,
             )
+        if job is not None and job_doc is None and current is None and first_run:
+            self._create_deployment(outcome, job, groups, version)
         return outcome
+
+    def _create_deployment(
+        self, out: PlanOutcome, job: JobRecord, groups: dict[str, JSON], version: int
+    ) -> None:
+        """Nomad's createDeployment: the first run of a job version whose groups have an
+        update strategy gets a deployment, one DeploymentState per such group."""
+        states: dict[str, JSON] = {}
+        for name, group in groups.items():
+            if not has_update_strategy(group) or not out.desired.get(name, {}).get("Place"):
+                continue  # (placed or not: a group still waiting for room deploys too)
+            update = group["Update"]
+            count = group.get("Count")
+            states[name] = {
+                "AutoRevert": bool(update.get("AutoRevert")),
+                "Promoted": False,
+                "PlacedCanaries": None,
+                "DesiredCanaries": 0,
+                "DesiredTotal": 1 if count is None else int(count),
+                "PlacedAllocs": 0,
+                "HealthyAllocs": 0,
+                "UnhealthyAllocs": 0,
+                "ProgressDeadline": int(update.get("ProgressDeadline") or 0),
+                "RequireProgressBy": 0,  # unix ns; 0 until the first placement
+            }
+        if states:
+            out.deployment = DeploymentRecord(
+                id=str(uuid.uuid4()),
+                job_id=job.id,
+                job_version=version,
+                job_create_index=job.create_index,
+                job_modify_index=job.job_modify_index,
+                groups=states,
+            )
+            out.new_deployment = True
 
     def _stopped_on_down_nodes_lost(self, out: PlanOutcome, job_id: str) -> None:
         """Nomad's ``updateNonTerminalAllocsToLost``: an alloc already told to stop whose node is
@@ -199,6 +280,7 @@ class Scheduler:
         placer: Placer,
         now: int,
         held: set[int],
+        deployment_failed: bool = False,
     ) -> None:
         name = str(group["Name"])
         raw_count = group.get("Count")
@@ -214,12 +296,23 @@ class Scheduler:
 
         for alloc in sorted(allocs, key=lambda a: a.create_index):
             node = self.store.nodes.get(alloc.node_id)
+            if disconnect_expired(alloc, now):
+                # classifyAllocs puts an expired allocation in "expiring" before any disconnect
+                # rule applies, and the reconciler adds it to the lost ones (lost =
+                # lost.union(expiring)): stopped lost and replaced, whatever
+                # disconnect { replace } and the reschedule policy say.
+                out.stops.append(Stop(alloc, DESC_LOST, "lost", expired=True))
+                out.bump(name, "Stop")
+                if not alloc.next_allocation:
+                    replace.append(Place(group, alloc.index, alloc, lost=True))
+                    out.bump(name, "Place")
+                continue
             if alloc.client_status == "unknown" and node is not None and node.status == "disconnected":
                 # Disconnected but within lost_after: it keeps its slot; Nomad still places a
                 # replacement unless disconnect { replace = false }.
                 keep.setdefault(alloc.index, alloc)
                 if replace_lost(group) and not alloc.next_allocation:
-                    replace.append(Place(group, alloc.index, alloc))
+                    replace.append(Place(group, alloc.index, alloc, lost=True))
                     out.bump(name, "Place")
                 continue
             lost = alloc.client_status == "lost" or (
@@ -230,7 +323,7 @@ class Scheduler:
             if lost:
                 stop(alloc, DESC_LOST, "Stop", "lost")
                 if replace_lost(group) and not alloc.next_allocation:
-                    replace.append(Place(group, alloc.index, alloc))
+                    replace.append(Place(group, alloc.index, alloc, lost=True))
                     out.bump(name, "Place")
                 elif not replace_lost(group):
                     held.add(alloc.index)  # its name stays taken: nothing takes its place
@@ -288,6 +381,12 @@ class Scheduler:
             replace.append(Place(group, next_index))
             out.bump(name, "Place")
             slots.add(next_index)
+        if deployment_failed:
+            kept = [p for p in replace if p.lost or p.reschedule]
+            if len(kept) < len(replace):
+                out.bump(name, "Place", len(kept) - len(replace))
+                out.bump(name, "Ignore", len(replace) - len(kept))
+            replace = kept
         for place in sorted(replace, key=lambda p: p.index):
             avoid = place.previous.node_id if place.previous is not None else ""
             result = placer.place(spec, group, avoid_node=avoid)
@@ -308,11 +407,15 @@ class Scheduler:
         job = outcome.job
         created: list[AllocRecord] = []
         now = self.now_ns()
+        deployment = outcome.deployment
         with store.txn(EV_PLAN_RESULT):
+            if deployment is not None and outcome.new_deployment:
+                store.touch_deployment(deployment)
             for stop in outcome.stops:
                 alloc = stop.alloc
                 alloc.desired_status = "stop"
                 alloc.desired_description = stop.description
+                alloc.expired = alloc.expired or stop.expired
                 if stop.client_status:
                     alloc.client_status = stop.client_status
                     alloc.client_description = "alloc is lost since its node is down"
@@ -338,6 +441,8 @@ class Scheduler:
                                 {"RescheduleTime": now, "PrevAllocID": prev.id, "PrevNodeID": prev.node_id},
                             ]
                         store.touch_alloc(prev, server=True)
+                    if deployment is not None:
+                        self._join_deployment(deployment, alloc, now)
                     store.touch_alloc(alloc, server=True)
                     created.append(alloc)
             for alloc_id in outcome.reschedule_later:
@@ -347,6 +452,19 @@ class Scheduler:
                     store.touch_alloc(alloc, server=True)
         self._finish_eval(ev, outcome)
         return created
+
+    def _join_deployment(self, deployment: DeploymentRecord, alloc: AllocRecord, now: int) -> None:
+        """Nomad's updateDeploymentWithAlloc (nomad/state/state_store.go): a placement of a
+        deploying group counts as placed, and the first one starts the progress deadline."""
+        alloc.deployment_id = deployment.id
+        state = deployment.groups.get(alloc.task_group)
+        if state is None:
+            return
+        state["PlacedAllocs"] += 1
+        deadline = int(state["ProgressDeadline"])
+        if deadline and not state["RequireProgressBy"]:
+            state["RequireProgressBy"] = now + deadline
+        self.store.touch_deployment(deployment)
 
     def _finish_eval(self, ev: EvalRecord, outcome: PlanOutcome) -> None:
         store = self.store

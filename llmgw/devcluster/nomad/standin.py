@@ -31,10 +31,11 @@ from llmgw.devcluster.nomad import docker
 from llmgw.devcluster.nomad.client import AllocRunner
 from llmgw.devcluster.nomad.config import NodeSpec, StandInConfig
 from llmgw.devcluster.nomad.consul_http import ConsulAgent, service_id
+from llmgw.devcluster.nomad.deployments import DeploymentWatcher
 from llmgw.devcluster.nomad.events import EventBroker
 from llmgw.devcluster.nomad.jobcanon import as_registered, canonicalize, job_warnings, validate
 from llmgw.devcluster.nomad.processes import ProcessTable
-from llmgw.devcluster.nomad.scheduler import PlanOutcome, Scheduler, spec_key
+from llmgw.devcluster.nomad.scheduler import PlanOutcome, Scheduler, lost_after_ns, spec_key
 from llmgw.devcluster.nomad.state import (
     EV_ALLOC_DESIRED,
     EV_ALLOC_UPDATED,
@@ -139,6 +140,7 @@ class NomadStandIn:
         self._own_state_root = False
         self._seen_status: dict[str, str] = {}
         self._started = False
+        self.deployments = DeploymentWatcher(self, self._spawn, self._create_eval)
         # Called with the node's name when a node fails / is restored (``DevCluster``
         # uses them to fail the node's Consul agent too, as a dead machine would).
         self.on_node_failed: list[Callable[[str], Awaitable[None] | None]] = []
@@ -436,6 +438,7 @@ class NomadStandIn:
             self.runners[alloc.id] = runner
             runner.start()
             self._spawn(self._reap(alloc.id, runner), f"reap-{alloc.id}")
+            self.deployments.watch(alloc)
 
     async def _reap(self, alloc_id: str, runner: AllocRunner) -> None:
         await runner.wait()
@@ -728,6 +731,7 @@ class NomadStandIn:
                 if after > 0:
                     alloc.client_status = "unknown"
                     alloc.client_description = "alloc is unknown since its node is disconnected"
+                    alloc.unknown_since = now_ns()
                     self.store.touch_alloc(alloc)
             evals = [
                 self._new_eval(job_id, "node-update", node_id=node_id)
@@ -736,8 +740,12 @@ class NomadStandIn:
         for ev in evals:
             self._enqueue(ev.id)
         if disconnectable:
+            # A moment after the last lost_after runs out, so the evaluation sees it expired
+            # (asyncio may fire a timer up to its clock resolution early).
             self._later(
-                max(disconnectable), lambda: self._disconnect_expired(node_id), f"lost-after-{node_id}"
+                max(disconnectable) + 0.01,
+                lambda: self._disconnect_expired(node_id),
+                f"lost-after-{node_id}",
             )
 
     async def _disconnect_expired(self, node_id: str) -> None:
@@ -758,12 +766,7 @@ class NomadStandIn:
 
     @staticmethod
     def _lost_after_s(alloc: AllocRecord) -> float:
-        for group in alloc.job.get("TaskGroups") or []:
-            if group.get("Name") == alloc.task_group:
-                disconnect = group.get("Disconnect") or {}
-                ns = int(disconnect.get("LostAfter") or group.get("MaxClientDisconnect") or 0)
-                return ns / NS
-        return 0.0
+        return lost_after_ns(alloc) / NS
 
     async def restore_node(self, node_ref: str) -> NodeRecord:
         """The node comes back empty: ready again, its old allocations lost, stale services removed."""

@@ -180,6 +180,16 @@ class AllocRecord:
     next_allocation: str = ""
     followup_eval_id: str = ""
     reschedule_events: list[JSON] = field(default_factory=list)
+    # When its client status last became "unknown" (Nomad's LastUnknown, from AllocStates);
+    # 0 when it never did. Its disconnect { lost_after } counts from here.
+    unknown_since: int = 0
+    # Lost because its lost_after ran out: Nomad replaces it whatever the group says.
+    expired: bool = False
+    # The deployment it was placed under, and its health there (AllocDeploymentStatus):
+    # None until the client says, then healthy or not at ``deployment_health_at``.
+    deployment_id: str = ""
+    deployment_healthy: bool | None = None
+    deployment_health_at: int = 0
     create_index: int = 0
     modify_index: int = 0
     alloc_modify_index: int = 0
@@ -202,6 +212,29 @@ class AllocRecord:
         return self.server_terminal() or self.client_terminal()
 
 
+@dataclass
+class DeploymentRecord:
+    """One Nomad deployment (nomad/structs/deployment.go): a job version rolled out under its
+    groups' update strategies; ``groups`` holds each group's DeploymentState as Nomad's JSON,
+    but for ``RequireProgressBy`` in unix nanoseconds (0: not started)."""
+
+    id: str
+    job_id: str
+    job_version: int
+    job_create_index: int
+    job_modify_index: int
+    groups: dict[str, JSON]
+    status: str = "running"
+    status_description: str = "Deployment is running"
+    create_index: int = 0
+    modify_index: int = 0
+    create_time: int = 0
+    modify_time: int = 0
+
+    def active(self) -> bool:
+        return self.status in ("running", "paused", "pending", "blocked", "unblocking", "initializing")
+
+
 # ---------------------------------------------------------------------------
 # Store
 
@@ -213,6 +246,7 @@ class _Txn:
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     evals: dict[str, EvalRecord] = field(default_factory=dict)
     allocs: dict[str, AllocRecord] = field(default_factory=dict)
+    deployments: dict[str, DeploymentRecord] = field(default_factory=dict)
     deleted_jobs: set[str] = field(default_factory=set)
     alloc_server_change: set[str] = field(default_factory=set)
 
@@ -224,11 +258,12 @@ class Store:
         self.broker = broker
         self.region = region
         self.index = 1
-        self.table_index: dict[str, int] = {"nodes": 1, "jobs": 1, "evals": 1, "allocs": 1}
+        self.table_index: dict[str, int] = {"nodes": 1, "jobs": 1, "evals": 1, "allocs": 1, "deployment": 1}
         self.nodes: dict[str, NodeRecord] = {}
         self.jobs: dict[str, JobRecord] = {}
         self.evals: dict[str, EvalRecord] = {}
         self.allocs: dict[str, AllocRecord] = {}
+        self.deployments: dict[str, DeploymentRecord] = {}
         self._changed = asyncio.Event()
         self._txn: _Txn | None = None
 
@@ -264,6 +299,9 @@ class Store:
         if server:
             tx.alloc_server_change.add(alloc.id)
 
+    def touch_deployment(self, deployment: DeploymentRecord) -> None:
+        self._require_txn().deployments[deployment.id] = deployment
+
     def delete_job(self, job_id: str) -> None:
         tx = self._require_txn()
         tx.deleted_jobs.add(job_id)
@@ -275,7 +313,7 @@ class Store:
         return self._txn
 
     def _commit(self, tx: _Txn) -> None:
-        if not (tx.nodes or tx.jobs or tx.evals or tx.allocs or tx.deleted_jobs):
+        if not (tx.nodes or tx.jobs or tx.evals or tx.allocs or tx.deployments or tx.deleted_jobs):
             return
         self.index += 1
         index = self.index
@@ -305,6 +343,14 @@ class Store:
             alloc.modify_time = stamp
             self.allocs[alloc.id] = alloc
             self.table_index["allocs"] = index
+        for deployment in tx.deployments.values():
+            if deployment.create_index == 0:
+                deployment.create_index = index
+                deployment.create_time = stamp
+            deployment.modify_index = index
+            deployment.modify_time = stamp
+            self.deployments[deployment.id] = deployment
+            self.table_index["deployment"] = index
         for job in tx.jobs.values():
             self.jobs[job.id] = job
         for job_id in tx.deleted_jobs:
@@ -360,6 +406,18 @@ class Store:
                     {"Allocation": body},
                 )
             )
+        for deployment in tx.deployments.values():
+            events.append(
+                _event(
+                    "Deployment",
+                    tx.kind,
+                    deployment.id,
+                    [deployment.job_id],
+                    NAMESPACE,
+                    index,
+                    {"Deployment": self.deployment_json(deployment)},
+                )
+            )
         for job in tx.jobs.values():
             events.append(_event("Job", tx.kind, job.id, None, NAMESPACE, index, {"Job": self.job_json(job)}))
         for node in tx.nodes.values():
@@ -379,6 +437,42 @@ class Store:
 
     def node_allocs(self, node_id: str) -> list[AllocRecord]:
         return sorted((a for a in self.allocs.values() if a.node_id == node_id), key=lambda a: a.create_index)
+
+    def job_deployments(self, job_id: str) -> list[DeploymentRecord]:
+        """Newest first, as ``/v1/job/:id/deployments`` lists them."""
+        found = [d for d in self.deployments.values() if d.job_id == job_id]
+        return sorted(found, key=lambda d: d.create_index, reverse=True)
+
+    def latest_deployment(self, job: JobRecord) -> DeploymentRecord | None:
+        """Nomad's LatestDeploymentByJobID, for the job as it is now (same create index)."""
+        for deployment in self.job_deployments(job.id):
+            if deployment.job_create_index == job.create_index:
+                return deployment
+        return None
+
+    def deployment_json(self, deployment: DeploymentRecord) -> JSON:
+        return fill(
+            "Deployment",
+            {
+                "ID": deployment.id,
+                "Namespace": NAMESPACE,
+                "JobID": deployment.job_id,
+                "JobVersion": deployment.job_version,
+                "JobModifyIndex": deployment.job_modify_index,
+                "JobSpecModifyIndex": deployment.job_modify_index,
+                "JobCreateIndex": deployment.job_create_index,
+                "TaskGroups": {
+                    name: {**state, "RequireProgressBy": go_time(int(state["RequireProgressBy"]))}
+                    for name, state in deployment.groups.items()
+                },
+                "Status": deployment.status,
+                "StatusDescription": deployment.status_description,
+                "CreateIndex": deployment.create_index,
+                "ModifyIndex": deployment.modify_index,
+                "CreateTime": deployment.create_time,
+                "ModifyTime": deployment.modify_time,
+            },
+        )
 
     def job_evals(self, job_id: str) -> list[EvalRecord]:
         return sorted((e for e in self.evals.values() if e.job_id == job_id), key=lambda e: e.create_index)
@@ -551,6 +645,8 @@ class Store:
                 "RescheduleTracker": {"Events": alloc.reschedule_events, "LastReschedule": ""}
                 if alloc.reschedule_events
                 else None,
+                "DeploymentID": alloc.deployment_id,
+                "DeploymentStatus": _deployment_status(alloc),
                 "CreateIndex": alloc.create_index,
                 "ModifyIndex": alloc.modify_index,
                 "AllocModifyIndex": alloc.alloc_modify_index,
@@ -586,6 +682,7 @@ class Store:
                 "RescheduleTracker": {"Events": alloc.reschedule_events, "LastReschedule": ""}
                 if alloc.reschedule_events
                 else None,
+                "DeploymentStatus": _deployment_status(alloc),
                 "CreateIndex": alloc.create_index,
                 "ModifyIndex": alloc.modify_index,
                 "CreateTime": alloc.create_time,
@@ -668,6 +765,17 @@ class Store:
             "MinDynamicPort": 20000,
             "MaxDynamicPort": 32000,
         }
+
+
+def _deployment_status(alloc: AllocRecord) -> JSON | None:
+    if alloc.deployment_healthy is None:
+        return None
+    return {
+        "Healthy": alloc.deployment_healthy,
+        "Timestamp": go_time(alloc.deployment_health_at),
+        "Canary": False,
+        "ModifyIndex": alloc.modify_index,
+    }
 
 
 def _event(

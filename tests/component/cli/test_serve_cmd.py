@@ -1,16 +1,24 @@
-"""`llmgw serve` refuses settings it cannot run with before it starts anything."""
+"""`llmgw serve` (and ``Services``) refuses settings it cannot run with before it starts anything."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from llmgw.bundled import read_security_policy
 from llmgw.cli import event_loop
+from llmgw.cli.dev_run import dev_control_settings, dev_render_settings
 from llmgw.cli.event_loop import EventLoop
+from llmgw.cli.serving import Role, Services, ServiceSettings
+from llmgw.control import ControlSettings, ControlSettingsError, lost_node_problem
+from llmgw.gateway.settings import RouterSettings
+from llmgw.render import RenderSettings
+from llmgw.settings import ConsulConnection, NomadConnection
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -90,3 +98,27 @@ async def test_a_consul_namespace_on_consul_ce_stops_serve_at_start_with_one_cle
     assert process.returncode == 2, text
     assert "CONSUL_NAMESPACE='team-a'" in text and "Unset CONSUL_NAMESPACE" in text
     assert "Traceback" not in text
+
+
+async def test_the_control_plane_refuses_a_lost_after_that_lets_nomad_replace_a_shard_first() -> None:
+    # Nomad replaces a disconnected allocation on its own once lost_after runs out, whatever
+    # replace = false says: llmgw must have rebuilt the replica whole before that.
+    settings = ServiceSettings(
+        role=Role.CONTROL_PLANE,
+        nomad=NomadConnection(address="http://127.0.0.1:9"),
+        consul=ConsulConnection.from_env({"CONSUL_HTTP_ADDR": "http://127.0.0.1:9"}),
+        policy=read_security_policy(),
+        render=RenderSettings(lost_after_s=300),
+    )
+    with pytest.raises(ControlSettingsError) as refused:
+        async with Services(settings):
+            pass
+    message = str(refused.value)
+    assert message.startswith("the control plane will not start: the jobs' disconnect lost_after (300s")
+    assert "node_lost_grace (600s) plus action_timeout (30s), 630s" in message
+    assert "Raise lost_after_s or lower node_lost_grace" in message
+    # A router alone does not care; the shipped defaults and `llmgw dev`'s agree.
+    async with Services(replace(settings, role=Role.ROUTER, router=RouterSettings(port=0, no_auth=True))):
+        pass
+    assert lost_node_problem(ControlSettings(), RenderSettings().lost_after_s) is None
+    assert lost_node_problem(dev_control_settings(), dev_render_settings().lost_after_s) is None

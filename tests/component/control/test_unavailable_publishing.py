@@ -10,6 +10,7 @@ from __future__ import annotations
 from llmgw.control import ControlSettings
 from llmgw.control.testing import ControlHarness
 from llmgw.core.catalog import SecurityPolicy, load_catalog
+from llmgw.core.catalog.model import Engine
 from llmgw.core.planning import PlanningSettings, model_key
 from llmgw.core.records import Unavailability, UnavailableModels
 
@@ -83,3 +84,32 @@ async def test_an_operators_drain_is_published_as_drained(test_policy: SecurityP
         assert sink.listed()["chat"] is Unavailability.DRAINED
         chat = next(m for m in sink.published[-1].models if m.model == "chat")
         assert chat.reason == "drained by alice"
+
+
+async def test_a_rebuild_waits_for_the_gpus_its_stopping_replica_still_holds(
+    test_policy: SecurityPolicy,
+) -> None:
+    # Nomad counts a stopping allocation's GPUs until its tasks exit (shutdown_delay, then
+    # the kill): the rebuild's plan says "does not fit" meanwhile. That is a wait, not
+    # "unplaceable": routers keep answering "loading", and the rebuild comes when they exit.
+    planning = PlanningSettings(backoff_base=1.0, backoff_jitter=0.0, load_timeouts={Engine.SIM: 10.0})
+    h = ControlHarness(CATALOG.split("  big:")[0], test_policy, settings=ControlSettings(planning=planning))
+    h.cluster.add_node("n0", gpus=1, gpu_model="H100")
+    h.cluster.model_load_delay["chat"] = None  # never passes its check: rebuilt at its load timeout
+    h.cluster.stop_delay = 30.0
+    sink = RecordingUnavailable()
+    h.deps.unavailable = sink
+    async with h:
+        await h.advance(5)
+        (first,) = h.cluster.jobs
+        await h.advance(20)  # failed at 12 s, stopped whole; its GPU is held until about 42 s
+        assert h.cluster.jobs == {}, "no rebuild fits while the old allocation shuts down"
+        assert "chat" not in sink.listed()
+        assert h.plane.reconciler is not None
+        hold = h.plane.reconciler.state.models["chat"].hold
+        assert hold is not None and hold.freeing
+        assert hold.reason.startswith("waiting for GPUs that stopping allocations give back (1 still held")
+        await h.advance(20)  # the old allocation exited: the rebuild places
+        (rebuilt,) = h.cluster.jobs
+        assert rebuilt != first
+        assert "chat" not in sink.listed()

@@ -97,6 +97,49 @@ async def test_node_failure_loses_only_that_groups_allocs(client: nomad.Nomad, s
     assert restored["SchedulingEligibility"] == "eligible"
 
 
+async def test_an_expired_disconnect_is_replaced_whatever_replace_says(
+    client: nomad.Nomad, server: NomadServer
+) -> None:
+    # llmgw's group shape: Nomad's classifyAllocs files an allocation whose lost_after ran out
+    # as "expiring" before any disconnect rule, and the reconciler replaces it as lost.
+    job = {
+        "ID": "shard",
+        "TaskGroups": [group("rank-0", Disconnect={"LostAfter": S, "Replace": False})],
+    }
+    await call(client.jobs.register_job, {"Job": job})
+    running = await wait_for(
+        lambda: [a for a in client.job.get_allocations("shard") if a["ClientStatus"] == "running"],
+        "the shard running",
+    )
+    victim = running[0]
+    async with aiohttp.ClientSession() as http:
+        resp = await http.post(f"{server.address}/_dev/node/{victim['NodeID']}/fail")
+        assert resp.status == 200
+    unknown = await wait_for(
+        lambda: (a := client.allocation.get_allocation(victim["ID"]))["ClientStatus"] == "unknown" and a,
+        "the shard unknown on its disconnected node",
+    )
+    assert unknown["DesiredStatus"] == "run"
+    assert len(await call(client.job.get_allocations, "shard")) == 1, "replace = false while disconnected"
+
+    lost = await wait_for(
+        lambda: (a := client.allocation.get_allocation(victim["ID"]))["ClientStatus"] == "lost" and a,
+        "the shard lost once lost_after ran out",
+    )
+    assert lost["DesiredStatus"] == "stop"
+    replacement = await wait_for(
+        lambda: [
+            a
+            for a in client.job.get_allocations("shard")
+            if a["ID"] != victim["ID"] and a["ClientStatus"] == "running"
+        ],
+        "a lone replacement of the lost shard",
+    )
+    assert replacement[0]["NodeID"] != victim["NodeID"]
+    whole = await call(client.allocation.get_allocation, replacement[0]["ID"])
+    assert whole["PreviousAllocation"] == victim["ID"]
+
+
 async def test_restart_policy_then_failed_without_reschedule(
     client: nomad.Nomad, server: NomadServer
 ) -> None:

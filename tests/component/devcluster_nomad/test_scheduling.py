@@ -11,9 +11,11 @@ from typing import Any
 import aiohttp
 import nomad
 
-from llmgw.devcluster.nomad import NomadServer
+from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn
 
-from .conftest import assert_shape, call, group, read_alloc_file, server_task, wait_for
+from .conftest import assert_shape, call, fast_config, group, read_alloc_file, server_task, wait_for
+
+S = 1_000_000_000
 
 GPU = [
     {
@@ -244,3 +246,62 @@ async def test_allocation_lists_carry_resources_only_when_nomad_would(
     assert with_resources["AllocatedResources"]["Tasks"]["server"]["Devices"] == [device]
     assert (await listed("/v1/job/res/allocations"))["AllocatedResources"] is None
     assert (await listed(f"/v1/evaluation/{stub['EvalID']}/allocations"))["AllocatedResources"] is None
+
+
+async def test_a_stopping_allocation_keeps_its_gpus_until_its_tasks_have_exited(tmp_path: Path) -> None:
+    # Nomad's ProposedAllocs drops only client-terminal allocations: one told to stop still
+    # holds its devices (and its distinct_hosts slot) through shutdown_delay and the kill.
+    solo = (NodeSpec(name="solo", gpus=2, gpu_model="H100", fabric="ib-0"),)
+    both_gpus = [{"Name": "nvidia/gpu", "Count": 2}]
+    async with NomadServer(NomadStandIn(fast_config(tmp_path, nodes=solo))) as server:
+        client = nomad.Nomad(host="127.0.0.1", port=server.port, timeout=10)
+        old = {"ID": "old", "TaskGroups": [group("g", devices=both_gpus, ShutdownDelay=3 * S)]}
+        await call(client.jobs.register_job, {"Job": old})
+        (old_alloc,) = await wait_for(lambda: running(client, "old", 1), "the old job on both GPUs")
+        await call(client.job.deregister_job, "old")
+        new = {"ID": "new", "TaskGroups": [group("g", devices=both_gpus)]}
+        await call(client.jobs.register_job, {"Job": new})
+        blocked = await wait_for(
+            lambda: [e for e in client.job.get_evaluations("new") if e["Status"] == "blocked"],
+            "the new job blocked while the old one shuts down",
+        )
+        assert blocked[0]["FailedTGAllocs"]["g"]["DimensionExhausted"]
+        stopping = await call(client.allocation.get_allocation, old_alloc["ID"])
+        assert (stopping["DesiredStatus"], stopping["ClientStatus"]) == ("stop", "running")
+        assert await call(client.job.get_allocations, "new") == []
+
+        await wait_for(lambda: running(client, "new", 1), "the new job once the GPUs are back")
+        finished = await call(client.allocation.get_allocation, old_alloc["ID"])
+        assert finished["ClientStatus"] == "complete"
+
+
+async def test_a_stopping_allocation_keeps_its_distinct_hosts_slot_until_it_has_exited(
+    tmp_path: Path,
+) -> None:
+    # The same job id registered again at once meets its own stopping allocations: until they
+    # exit, distinct_hosts filters their nodes (DistinctHostsIterator reads ProposedAllocs).
+    pair = tuple(NodeSpec(name=f"n{i}", gpus=0, fabric="ib-0") for i in range(2))
+    async with NomadServer(NomadStandIn(fast_config(tmp_path, nodes=pair))) as server:
+        client = nomad.Nomad(host="127.0.0.1", port=server.port, timeout=10)
+        job = {
+            "ID": "pair",
+            "Constraints": [{"Operand": "distinct_hosts", "RTarget": "true"}],
+            "TaskGroups": [group(g, ShutdownDelay=3 * S) for g in ("rank-0", "rank-1")],
+        }
+        await call(client.jobs.register_job, {"Job": job})
+        old = await wait_for(lambda: running(client, "pair", 2), "both ranks on their own node")
+        await call(client.job.deregister_job, "pair", purge=True)
+        await call(client.jobs.register_job, {"Job": job})
+        blocked = await wait_for(
+            lambda: [e for e in client.job.get_evaluations("pair") if e["Status"] == "blocked"],
+            "the new ranks blocked by the old ones still shutting down",
+        )
+        assert blocked[0]["FailedTGAllocs"]["rank-0"]["ConstraintFiltered"] == {"distinct_hosts": 2}
+        stopping = await call(client.allocation.get_allocation, old[0]["ID"])
+        assert (stopping["DesiredStatus"], stopping["ClientStatus"]) == ("stop", "running")
+
+        def new_ranks_running() -> Any:
+            live = [a for a in running(client, "pair", 2) or [] if a["ID"] not in {o["ID"] for o in old}]
+            return live if len(live) == 2 else None
+
+        await wait_for(new_ranks_running, "the new ranks placed once the old ones exited")

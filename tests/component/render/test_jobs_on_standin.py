@@ -109,6 +109,8 @@ async def _run_two_node_scenario(dev, rendered, looker, registry) -> None:  # ty
     await _until(healthy_with_both_ranks, 60, "the two-rank replica passing its check")
     placed = {a["TaskGroup"]: a["NodeID"] for a in await allocations()}
     assert len(set(placed.values())) == 2, "ranks on distinct nodes"
+    # update { max_parallel = 0 }: no Nomad deployment to fail while a model loads.
+    assert await asyncio.to_thread(looker.job.get_deployments, rendered.job_id) == []
 
     # Fail the worker's node: the whole replica goes down, not only that shard.
     worker_node = placed["rank-1"]

@@ -3,7 +3,8 @@ the pure core against the simulated Nomad (``control.testing.Simulation``).
 
 A model is listed when Nomad's plan said no profile fits and capacity has not changed
 since, or when an operator drained it; anything else (placed, never tried, capacity
-moved, a failed register) is not listed, so routers wait for loads as before."""
+moved, a failed register, a "does not fit" while stopping allocations still hold GPUs) is
+not listed, so routers wait for loads as before."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 from llmgw.control.testing import FakeCluster, Simulation
 from llmgw.core.catalog import Catalog
 from llmgw.core.planning import Desired, PlacementHold
-from llmgw.core.planning.state import ModelMemo, PlannerState
+from llmgw.core.planning.actions import Candidate, Done, PlaceReplica, PlaceWhy, StopReplica, Unplaceable
+from llmgw.core.planning.observed import JobId, ReplicaId
+from llmgw.core.planning.state import ModelMemo, PlannerState, record_outcomes
 from llmgw.core.planning.unavailable import unavailable_models
 from llmgw.core.records import Unavailability
 
@@ -157,3 +160,42 @@ def test_a_model_whose_replicas_keep_failing_is_listed_until_its_backoff_ends() 
         assert listed.reason.startswith(f"{memo.backoff.failures} failure(s) in a row; the last: ")
         sim.run(memo.backoff.retry_at - sim.now + 15)  # the backoff ends: a new replica is placed
         assert "fits" not in published(sim)
+
+
+def test_a_model_that_does_not_fit_while_gpus_are_given_back_waits_for_them() -> None:
+    # Nomad counts a stopping allocation's GPUs until its tasks exit (ProposedAllocs): a
+    # "does not fit" then is a wait, and routers keep answering "loading".
+    sim = simulation()
+    sim.step(replace(sim.observe(), gpus_freeing=2))
+    hold = sim.state.models["nowhere"].hold
+    assert hold is not None and hold.freeing
+    assert hold.reason.startswith("waiting for GPUs that stopping allocations give back (2 still held")
+    assert "nowhere" not in published(sim)
+    # Their end moves capacity; asked again with nothing freeing, Nomad's answer stands.
+    sim.capacity_version += 1
+    sim.step()
+    listed = published(sim)
+    assert listed["nowhere"].why is Unavailability.UNPLACEABLE
+    assert listed["nowhere"].reason.startswith("no profile fits: ")
+
+
+def test_a_replica_stopped_in_the_same_pass_makes_a_does_not_fit_a_wait() -> None:
+    sim = simulation()
+    place = PlaceReplica(
+        model="nowhere",
+        replica_id=ReplicaId("r1"),
+        job_id=JobId("llmgw-nowhere-r1"),
+        candidates=(Candidate(0, None),),
+        claim=frozenset(),
+        why=PlaceWhy.REPLACE,
+        reason="rebuild",
+    )
+    stop = StopReplica(JobId("llmgw-nowhere-r0"), "nowhere", "failed: rebuilt whole")
+    outcomes = [Done(stop), Unplaceable(place, "devices: no devices match request")]
+    state = record_outcomes(PlannerState(), outcomes, sim.now, sim.settings, capacity_version=7)
+    hold = state.models["nowhere"].hold
+    assert hold is not None and hold.freeing
+    assert unavailable_models(desired(sim), state, 7, sim.now).models == ()
+    alone = record_outcomes(PlannerState(), outcomes[1:], sim.now, sim.settings, capacity_version=7)
+    (listed,) = unavailable_models(desired(sim), alone, 7, sim.now).models
+    assert listed.why is Unavailability.UNPLACEABLE

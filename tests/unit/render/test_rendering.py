@@ -119,6 +119,7 @@ def test_engines_get_shared_memory_not_host_ipc(renderer: Renderer, example: Cat
 def test_restart_then_fail_and_no_rescheduling(renderer: Renderer, example: Catalog) -> None:
     spec = job(renderer, example, "llama-3.1-70b")
     assert spec["Reschedule"] == {"Attempts": 0, "Unlimited": False}
+    assert spec["Update"]["MaxParallel"] == 0  # no Nomad deployment
     [group] = spec["TaskGroups"]
     assert group["RestartPolicy"]["Mode"] == "fail"
     assert group["Disconnect"]["Replace"] is False
@@ -176,6 +177,12 @@ def test_operator_templates_override_and_are_held_to_the_contract(
     (tmp_path / "sim.nomad.hcl.j2").write_text(bundled.replace("{{- m.engine_service(job, group) }}", ""))
     rendered = own.render(example, ReplicaRequest("sim-chat", 0, "0"), catalog_hash="h")
     with pytest.raises(RenderError, match="llmgw-engine service"):
+        own.check(rendered, model="sim-chat")
+
+    deploying = "group {{ group.name | hcl }} {\n    update {\n      max_parallel = 1\n    }\n"
+    (tmp_path / "sim.nomad.hcl.j2").write_text(bundled.replace("group {{ group.name | hcl }} {\n", deploying))
+    rendered = own.render(example, ReplicaRequest("sim-chat", 0, "0"), catalog_hash="h")
+    with pytest.raises(RenderError, match=r"update block with max_parallel other than 0"):
         own.check(rendered, model="sim-chat")
 
     (tmp_path / "sim.nomad.hcl.j2").write_text(bundled + "\n{{ job.no_such_thing }}\n")
