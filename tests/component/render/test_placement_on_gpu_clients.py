@@ -191,7 +191,9 @@ job "ipc" {
 async def test_host_ipc_fails_the_allocation_with_the_docker_drivers_message(tmp_path: Path) -> None:
     cluster = await _cluster(tmp_path, GPU_NODE_DOCKER)  # no allowed_modes, as a default client
     try:
-        async with NomadClient(NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token)) as client:
+        async with NomadClient(
+            NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token)
+        ) as client:
             await client.register(await client.parse_hcl(DOCKER_JOB))
         message = await _failed_engine_event(cluster, "ipc")
         assert message == (
@@ -208,6 +210,8 @@ async def test_a_rendered_engine_passes_the_drivers_checks_and_is_reported_not_r
     rendered = _renderer().render(
         example_catalog, ReplicaRequest("llama-3.1-70b", 0, "0"), catalog_hash=catalog_digest(example_catalog)
     )
-    async with NomadClient(NomadConnection(address=gpu_cluster.nomad_addr, token=gpu_cluster.nomad_token)) as client:
+    async with NomadClient(
+        NomadConnection(address=gpu_cluster.nomad_addr, token=gpu_cluster.nomad_token)
+    ) as client:
         await client.register(await client.parse_hcl(rendered.hcl))
     assert await _failed_engine_event(gpu_cluster, rendered.job_id) == NOT_RUNNABLE_IN_DEV
