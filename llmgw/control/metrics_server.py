@@ -4,18 +4,24 @@ The admin API stays on loopback behind its token; metrics must be reachable by
 a scraper, and hold no secret (names of models and counts only), so they have a
 listener of their own. It reads the plane's registry and leadership; it changes
 nothing.
+
+Bound to loopback (the default, and ``llmgw dev``), it answers only a ``Host`` that is an
+IP address or ``localhost``: a page an operator's browser opens can rebind its own name
+to 127.0.0.1 and would otherwise read every model's name and count. Whatever scrapes a
+loopback listener runs on this machine and names it by address; a listener bound
+elsewhere is scraped by the names Prometheus is given, so it checks no ``Host``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from llmgw.core.addresses import url_of
+from llmgw.core.addresses import host_of_header, is_ip_or_localhost, is_loopback, url_of
 from llmgw.http_server import listener_log
 
 
@@ -26,12 +32,25 @@ class MetricsListenerSettings:
     port: int = 8082
 
 
+@web.middleware
+async def _loopback_host_check(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    host = host_of_header(request.headers.get("Host", "127.0.0.1"))
+    if host is None or not is_ip_or_localhost(host):
+        return web.Response(
+            status=403,
+            text="this listener is bound to loopback and answers only http://127.0.0.1 or http://localhost\n",
+        )
+    return await handler(request)
+
+
 class MetricsListener:
     def __init__(
         self, settings: MetricsListenerSettings, registry: CollectorRegistry, is_leader: Callable[[], bool]
     ) -> None:
         self.settings = settings
-        app = web.Application()
+        app = web.Application(middlewares=[_loopback_host_check] if is_loopback(settings.host) else [])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health", self._health)
         self._registry = registry

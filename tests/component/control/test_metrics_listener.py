@@ -35,3 +35,36 @@ async def test_metrics_health_and_a_malformed_request(caplog: pytest.LogCaptureF
     assert b" 400 " in answer.split(b"\r\n", 1)[0]
     assert "scraper-secret" not in caplog.text
     assert [r.name for r in caplog.records if "malformed request" in r.getMessage()] == ["llmgw.control.http"]
+
+
+@pytest.mark.parametrize("host", ["attacker.example", "attacker.example:8082", "[::1", "127.0.0.1.nip.io"])
+async def test_a_loopback_listener_answers_no_dns_rebinding_page(host: str) -> None:
+    """A page rebinding its own name to 127.0.0.1 sends that name as Host: refused, while a
+    scrape by address (what reaches a loopback listener) is answered."""
+    listener = MetricsListener(MetricsListenerSettings(port=0), CollectorRegistry(), lambda: True)
+    await listener.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            for path in ("/metrics", "/health"):
+                async with session.get(listener.url + path, headers={"Host": host}) as response:
+                    assert response.status == 403, path
+                    assert "llmgw" not in await response.text()
+                for scrape in (f"127.0.0.1:{listener.port}", f"localhost:{listener.port}"):
+                    async with session.get(listener.url + path, headers={"Host": scrape}) as response:
+                        assert response.status == 200, (path, scrape)
+    finally:
+        await listener.stop()
+
+
+async def test_a_listener_bound_beyond_loopback_answers_the_names_it_is_scraped_by() -> None:
+    listener = MetricsListener(
+        MetricsListenerSettings(host="0.0.0.0", port=0), CollectorRegistry(), lambda: True
+    )
+    await listener.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{listener.port}/health"
+            async with session.get(url, headers={"Host": "llmgw-control.service.consul"}) as response:
+                assert response.status == 200
+    finally:
+        await listener.stop()
