@@ -312,11 +312,8 @@ class ClusterView:
         return sum(self._freeing.values())
 
     def _track_freeing(self, alloc: ObservedAlloc) -> None:
-        # Not an "unknown" one: its node is unreachable, and gives nothing back until it
-        # returns or its lost_after runs out.
-        running = alloc.client_status in (AllocStatus.PENDING, AllocStatus.RUNNING)
-        if alloc.gpus and not alloc.desired_run and running:
-            self._freeing[alloc.alloc_id] = len(alloc.gpus)
+        if alloc.gpus_giving_back:
+            self._freeing[alloc.alloc_id] = alloc.gpus_giving_back
         else:
             self._freeing.pop(alloc.alloc_id, None)
 

@@ -799,6 +799,10 @@ class Simulation:
             demand=aggregate_demand(self.reports.values(), self.now, self.settings.demand_stale_after),
             in_flight={JobId(k): v for k, v in self.in_flight.items()},
             capacity_version=self.capacity_version,
+            # Every allocation the cluster still has, purged jobs' included, as the view counts them.
+            gpus_freeing=sum(
+                parse_alloc(a)[1].gpus_giving_back for a in self.cluster.allocs_json(resources=True)
+            ),
         )
 
     def drain(self, model: str, *, by: str = "operator") -> None:

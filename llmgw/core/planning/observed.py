@@ -73,6 +73,15 @@ class ObservedAlloc:
     failed_task: str | None = None
     failure: str = ""
 
+    @property
+    def gpus_giving_back(self) -> int:
+        """The GPUs this allocation, told to stop, holds until its tasks have exited: Nomad
+        counts its devices as used until its client reports it terminal (``ProposedAllocs``
+        in scheduler/feasible/context.go). Not an ``unknown`` one: its node is unreachable
+        and gives nothing back until it returns or its ``lost_after`` runs out."""
+        running = self.client_status in (AllocStatus.PENDING, AllocStatus.RUNNING)
+        return len(self.gpus) if not self.desired_run and running else 0
+
 
 @dataclass(frozen=True, slots=True)
 class ObservedJob:

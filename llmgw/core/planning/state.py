@@ -208,7 +208,8 @@ def _held(
     )
     # A roll goes in place (an old replica drains before its replacement is placed, so the
     # model serves with one replica fewer for a while) only when the extra replica failed
-    # twice: the first "does not fit" is often a replica just stopped whose allocation has
-    # not given its GPUs back yet, and the retry comes as soon as capacity changes.
-    blocked = action.why is PlaceWhy.ROLL and attempts >= 2
+    # twice with nothing being given back: a "does not fit" while stopping allocations still
+    # hold GPUs (often the old replica this roll just stopped) is a wait for them, however
+    # often it is asked, and the retry comes as soon as they end.
+    blocked = action.why is PlaceWhy.ROLL and attempts >= 2 and not freeing
     return replace(memo, hold=hold, surge_blocked=memo.surge_blocked or blocked)

@@ -266,6 +266,27 @@ def test_a_roll_waits_for_capacity_a_moment_short_rather_than_going_in_place() -
     assert all(generation(sim, j) == 1 for j in c.running_jobs("m"))
 
 
+def test_a_roll_waits_for_the_gpus_a_stopped_replica_gives_back_instead_of_going_in_place() -> None:
+    # Room for one extra replica: the roll places it, drains and stops an old one, and places
+    # the second new one where the old one ran. Nomad counts the stopped allocation's GPUs
+    # until its tasks exit (ProposedAllocs), so that plan says "does not fit" for a while,
+    # however often it is asked; that is a wait, not a full cluster, and must not make the
+    # roll drain the last old replica before its replacement is healthy.
+    c = cluster(nodes=3, gpus=1)
+    c.stop_delay = 3 * 60.0  # a long shutdown_delay + kill_timeout: many retries while freeing
+    sim = Simulation(catalog({"m": gpu_model(min=2)}), c)
+    sim.run(40)
+    sim.restart("m")
+    healthy = []
+    for _ in range(600):
+        sim.run(1)
+        healthy.append(len(c.healthy_jobs("m")))
+    drains = [a.action.reason for a in sim.actions(MarkDraining, model="m")]
+    assert len(drains) == 2 and not any("rolling in place" in r for r in drains), drains
+    assert min(healthy[5:]) >= 2
+    assert all(generation(sim, j) == 1 for j in c.running_jobs("m"))
+
+
 def test_a_roll_with_no_room_for_an_extra_replica_goes_in_place_after_a_second_try() -> None:
     c = cluster(nodes=2, gpus=1)  # room for the two replicas, none for an extra one
     sim = Simulation(catalog({"m": gpu_model(min=2)}), c)
