@@ -16,7 +16,7 @@ job "llmgw-bge-m3-8c041954-0" {
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "125a0939c43d03f3538aa24717f261adb8ec054628fe9d99270c86eff775c5ed"
+    "llmgw_spec_hash" = "80852dc056350aa2aa1c08129c8f914595d623f5dbc3582cd20be8c7a42e1aad"
     "llmgw_version" = "0.1.0"
   }
 
@@ -98,7 +98,7 @@ job "llmgw-bge-m3-8c041954-0" {
       config {
         image        = "vllm/vllm-openai:v0.11.0"
         entrypoint   = ["vllm"]
-        args         = ["serve", "BAAI/bge-m3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "bge-m3", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1"]
+        args         = ["serve", "BAAI/bge-m3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "bge-m3", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--runner", "pooling"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

@@ -102,7 +102,8 @@ def build_context(
     llmgw_command = _runtime_words(settings.llmgw_command)
     files, fetch, artifact = _model_files(request.model, profile, settings, llmgw_command)
     launched = launch(
-        profile, LaunchContext(served_name=request.model, model=files, llmgw_command=llmgw_command)
+        profile,
+        LaunchContext(served_name=request.model, model=files, llmgw_command=llmgw_command, roles=model.roles),
     )
     cpu, memory = DEFAULT_RESOURCES[profile.engine]
     if profile.resources is not None:

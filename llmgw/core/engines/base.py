@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from llmgw.core.catalog.model import Engine
+from llmgw.core.catalog.model import Engine, Role
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,9 @@ class ModelFiles:
 class LaunchContext:
     served_name: str  # the name clients send as "model" (the catalog's)
     model: ModelFiles
+    # The model's roles: an embedding-only model gets its engine's embedding flags
+    # (llmgw.core.catalog.roles).
+    roles: tuple[Role, ...] = (Role.CHAT,)
     # How a node runs llmgw itself (the simulator, rendezvous waits, mirror fetches).
     llmgw_command: tuple[Word, ...] = ("llmgw",)
     # Where a worker's head address appears (HeadAddress.ENV: this variable; FILE: this path).

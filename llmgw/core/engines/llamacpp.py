@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmgw.core.catalog.model import Engine, Profile
+from llmgw.core.catalog.roles import role_args
 from llmgw.core.engines.base import Launch, LaunchContext, RankLaunch, Step, Word, port
 
 HEALTH_PATH = "/health"
@@ -21,6 +22,7 @@ def launch_llamacpp(profile: Profile, context: LaunchContext) -> Launch:
         context.served_name,
         # /slots shows every slot's prompt to any client by default.
         "--no-slots",
+        *role_args(Engine.LLAMACPP, context.roles),
         *profile.args,
     )
     rank = RankLaunch(0, Step("engine", argv), ports=("http",))
