@@ -10,13 +10,13 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "84bd039e90823f8529b8de37e7d0df0f5548260ad1bba2be1c455f5b1a8c1752"
+    "llmgw_catalog_hash" = "4c725f310b5c55a87496856754554b770387e612d3a2c62039e7125f98f05811"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "llama-guard-3-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "faebb5d048476417e00e988b0dbbe2d2db12bb29fd0f07fb4a7d3ff4bbdd5420"
+    "llmgw_spec_hash" = "87d2d5a768152d5b8f647736a77b1075fdf21af6c01700536377d9ad82f8d22d"
     "llmgw_version" = "0.1.0"
   }
 
@@ -98,7 +98,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
       config {
         image        = "vllm/vllm-openai:v0.11.0"
         entrypoint   = ["vllm"]
-        args         = ["serve", "meta-llama/Llama-Guard-3-8B", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-guard-3-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1"]
+        args         = ["serve", "meta-llama/Llama-Guard-3-8B", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-guard-3-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "16384", "--gpu-memory-utilization", "0.9"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.
@@ -122,6 +122,12 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
 
         device "nvidia/gpu" {
           count = 1
+
+          constraint {
+            attribute = "${device.attr.memory}"
+            operator  = ">="
+            value     = "22888 MiB"
+          }
         }
       }
     }
