@@ -27,6 +27,9 @@ HEAD_FILE = "llmgw-head"
 RANKS_FILE = "llmgw-ranks"
 GGUF_DESTINATION = "local/model.gguf"
 GGUF_IN_CONTAINER = "/local/model.gguf"
+# The allocation's directory is shared by its tasks: the raw_exec fetch sees it at its host
+# path, the engine's container at /alloc, and Nomad gives each its own NOMAD_ALLOC_DIR.
+GGUF_PATH_FILE = Runtime("${NOMAD_ALLOC_DIR}/llmgw-gguf-path")
 
 
 class RenderError(Exception):
@@ -179,7 +182,7 @@ def _model_files(
                 return ModelFiles(str(source)), None, None
             raise RenderError(f"{source} needs the mirror's address (--mirror-url or LLMGW_MIRROR_URL)")
         dest = f"{settings.model_cache_dir}/{source.name}/{source.version}"
-        argv = (
+        argv: tuple[Word, ...] = (
             *llmgw_command,
             "mirror",
             "fetch",
@@ -190,6 +193,11 @@ def _model_files(
             "--dest",
             dest,
         )
+        if profile.engine is Engine.LLAMACPP:
+            # llama-server loads one GGUF file, which only the manifest names: the fetch
+            # writes its path into the allocation's shared directory for the engine to read.
+            argv = (*argv, "--gguf-path-file", GGUF_PATH_FILE)
+            return ModelFiles(dest, path_file=GGUF_PATH_FILE), {"argv": list(argv)}, None
         return ModelFiles(dest), {"argv": list(argv)}, None
     if isinstance(source, FileUrlSource) and profile.engine is Engine.LLAMACPP:
         return ModelFiles(GGUF_IN_CONTAINER), None, {"source": source.url, "destination": GGUF_DESTINATION}

@@ -91,6 +91,10 @@ class ModelFiles:
     """Where a rank finds the weights: what the engine is told to load."""
 
     engine_arg: Word
+    # A file whose one line is the path to load, written on the node before the engine
+    # starts (a llama.cpp mirror version: the GGUF the fetch chose from its manifest, which
+    # only the node sees); engine_arg is then the version's directory.
+    path_file: Runtime | None = None
 
 
 @dataclass(frozen=True, slots=True)
