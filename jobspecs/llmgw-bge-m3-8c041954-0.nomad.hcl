@@ -16,7 +16,7 @@ job "llmgw-bge-m3-8c041954-0" {
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "80852dc056350aa2aa1c08129c8f914595d623f5dbc3582cd20be8c7a42e1aad"
+    "llmgw_spec_hash" = "ba3f99e80f4a98c19f9fdafd2a29dae151bc7387f95c674289bc45b09486f185"
     "llmgw_version" = "0.1.0"
   }
 
@@ -90,6 +90,13 @@ job "llmgw-bge-m3-8c041954-0" {
       }
     }
 
+    # The node's model cache (the client's host_volume "llmgw-models").
+    volume "model-cache" {
+      type      = "host"
+      source    = "llmgw-models"
+      read_only = false
+    }
+
     task "engine" {
       driver       = "docker"
       kill_timeout = "1m"
@@ -106,7 +113,15 @@ job "llmgw-bge-m3-8c041954-0" {
       }
 
       env = {
+        "HF_HUB_CACHE" = "/llmgw-cache/hub"
         "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      # Where the engine's Hub downloads land (HF_HUB_CACHE in env).
+      volume_mount {
+        volume      = "model-cache"
+        destination = "/llmgw-cache"
+        read_only   = false
       }
 
       # GPUs reach a container through the NVIDIA runtime registered with Docker.

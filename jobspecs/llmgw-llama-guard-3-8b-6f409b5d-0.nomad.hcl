@@ -16,7 +16,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
     "llmgw_model" = "llama-guard-3-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "87d2d5a768152d5b8f647736a77b1075fdf21af6c01700536377d9ad82f8d22d"
+    "llmgw_spec_hash" = "1c6cb9805159b621daafc7fb0d6e321ad165bbec81bdca02bbe42ac74cd0ad4a"
     "llmgw_version" = "0.1.0"
   }
 
@@ -90,6 +90,13 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
       }
     }
 
+    # The node's model cache (the client's host_volume "llmgw-models").
+    volume "model-cache" {
+      type      = "host"
+      source    = "llmgw-models"
+      read_only = false
+    }
+
     task "engine" {
       driver       = "docker"
       kill_timeout = "1m"
@@ -106,7 +113,15 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
       }
 
       env = {
+        "HF_HUB_CACHE" = "/llmgw-cache/hub"
         "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      # Where the engine's Hub downloads land (HF_HUB_CACHE in env).
+      volume_mount {
+        volume      = "model-cache"
+        destination = "/llmgw-cache"
+        read_only   = false
       }
 
       # GPUs reach a container through the NVIDIA runtime registered with Docker.

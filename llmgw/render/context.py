@@ -30,6 +30,13 @@ GGUF_IN_CONTAINER = "/local/model.gguf"
 # The allocation's directory is shared by its tasks: the raw_exec fetch sees it at its host
 # path, the engine's container at /alloc, and Nomad gives each its own NOMAD_ALLOC_DIR.
 GGUF_PATH_FILE = Runtime("${NOMAD_ALLOC_DIR}/llmgw-gguf-path")
+# The node's model cache in the engine's container. vLLM and SGLang download a repository
+# with huggingface_hub, whose cache is HF_HUB_CACHE (huggingface_hub constants.py; it wins
+# over HF_HOME/hub); llama.cpp downloads nothing (a Nomad artifact or the mirror's files).
+MODEL_CACHE_VOLUME = "model-cache"
+MODEL_CACHE_IN_CONTAINER = "/llmgw-cache"
+HUB_CACHE_ENV = {"HF_HUB_CACHE": f"{MODEL_CACHE_IN_CONTAINER}/hub"}
+HUB_DOWNLOADING_ENGINES = frozenset({Engine.VLLM, Engine.SGLANG})
 
 
 class RenderError(Exception):
@@ -124,8 +131,17 @@ def build_context(
     }
     if request.fabric is not None:
         meta[c.JOB_META_FABRIC] = request.fabric
+    model_cache = None
+    if settings.model_cache_volume and profile.engine in HUB_DOWNLOADING_ENGINES and fetch is None:
+        model_cache = {
+            "name": MODEL_CACHE_VOLUME,
+            "source": settings.model_cache_volume,
+            "destination": MODEL_CACHE_IN_CONTAINER,
+        }
     groups = [
-        _group(job_id, request, profile, launched, rank, settings, llmgw_command, fetch, artifact)
+        _group(
+            job_id, request, profile, launched, rank, settings, llmgw_command, fetch, artifact, model_cache
+        )
         for rank in launched.ranks
     ]
     return {
@@ -147,6 +163,7 @@ def build_context(
             "containerised": launched.containerised,
             "image": profile.image or settings.images.get(profile.engine, ""),
             "volumes": [f"{settings.model_cache_dir}:{settings.model_cache_dir}:ro"] if fetch else [],
+            "model_cache": model_cache,
             "resources": {"cpu": cpu, "memory": memory},
             "restart": {
                 "attempts": settings.restart_attempts,
@@ -218,6 +235,7 @@ def _group(
     llmgw_command: tuple[Word, ...],
     fetch: dict[str, Any] | None,
     artifact: dict[str, str] | None,
+    model_cache: dict[str, str] | None,
 ) -> dict[str, Any]:
     multi_rank = len(launched.ranks) > 1
     role_tag = f"head={job_id}" if rank.rank == 0 else f"worker={job_id}"
@@ -292,7 +310,10 @@ def _group(
         "engine_service": engine_service,
         "rendezvous_service": rendezvous_service,
         "gpu": gpu,
-        "serve": {"argv": list(rank.serve.argv), "env": {**dict(rank.serve.env), **profile.env}},
+        "serve": {
+            "argv": list(rank.serve.argv),
+            "env": {**dict(rank.serve.env), **(HUB_CACHE_ENV if model_cache else {}), **profile.env},
+        },
         "waits": waits,
         "head_address_template": head_template,
         "ranks_template": None,
