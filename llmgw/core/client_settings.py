@@ -7,7 +7,8 @@ the driver's own (Nomad v2.0.5 ``drivers/docker/driver.go`` ``createContainerCon
 and ``containerBinds``, ``drivers/shared/capabilities/defaults.go`` ``Delta``); the
 filter reasons are the scheduler's (``scheduler/feasible/feasible.go``:
 ``FilterConstraintDrivers = "missing drivers"``, ``FilterConstraintDevices = "missing
-devices"``, ``FilterConstraintHostVolumes = "missing compatible host volumes"``) and the constraints the templates render (``${attr.driver.docker.*}``).
+devices"``, ``FilterConstraintHostVolumes = "missing compatible host volumes"``) and the
+constraints the templates render (``${attr.driver.docker.*}``).
 """
 
 from __future__ import annotations
