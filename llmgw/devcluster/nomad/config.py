@@ -208,7 +208,9 @@ def node_spec_from_mapping(doc: dict[str, Any], index: int) -> NodeSpec:
 def host_volumes_from_list(doc: object, index: int) -> tuple[HostVolume, ...]:
     """``host_volumes: [{name: llmgw-models, path: /var/lib/llmgw/hf-cache, read_only: false}]``."""
     if not isinstance(doc, list) or not all(isinstance(v, dict) for v in doc):
-        raise ValueError(f"node #{index + 1}: host_volumes must be a list of host volumes, each {{name, path, read_only}}")
+        raise ValueError(
+            f"node #{index + 1}: host_volumes must be a list of host volumes, each {{name, path, read_only}}"
+        )
     known = set(HostVolume.__dataclass_fields__)
     volumes = []
     for volume in doc:
