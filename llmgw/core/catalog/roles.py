@@ -97,11 +97,8 @@ def role_contradictions(
     generating = sorted(role.value for role in roles if role in GENERATING_ROLES)
     for index, name, value in _options(engine, args):
         pools = _pooling_option(engine, name, value)
-        spelled = (
-            name
-            if value is None or name in ("--embeddings", "--embedding", "--is-embedding")
-            else (f"{name} {value}")
-        )
+        switch = value is None or name in ("--embeddings", "--embedding", "--is-embedding")
+        spelled = name if switch else f"{name} {value}"
         if pools is True and generating:
             yield (
                 index,
