@@ -10,13 +10,13 @@ job "llmgw-bge-m3-8c041954-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "84bd039e90823f8529b8de37e7d0df0f5548260ad1bba2be1c455f5b1a8c1752"
+    "llmgw_catalog_hash" = "4c725f310b5c55a87496856754554b770387e612d3a2c62039e7125f98f05811"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "125a0939c43d03f3538aa24717f261adb8ec054628fe9d99270c86eff775c5ed"
+    "llmgw_spec_hash" = "ba3f99e80f4a98c19f9fdafd2a29dae151bc7387f95c674289bc45b09486f185"
     "llmgw_version" = "0.1.0"
   }
 
@@ -90,6 +90,13 @@ job "llmgw-bge-m3-8c041954-0" {
       }
     }
 
+    # The node's model cache (the client's host_volume "llmgw-models").
+    volume "model-cache" {
+      type      = "host"
+      source    = "llmgw-models"
+      read_only = false
+    }
+
     task "engine" {
       driver       = "docker"
       kill_timeout = "1m"
@@ -98,7 +105,7 @@ job "llmgw-bge-m3-8c041954-0" {
       config {
         image        = "vllm/vllm-openai:v0.11.0"
         entrypoint   = ["vllm"]
-        args         = ["serve", "BAAI/bge-m3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "bge-m3", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1"]
+        args         = ["serve", "BAAI/bge-m3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "bge-m3", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--runner", "pooling"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.
@@ -106,7 +113,15 @@ job "llmgw-bge-m3-8c041954-0" {
       }
 
       env = {
+        "HF_HUB_CACHE" = "/llmgw-cache/hub"
         "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      # Where the engine's Hub downloads land (HF_HUB_CACHE in env).
+      volume_mount {
+        volume      = "model-cache"
+        destination = "/llmgw-cache"
+        read_only   = false
       }
 
       # GPUs reach a container through the NVIDIA runtime registered with Docker.

@@ -10,14 +10,14 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "84bd039e90823f8529b8de37e7d0df0f5548260ad1bba2be1c455f5b1a8c1752"
+    "llmgw_catalog_hash" = "4c725f310b5c55a87496856754554b770387e612d3a2c62039e7125f98f05811"
     "llmgw_engine" = "sglang"
     "llmgw_fabric" = "fabric-a"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "bc5d7ad7721087b9d6a3f5312e5159ea79868e73af8063e1cfa2e36ec6894db5"
+    "llmgw_spec_hash" = "58838805b412ad4f8b70e932263ff2078d0f39b0ab8accdfac72aae432bbed59"
     "llmgw_version" = "0.1.0"
   }
 
@@ -130,6 +130,13 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       }
     }
 
+    # The node's model cache (the client's host_volume "llmgw-models").
+    volume "model-cache" {
+      type      = "host"
+      source    = "llmgw-models"
+      read_only = false
+    }
+
     task "engine" {
       driver       = "docker"
       kill_timeout = "1m"
@@ -146,8 +153,16 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       }
 
       env = {
+        "HF_HUB_CACHE" = "/llmgw-cache/hub"
         "NCCL_IB_DISABLE" = "0"
         "NCCL_SOCKET_IFNAME" = "eth0"
+      }
+
+      # Where the engine's Hub downloads land (HF_HUB_CACHE in env).
+      volume_mount {
+        volume      = "model-cache"
+        destination = "/llmgw-cache"
+        read_only   = false
       }
 
       # GPUs reach a container through the NVIDIA runtime registered with Docker.
@@ -226,6 +241,13 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       }
     }
 
+    # The node's model cache (the client's host_volume "llmgw-models").
+    volume "model-cache" {
+      type      = "host"
+      source    = "llmgw-models"
+      read_only = false
+    }
+
     task "await-head" {
       driver = "raw_exec"
 
@@ -268,8 +290,16 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       }
 
       env = {
+        "HF_HUB_CACHE" = "/llmgw-cache/hub"
         "NCCL_IB_DISABLE" = "0"
         "NCCL_SOCKET_IFNAME" = "eth0"
+      }
+
+      # Where the engine's Hub downloads land (HF_HUB_CACHE in env).
+      volume_mount {
+        volume      = "model-cache"
+        destination = "/llmgw-cache"
+        read_only   = false
       }
 
       # The address of rank 0 of this replica, once it is registered and reachable.

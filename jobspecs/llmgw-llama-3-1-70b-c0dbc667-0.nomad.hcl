@@ -10,13 +10,13 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "84bd039e90823f8529b8de37e7d0df0f5548260ad1bba2be1c455f5b1a8c1752"
+    "llmgw_catalog_hash" = "4c725f310b5c55a87496856754554b770387e612d3a2c62039e7125f98f05811"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "3c4c90caedc9d48b306283061c5f30f5e6e87845e18ebe8f77102f6ef7014c2b"
+    "llmgw_spec_hash" = "2ddd5c9bedbf8ee5bcd74a580249b20f9cf53014cb15704ba217c0e2ed0d781d"
     "llmgw_version" = "0.1.0"
   }
 
@@ -90,6 +90,13 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
       }
     }
 
+    # The node's model cache (the client's host_volume "llmgw-models").
+    volume "model-cache" {
+      type      = "host"
+      source    = "llmgw-models"
+      read_only = false
+    }
+
     task "engine" {
       driver       = "docker"
       kill_timeout = "1m"
@@ -106,9 +113,17 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
       }
 
       env = {
+        "HF_HUB_CACHE" = "/llmgw-cache/hub"
         "NCCL_DEBUG" = "WARN"
         "OMP_NUM_THREADS" = "8"
         "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      # Where the engine's Hub downloads land (HF_HUB_CACHE in env).
+      volume_mount {
+        volume      = "model-cache"
+        destination = "/llmgw-cache"
+        read_only   = false
       }
 
       # GPUs reach a container through the NVIDIA runtime registered with Docker.

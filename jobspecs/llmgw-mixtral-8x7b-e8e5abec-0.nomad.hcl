@@ -10,13 +10,13 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "84bd039e90823f8529b8de37e7d0df0f5548260ad1bba2be1c455f5b1a8c1752"
+    "llmgw_catalog_hash" = "4c725f310b5c55a87496856754554b770387e612d3a2c62039e7125f98f05811"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "07ef8d5cce26ecf2edc72f135be7e336c16c97b80e5735a39b20e70ccd659ca7"
+    "llmgw_spec_hash" = "475f32b9969c08c51882ea2cfe3c6e9eab6a12dba60ee8ee3fb0ecc5a71410aa"
     "llmgw_version" = "0.1.0"
   }
 
@@ -90,6 +90,13 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
       }
     }
 
+    # The node's model cache (the client's host_volume "llmgw-models").
+    volume "model-cache" {
+      type      = "host"
+      source    = "llmgw-models"
+      read_only = false
+    }
+
     task "engine" {
       driver       = "docker"
       kill_timeout = "1m"
@@ -106,7 +113,15 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
       }
 
       env = {
+        "HF_HUB_CACHE" = "/llmgw-cache/hub"
         "VLLM_MEDIA_URL_ALLOW_REDIRECTS" = "0"
+      }
+
+      # Where the engine's Hub downloads land (HF_HUB_CACHE in env).
+      volume_mount {
+        volume      = "model-cache"
+        destination = "/llmgw-cache"
+        read_only   = false
       }
 
       # GPUs reach a container through the NVIDIA runtime registered with Docker.

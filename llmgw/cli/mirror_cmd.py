@@ -24,9 +24,11 @@ from llmgw.core.mirror import (
     MirrorIndex,
     MirrorRef,
     MirrorRefError,
+    SelectionError,
     SourceError,
     check_name,
     check_version,
+    gguf_to_load,
     is_mirror_source,
     parse_ref,
     parse_sources,
@@ -119,6 +121,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="skip re-hashing files an earlier fetch verified and nobody touched since "
         "(same size, mtime, inode)",
+    )
+    fetch.add_argument(
+        "--gguf-path-file",
+        type=Path,
+        metavar="FILE",
+        help="for llama.cpp: once verified, write into FILE the path of the GGUF file to load "
+        "(the single .gguf, or the first part of a split one); exit 1 when the version holds "
+        "no GGUF model or more than one",
     )
     _transfer_arguments(fetch)
     fetch.set_defaults(handler=_fetch)
@@ -362,6 +372,14 @@ def _fetch_body(args: argparse.Namespace, say: _Say) -> int:
         f"{ref.source} ready in {args.dest}: {len(manifest.files)} files, "
         f"{human_bytes(manifest.total_bytes)}, every sha256 verified"
     )
+    if args.gguf_path_file is not None:
+        try:
+            gguf = gguf_to_load(f.path for f in manifest.files)
+        except SelectionError as exc:
+            print(f"llmgw mirror fetch: {ref.source}: {exc}", file=sys.stderr)
+            return EXIT_REJECTED
+        args.gguf_path_file.write_text(f"{args.dest / gguf}\n", encoding="utf-8")
+        print(f"llama.cpp loads {args.dest / gguf}")
     return EXIT_OK
 
 

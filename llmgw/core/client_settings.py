@@ -7,7 +7,8 @@ the driver's own (Nomad v2.0.5 ``drivers/docker/driver.go`` ``createContainerCon
 and ``containerBinds``, ``drivers/shared/capabilities/defaults.go`` ``Delta``); the
 filter reasons are the scheduler's (``scheduler/feasible/feasible.go``:
 ``FilterConstraintDrivers = "missing drivers"``, ``FilterConstraintDevices = "missing
-devices"``) and the constraints the templates render (``${attr.driver.docker.*}``).
+devices"``, ``FilterConstraintHostVolumes = "missing compatible host volumes"``) and the
+constraints the templates render (``${attr.driver.docker.*}``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ VOLUMES_HINT = 'plugin "docker" { config { volumes { enabled = true } } } on the
 DEVICE_PLUGIN_HINT = (
     "Nomad's NVIDIA device plugin (the nomad-device-nvidia binary in the client's plugin_dir, "
     "configured by its plugin block), so the node's GPUs are nvidia/gpu devices"
+)
+MODEL_CACHE_HINT = (
+    'client { host_volume "llmgw-models" { path = "/var/lib/llmgw/hf-cache" } } on the node\'s '
+    "Nomad client (the model cache: the volume LLMGW_MODEL_CACHE_VOLUME names, llmgw-models by "
+    "default; set it empty for no cache)"
 )
 RAW_EXEC_HINT = 'plugin "raw_exec" { config { enabled = true } } on the node\'s Nomad client'
 DOCKER_DRIVER_HINT = "Docker running on the node and the docker driver healthy (nomad node status -verbose)"
@@ -72,6 +78,8 @@ def hint_for_filter(reason: str, drivers: frozenset[str]) -> str | None:
         return "; ".join(needs) or None
     if reason == "missing devices":
         return DEVICE_PLUGIN_HINT
+    if reason == "missing compatible host volumes":
+        return MODEL_CACHE_HINT
     if reason.startswith("${attr.driver.docker.volumes.enabled}"):
         return VOLUMES_HINT
     if reason.startswith("${attr.driver.docker.runtimes}"):

@@ -27,6 +27,16 @@ HEAD_FILE = "llmgw-head"
 RANKS_FILE = "llmgw-ranks"
 GGUF_DESTINATION = "local/model.gguf"
 GGUF_IN_CONTAINER = "/local/model.gguf"
+# The allocation's directory is shared by its tasks: the raw_exec fetch sees it at its host
+# path, the engine's container at /alloc, and Nomad gives each its own NOMAD_ALLOC_DIR.
+GGUF_PATH_FILE = Runtime("${NOMAD_ALLOC_DIR}/llmgw-gguf-path")
+# The node's model cache in the engine's container. vLLM and SGLang download a repository
+# with huggingface_hub, whose cache is HF_HUB_CACHE (huggingface_hub constants.py; it wins
+# over HF_HOME/hub); llama.cpp downloads nothing (a Nomad artifact or the mirror's files).
+MODEL_CACHE_VOLUME = "model-cache"
+MODEL_CACHE_IN_CONTAINER = "/llmgw-cache"
+HUB_CACHE_ENV = {"HF_HUB_CACHE": f"{MODEL_CACHE_IN_CONTAINER}/hub"}
+HUB_DOWNLOADING_ENGINES = frozenset({Engine.VLLM, Engine.SGLANG})
 
 
 class RenderError(Exception):
@@ -102,7 +112,8 @@ def build_context(
     llmgw_command = _runtime_words(settings.llmgw_command)
     files, fetch, artifact = _model_files(request.model, profile, settings, llmgw_command)
     launched = launch(
-        profile, LaunchContext(served_name=request.model, model=files, llmgw_command=llmgw_command)
+        profile,
+        LaunchContext(served_name=request.model, model=files, llmgw_command=llmgw_command, roles=model.roles),
     )
     cpu, memory = DEFAULT_RESOURCES[profile.engine]
     if profile.resources is not None:
@@ -120,8 +131,17 @@ def build_context(
     }
     if request.fabric is not None:
         meta[c.JOB_META_FABRIC] = request.fabric
+    model_cache = None
+    if settings.model_cache_volume and profile.engine in HUB_DOWNLOADING_ENGINES and fetch is None:
+        model_cache = {
+            "name": MODEL_CACHE_VOLUME,
+            "source": settings.model_cache_volume,
+            "destination": MODEL_CACHE_IN_CONTAINER,
+        }
     groups = [
-        _group(job_id, request, profile, launched, rank, settings, llmgw_command, fetch, artifact)
+        _group(
+            job_id, request, profile, launched, rank, settings, llmgw_command, fetch, artifact, model_cache
+        )
         for rank in launched.ranks
     ]
     return {
@@ -143,6 +163,7 @@ def build_context(
             "containerised": launched.containerised,
             "image": profile.image or settings.images.get(profile.engine, ""),
             "volumes": [f"{settings.model_cache_dir}:{settings.model_cache_dir}:ro"] if fetch else [],
+            "model_cache": model_cache,
             "resources": {"cpu": cpu, "memory": memory},
             "restart": {
                 "attempts": settings.restart_attempts,
@@ -178,7 +199,7 @@ def _model_files(
                 return ModelFiles(str(source)), None, None
             raise RenderError(f"{source} needs the mirror's address (--mirror-url or LLMGW_MIRROR_URL)")
         dest = f"{settings.model_cache_dir}/{source.name}/{source.version}"
-        argv = (
+        argv: tuple[Word, ...] = (
             *llmgw_command,
             "mirror",
             "fetch",
@@ -189,6 +210,11 @@ def _model_files(
             "--dest",
             dest,
         )
+        if profile.engine is Engine.LLAMACPP:
+            # llama-server loads one GGUF file, which only the manifest names: the fetch
+            # writes its path into the allocation's shared directory for the engine to read.
+            argv = (*argv, "--gguf-path-file", GGUF_PATH_FILE)
+            return ModelFiles(dest, path_file=GGUF_PATH_FILE), {"argv": list(argv)}, None
         return ModelFiles(dest), {"argv": list(argv)}, None
     if isinstance(source, FileUrlSource) and profile.engine is Engine.LLAMACPP:
         return ModelFiles(GGUF_IN_CONTAINER), None, {"source": source.url, "destination": GGUF_DESTINATION}
@@ -209,6 +235,7 @@ def _group(
     llmgw_command: tuple[Word, ...],
     fetch: dict[str, Any] | None,
     artifact: dict[str, str] | None,
+    model_cache: dict[str, str] | None,
 ) -> dict[str, Any]:
     multi_rank = len(launched.ranks) > 1
     role_tag = f"head={job_id}" if rank.rank == 0 else f"worker={job_id}"
@@ -283,7 +310,10 @@ def _group(
         "engine_service": engine_service,
         "rendezvous_service": rendezvous_service,
         "gpu": gpu,
-        "serve": {"argv": list(rank.serve.argv), "env": {**dict(rank.serve.env), **profile.env}},
+        "serve": {
+            "argv": list(rank.serve.argv),
+            "env": {**dict(rank.serve.env), **(HUB_CACHE_ENV if model_cache else {}), **profile.env},
+        },
         "waits": waits,
         "head_address_template": head_template,
         "ranks_template": None,

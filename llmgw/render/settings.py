@@ -19,6 +19,8 @@ from llmgw.core.catalog.model import Engine
 from llmgw.core.catalog.sources import IpNetwork, parse_allowed_networks
 
 DEFAULT_MODEL_CACHE_DIR = "/var/lib/llmgw/models"
+# The client host volume (ops/README.md's GPU-node checklist) vLLM and SGLang download into.
+DEFAULT_MODEL_CACHE_VOLUME = "llmgw-models"
 
 # Engine images pinned to a release; operators point these at their registry.
 DEFAULT_IMAGES: Mapping[Engine, str] = MappingProxyType(
@@ -77,6 +79,10 @@ class RenderSettings:
     mirror_url: str | None = None
     # Where nodes keep fetched models (mounted read-only into engine containers).
     model_cache_dir: str = DEFAULT_MODEL_CACHE_DIR
+    # The Nomad host volume every GPU client declares for the engines' Hub downloads (vLLM
+    # and SGLang with a repository source), so a replica restarted on a node loads from its
+    # disk; None downloads into the container, again on every start.
+    model_cache_volume: str | None = DEFAULT_MODEL_CACHE_VOLUME
     # Health check of every engine endpoint.
     check_interval_s: int = 5
     check_timeout_s: int = 2
@@ -149,4 +155,6 @@ def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
         llmgw_command=command or ("llmgw",),
         mirror_url=environ.get("LLMGW_MIRROR_URL") or None,
         model_cache_dir=environ.get("LLMGW_MODEL_CACHE_DIR") or DEFAULT_MODEL_CACHE_DIR,
+        # Set but empty: no cache volume (a cluster whose clients declare none).
+        model_cache_volume=environ.get("LLMGW_MODEL_CACHE_VOLUME", DEFAULT_MODEL_CACHE_VOLUME) or None,
     )

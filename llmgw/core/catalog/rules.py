@@ -24,6 +24,7 @@ from llmgw.core.catalog.model import (
     Scaling,
     ScalingMode,
 )
+from llmgw.core.catalog.roles import mixed_roles_problem, role_contradictions
 from llmgw.core.catalog.security import SecurityPolicy, check_args, check_env
 from llmgw.core.catalog.sources import (
     FileUrlSource,
@@ -113,6 +114,7 @@ def _check_model(
         seen_roles.add(role)
     for index, profile in enumerate(model.profiles):
         yield from check_profile_rules((*path, "profiles", index), profile, policy, allowlists)
+        yield from _check_roles((*path, "profiles", index), model, profile)
     if model.scaling is not None:
         yield from _check_scaling((*path, "scaling"), model.scaling)
 
@@ -137,6 +139,15 @@ def check_profile_rules(
     if allowlists is not None:
         for key, refusal in allowlist_refusals(profile, allowlists):
             yield error((*path, key), refusal)
+
+
+def _check_roles(path: YamlPath, model: Model, profile: Profile) -> Iterator[Finding]:
+    """Args that start the engine for another role than the model's, and roles one engine cannot mix."""
+    problem = mixed_roles_problem(profile.engine, model.roles)
+    if problem is not None:
+        yield warning((*path, "engine"), problem)
+    for index, message in role_contradictions(profile.engine, model.roles, profile.args):
+        yield warning((*path, "args", index), message)
 
 
 def _check_source(path: YamlPath, profile: Profile) -> Iterator[Finding]:

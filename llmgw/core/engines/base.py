@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from llmgw.core.catalog.model import Engine
+from llmgw.core.catalog.model import Engine, Role
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +91,19 @@ class ModelFiles:
     """Where a rank finds the weights: what the engine is told to load."""
 
     engine_arg: Word
+    # A file whose one line is the path to load, written on the node before the engine
+    # starts (a llama.cpp mirror version: the GGUF the fetch chose from its manifest, which
+    # only the node sees); engine_arg is then the version's directory.
+    path_file: Runtime | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchContext:
     served_name: str  # the name clients send as "model" (the catalog's)
     model: ModelFiles
+    # The model's roles: an embedding-only model gets its engine's embedding flags
+    # (llmgw.core.catalog.roles).
+    roles: tuple[Role, ...] = (Role.CHAT,)
     # How a node runs llmgw itself (the simulator, rendezvous waits, mirror fetches).
     llmgw_command: tuple[Word, ...] = ("llmgw",)
     # Where a worker's head address appears (HeadAddress.ENV: this variable; FILE: this path).

@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 from llmgw.core.catalog.model import Engine, Profile
+from llmgw.core.catalog.roles import role_args
 from llmgw.core.engines.base import Launch, LaunchContext, RankLaunch, Step, Word, port
 
 HEALTH_PATH = "/health"
+SERVER = "/app/llama-server"
+
+# A mirror version's GGUF is known only on the node (its manifest): read its path from the
+# file the fetch step wrote, then become llama-server. llmgw's own text; every other word
+# stays its own argv word ("$@"), never parsed by the shell.
+LOAD_GGUF_NAMED_IN_FILE = 'model="$(cat "$1")" && shift && exec "$@" --model "$model"'
 
 
 def launch_llamacpp(profile: Profile, context: LaunchContext) -> Launch:
+    path_file = context.model.path_file
+    model: tuple[Word, ...] = ("--model", context.model.engine_arg) if path_file is None else ()
+    server: tuple[Word, ...] = (
+        (SERVER,)
+        if path_file is None
+        else ("/bin/sh", "-c", LOAD_GGUF_NAMED_IN_FILE, "llama-server", path_file, SERVER)
+    )
     argv: tuple[Word, ...] = (
-        "/app/llama-server",
-        "--model",
-        context.model.engine_arg,
+        *server,
+        *model,
         "--host",
         context.container_listen_host,
         "--port",
@@ -21,6 +34,7 @@ def launch_llamacpp(profile: Profile, context: LaunchContext) -> Launch:
         context.served_name,
         # /slots shows every slot's prompt to any client by default.
         "--no-slots",
+        *role_args(Engine.LLAMACPP, context.roles),
         *profile.args,
     )
     rank = RankLaunch(0, Step("engine", argv), ports=("http",))

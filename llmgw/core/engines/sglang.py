@@ -9,6 +9,7 @@ so workers only need rank 0's address before they start.
 from __future__ import annotations
 
 from llmgw.core.catalog.model import Engine, Profile
+from llmgw.core.catalog.roles import role_args
 from llmgw.core.engines.base import (
     HeadAddress,
     Launch,
@@ -39,6 +40,7 @@ def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
         *numbers(profile.tensor_parallel),
         "--pp-size",
         *numbers(profile.pipeline_parallel),
+        *role_args(Engine.SGLANG, context.roles),
     )
     serve_api: tuple[Word, ...] = ("--host", context.container_listen_host, "--port", port("http"))
     if nodes == 1:

@@ -19,6 +19,7 @@ GPUs: its placement group waits up to 30 minutes (``PG_WAIT_TIMEOUT = 1800`` in
 from __future__ import annotations
 
 from llmgw.core.catalog.model import Engine, Profile
+from llmgw.core.catalog.roles import role_args
 from llmgw.core.engines.base import (
     HeadAddress,
     Launch,
@@ -58,6 +59,7 @@ def launch_vllm(profile: Profile, context: LaunchContext) -> Launch:
         *numbers(profile.tensor_parallel),
         "--pipeline-parallel-size",
         *numbers(profile.pipeline_parallel),
+        *role_args(Engine.VLLM, context.roles),
     )
     # Media URLs in requests must not follow redirects to internal addresses.
     engine_env: tuple[tuple[str, Word], ...] = (("VLLM_MEDIA_URL_ALLOW_REDIRECTS", "0"),)

@@ -193,3 +193,43 @@ def _planned(files: Iterable[RepoFile]) -> tuple[PlannedFile, ...]:
 def _listed(names: Sequence[str]) -> str:
     shown = ", ".join(names[:_LISTED_MAX])
     return shown + (f" and {len(names) - _LISTED_MAX} more" if len(names) > _LISTED_MAX else "")
+
+
+def gguf_to_load(paths: Iterable[str]) -> RelPath:
+    """The one GGUF file of a version that ``llama-server --model`` must be given.
+
+    A version holds one model: a single ``.gguf`` file, or every part of one split GGUF
+    (``X-00001-of-0000N.gguf``), whose first part is the one to name, since llama.cpp
+    derives the siblings' names from it (``llama_split_prefix`` in ``src/llama.cpp``:
+    the path must end in ``-00001-of-0000N.gguf``). Multimodal projectors
+    (``mmproj*.gguf``) are not a model. Raises ``SelectionError`` naming the GGUF files
+    when there is none, more than one model, or a split with parts missing.
+    """
+    ggufs = sorted(p for p in paths if p.endswith(".gguf") and not p.rsplit("/", 1)[-1].startswith("mmproj"))
+    models: dict[str, list[str]] = {}
+    for path in ggufs:
+        match = _SPLIT_GGUF.fullmatch(path)
+        key = f"{match['stem']}-of-{match['count']}" if match else path
+        models.setdefault(key, []).append(path)
+    if not models:
+        raise SelectionError(
+            "the version holds no GGUF file for llama.cpp to load; mirror one "
+            "(llmgw mirror add NAME@VERSION ORG/REPO --file FILE.gguf)"
+        )
+    if len(models) > 1:
+        raise SelectionError(
+            f"the version holds {len(models)} GGUF models ({_listed(ggufs)}), so which one llama.cpp "
+            "should load is ambiguous; mirror one per version (--file FILE.gguf)"
+        )
+    [parts] = models.values()
+    match = _SPLIT_GGUF.fullmatch(parts[0])
+    if match is not None:
+        count = int(match["count"])
+        expected = [f"{match['stem']}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+        missing = [name for name in expected if name not in parts]
+        if missing:
+            raise SelectionError(
+                f"{parts[0]} is part of a split GGUF whose parts are missing: {_listed(missing)}"
+            )
+        return RelPath(expected[0])
+    return RelPath(parts[0])

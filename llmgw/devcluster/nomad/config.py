@@ -66,6 +66,25 @@ GPU_NODE_DOCKER = DockerPlugin(
 
 
 @dataclass(frozen=True)
+class HostVolume:
+    """A client's ``host_volume "NAME" { path = PATH  read_only = BOOL }``.
+
+    Nomad copies each into the node's ``HostVolumes`` (api ``HostVolumeInfo``: ID, Path,
+    ReadOnly; ID is empty for a volume of the client config); the scheduler's
+    ``HostVolumeChecker`` filters nodes without a group's host volumes.
+    """
+
+    name: str
+    path: str
+    read_only: bool = False
+
+
+# The model cache ops/README.md's GPU-node checklist has every GPU client declare
+# (the render setting LLMGW_MODEL_CACHE_VOLUME names it).
+GPU_NODE_MODEL_CACHE = HostVolume("llmgw-models", "/var/lib/llmgw/hf-cache")
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     """One simulated Nomad client node.
 
@@ -90,6 +109,7 @@ class NodeSpec:
     disk_mb: int = 1048576
     docker: DockerPlugin | None = None
     raw_exec: bool = True
+    host_volumes: tuple[HostVolume, ...] = ()
 
 
 def default_nodes(count: int = 3, gpus: int = 2, gpu_model: str = "H100") -> tuple[NodeSpec, ...]:
@@ -100,7 +120,12 @@ def default_nodes(count: int = 3, gpus: int = 2, gpu_model: str = "H100") -> tup
 
 
 def real_gpu_nodes(
-    count: int = 2, *, docker: DockerPlugin = GPU_NODE_DOCKER, fabric: str = "fabric-a", prefix: str = "h100"
+    count: int = 2,
+    *,
+    docker: DockerPlugin = GPU_NODE_DOCKER,
+    fabric: str = "fabric-a",
+    prefix: str = "h100",
+    host_volumes: tuple[HostVolume, ...] = (GPU_NODE_MODEL_CACHE,),
 ) -> tuple[NodeSpec, ...]:
     """Nodes shaped like a real 8 x H100 80GB client of Nomad 2.0 with Docker and the NVIDIA plugin.
 
@@ -117,6 +142,7 @@ def real_gpu_nodes(
             cpu_shares=2 * 56 * 2000,
             memory_mb=2 * 1024 * 1024,
             docker=docker,
+            host_volumes=host_volumes,
         )
         for i in range(count)
     )
@@ -174,7 +200,29 @@ def node_spec_from_mapping(doc: dict[str, Any], index: int) -> NodeSpec:
     docker = doc.get("docker")
     if docker is not None:
         doc = {**doc, "docker": docker_plugin_from_mapping(docker, index)}
+    if "host_volumes" in doc:
+        doc = {**doc, "host_volumes": host_volumes_from_list(doc["host_volumes"], index)}
     return NodeSpec(**doc)
+
+
+def host_volumes_from_list(doc: object, index: int) -> tuple[HostVolume, ...]:
+    """``host_volumes: [{name: llmgw-models, path: /var/lib/llmgw/hf-cache, read_only: false}]``."""
+    if not isinstance(doc, list) or not all(isinstance(v, dict) for v in doc):
+        raise ValueError(
+            f"node #{index + 1}: host_volumes must be a list of host volumes, each {{name, path, read_only}}"
+        )
+    known = set(HostVolume.__dataclass_fields__)
+    volumes = []
+    for volume in doc:
+        unknown = set(volume) - known
+        if unknown or not {"name", "path"} <= set(volume):
+            raise ValueError(
+                f"node #{index + 1}: a host volume has name and path (and read_only); got {sorted(volume)}"
+            )
+        volumes.append(
+            HostVolume(str(volume["name"]), str(volume["path"]), bool(volume.get("read_only", False)))
+        )
+    return tuple(volumes)
 
 
 def docker_plugin_from_mapping(doc: object, index: int) -> DockerPlugin:
@@ -200,7 +248,8 @@ def config_from_yaml(text: str) -> StandInConfig:
     nodes:
       - {name: a, gpus: 4, gpu_model: H100, fabric: ib-1}
       - {name: b, gpus: 2, gpu_model: A100, gpu_memory_mib: 40960}
-      - {name: c, gpus: 8, docker: {volumes_enabled: true, daemon_runtimes: [nvidia, runc]}}
+      - {name: c, gpus: 8, docker: {volumes_enabled: true, daemon_runtimes: [nvidia, runc]},
+         host_volumes: [{name: llmgw-models, path: /var/lib/llmgw/hf-cache}]}
     heartbeat_grace_s: 1
     """
     doc = yaml.safe_load(text) or {}

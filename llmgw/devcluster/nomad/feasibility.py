@@ -376,6 +376,28 @@ def usage_of(allocs: Iterable[AllocRecord]) -> Usage:
     return usage
 
 
+# scheduler/feasible/feasible.go, FilterConstraintHostVolumes; checked after the group's
+# constraints and before its devices (the generic stack's task group checkers, stack.go).
+FILTER_HOST_VOLUMES = "missing compatible host volumes"
+
+
+def has_host_volumes(group: JSON, node: NodeRecord) -> bool:
+    """Nomad's ``HostVolumeChecker.hasVolumes`` for volumes of the client config: every host
+    volume the group asks for exists on the node by its ``source``, and a read-only one is
+    asked for read-only. (Dynamic host volumes and ``per_alloc`` are not modelled.)"""
+    for request in (group.get("Volumes") or {}).values():
+        if (request.get("Type") or "") != "host":
+            continue
+        for volume in node.spec.host_volumes:
+            if volume.name == request.get("Source") and (
+                bool(request.get("ReadOnly")) or not volume.read_only
+            ):
+                break
+        else:
+            return False
+    return True
+
+
 def _has_distinct_hosts(constraints: Iterable[JSON]) -> bool:
     for c in constraints:
         if (c.get("Operand") or "") == "distinct_hosts" and str(
@@ -442,7 +464,7 @@ class Placer:
         ranked: list[tuple[tuple[int, int, str], NodeRecord, JSON]] = []
         for node in candidates:
             metric.nodes_evaluated += 1
-            reason = self._filter_reason(node, job_constraints, group_constraints, tasks)
+            reason = self._filter_reason(node, job_constraints, group_constraints, tasks, group)
             if reason is None and job_distinct and node.id in self.usage.job_nodes.get(job_id, set()):
                 reason = "distinct_hosts"
             if (
@@ -474,7 +496,12 @@ class Placer:
         return Placement(node, offer, metric)
 
     def _filter_reason(
-        self, node: NodeRecord, job_constraints: list[JSON], group_constraints: list[JSON], tasks: list[JSON]
+        self,
+        node: NodeRecord,
+        job_constraints: list[JSON],
+        group_constraints: list[JSON],
+        tasks: list[JSON],
+        group: JSON,
     ) -> str | None:
         for c in job_constraints:
             if not node_meets(c, node, self.region):
@@ -487,6 +514,8 @@ class Placer:
         for c in group_constraints:
             if not node_meets(c, node, self.region):
                 return constraint_string(c)
+        if not has_host_volumes(group, node):
+            return FILTER_HOST_VOLUMES
         for task in tasks:
             for request in (task.get("Resources") or {}).get("Devices") or []:
                 count = int(request.get("Count") or 1)

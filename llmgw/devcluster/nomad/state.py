@@ -721,7 +721,10 @@ class Store:
                 "Events": node.events,
                 "Drivers": node.drivers,
                 "LastDrain": node.last_drain,
-                "HostVolumes": {},
+                "HostVolumes": {
+                    volume.name: {"ID": "", "Path": volume.path, "ReadOnly": volume.read_only}
+                    for volume in spec.host_volumes
+                },
                 "HostNetworks": {},
                 "CSIControllerPlugins": {},
                 "CSINodePlugins": {},

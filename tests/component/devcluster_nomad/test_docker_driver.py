@@ -11,7 +11,7 @@ from pathlib import Path
 import nomad
 
 from llmgw.devcluster.nomad import NomadServer, NomadStandIn, StandInConfig, config_from_yaml
-from llmgw.devcluster.nomad.config import GPU_NODE_DOCKER, DockerPlugin, NodeSpec, real_gpu_nodes
+from llmgw.devcluster.nomad.config import GPU_NODE_DOCKER, DockerPlugin, HostVolume, NodeSpec, real_gpu_nodes
 from llmgw.devcluster.nomad.docker import container_config_refusal
 from tests.component.devcluster_nomad.conftest import assert_shape, call
 
@@ -110,3 +110,18 @@ def test_yaml_names_the_docker_plugins_settings() -> None:
         assert "unknown docker settings ['volume']" in str(exc)
     else:
         raise AssertionError("a misspelt docker setting was accepted")
+
+
+def test_yaml_declares_host_volumes_as_a_clients_host_volume_blocks() -> None:
+    config = config_from_yaml(
+        "nodes:\n  - {name: a, host_volumes: [{name: llmgw-models, path: /srv/hf, read_only: true}]}\n"
+    )
+    [node] = config.nodes
+    assert node.host_volumes == (HostVolume("llmgw-models", "/srv/hf", read_only=True),)
+    for bad in ("{llmgw-models: /srv/hf}", "[{name: x}]", "[{name: x, path: /p, mode: rw}]"):
+        try:
+            config_from_yaml(f"nodes:\n  - {{name: a, host_volumes: {bad}}}\n")
+        except ValueError as exc:
+            assert "host volume" in str(exc)
+        else:
+            raise AssertionError(f"host_volumes: {bad} was accepted")

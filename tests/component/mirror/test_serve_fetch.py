@@ -286,3 +286,34 @@ def test_mirror_serve_runs_as_a_process(harness: Harness) -> None:
             proc.wait()
         if proc.stderr:
             proc.stderr.close()
+
+
+def test_fetch_names_the_gguf_llama_cpp_loads_and_refuses_a_version_of_two_models(harness: Harness) -> None:
+    """A split GGUF is loaded by its first part (llama.cpp finds the siblings from its name);
+    a version holding two GGUF models fails the fetch, naming them, before the engine starts."""
+    File = harness.File
+    harness.hub.repos["org/qwen-gguf"] = {
+        **{f"qwen-q8_0-{i:05d}-of-00003.gguf": File(b"GGUF" + bytes([i]) * 4000) for i in (1, 2, 3)},
+        "qwen-q4_k_m.gguf": File(b"GGUF" + b"q4" * 3000),
+        "mmproj-qwen-f16.gguf": File(b"GGUF" + b"mm" * 1000),
+    }
+    assert harness.add("qwen@split", "org/qwen-gguf", "--file", "qwen-q8_0-00002-of-00003.gguf").code == 0
+    assert harness.add("qwen@two", "org/qwen-gguf", "--file", "qwen-q*.gguf").code == 0
+    server = harness.start(create_app(DirectoryStore(harness.store)))
+
+    def fetch_gguf(ref: str) -> tuple[Result, Path, Path]:
+        dest, path_file = harness.tmp / "node" / ref, harness.tmp / f"{ref}.path"
+        result = harness.run(
+            "mirror", "fetch", "--mirror", server.url, "--ref", ref, "--dest", str(dest),
+            "--progress", "none", "--gguf-path-file", str(path_file),
+        )  # fmt: skip
+        return result, dest, path_file
+
+    split, dest, path_file = fetch_gguf("qwen@split")
+    assert split.code == 0, split.err
+    assert path_file.read_text() == f"{dest / 'qwen-q8_0-00001-of-00003.gguf'}\n"
+
+    two, _, path_file = fetch_gguf("qwen@two")
+    assert two.code == 1
+    assert "holds 2 GGUF models" in two.err and "qwen-q4_k_m.gguf" in two.err
+    assert not path_file.exists()

@@ -23,7 +23,13 @@ from llmgw.core.catalog import Catalog, catalog_digest, load_catalog
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.consul import ConsulSettings
 from llmgw.devcluster.nomad import StandInConfig
-from llmgw.devcluster.nomad.config import GPU_NODE_DOCKER, DockerPlugin, real_gpu_nodes
+from llmgw.devcluster.nomad.config import (
+    GPU_NODE_DOCKER,
+    GPU_NODE_MODEL_CACHE,
+    DockerPlugin,
+    HostVolume,
+    real_gpu_nodes,
+)
 from llmgw.devcluster.nomad.docker import NOT_RUNNABLE_IN_DEV
 from llmgw.render import Renderer, RenderSettings, ReplicaRequest
 from llmgw.settings import NomadConnection
@@ -63,11 +69,17 @@ def _catalog(text: str) -> Catalog:
     return catalog
 
 
-async def _cluster(tmp_path: Path, docker: DockerPlugin) -> DevCluster:
+async def _cluster(
+    tmp_path: Path,
+    docker: DockerPlugin,
+    *,
+    count: int = 3,
+    host_volumes: tuple[HostVolume, ...] = (GPU_NODE_MODEL_CACHE,),
+) -> DevCluster:
     cluster = DevCluster(
         DevClusterConfig(
             nomad=StandInConfig(
-                nodes=real_gpu_nodes(3, docker=docker),
+                nodes=real_gpu_nodes(count, docker=docker, host_volumes=host_volumes),
                 strict=True,
                 heartbeat_grace_s=0.5,
                 event_heartbeat_s=1.0,
@@ -215,3 +227,68 @@ async def test_a_rendered_engine_passes_the_drivers_checks_and_is_reported_not_r
     ) as client:
         await client.register(await client.parse_hcl(rendered.hcl))
     assert await _failed_engine_event(gpu_cluster, rendered.job_id) == NOT_RUNNABLE_IN_DEV
+
+
+async def test_a_node_without_the_model_cache_volume_is_filtered_and_the_plan_names_the_client_setting(
+    tmp_path: Path, example_catalog: Catalog
+) -> None:
+    cluster = await _cluster(tmp_path, GPU_NODE_DOCKER, host_volumes=())
+    try:
+        feasible, explanation = await _plan(cluster, example_catalog, "llama-3.1-8b", 0, 1)
+        assert not feasible
+        assert "3 filtered by missing compatible host volumes" in explanation, explanation
+        assert 'host_volume "llmgw-models"' in explanation, explanation
+        # llama.cpp downloads nothing itself: it needs no cache volume.
+        feasible, explanation = await _plan(cluster, example_catalog, "qwen2.5-7b-gguf", 0, 1)
+        assert feasible, explanation
+    finally:
+        await cluster.stop()
+
+
+async def _placed_alloc(dev: DevCluster, job_id: str) -> dict:  # type: ignore[type-arg]
+    looker = _python_nomad(dev)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        stubs = await asyncio.to_thread(looker.job.get_allocations, job_id)
+        if stubs:
+            return dict(await asyncio.to_thread(looker.allocation.get_allocation, stubs[0]["ID"]))
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{job_id} was not placed within 30s")
+
+
+async def test_a_replica_rebuilt_on_the_same_node_mounts_the_same_model_cache(
+    tmp_path: Path, example_catalog: Catalog
+) -> None:
+    """What the Nomad client mounts (``client/allocrunner/taskrunner/volume_hook.go``): the
+    group's host volume request resolved against the node's ``HostVolumes`` by its source."""
+    cache = HostVolume("llmgw-models", str(tmp_path / "hf-cache"))
+    cluster = await _cluster(tmp_path, GPU_NODE_DOCKER, count=1, host_volumes=(cache,))
+    looker = _python_nomad(cluster)
+    mounted: list[tuple[str, str, str, str]] = []
+    try:
+        for replica in ("a", "b"):  # the replica, then the one llmgw rebuilds in its place
+            rendered = _renderer().render(
+                example_catalog, ReplicaRequest("llama-3.1-8b", 0, replica), catalog_hash="h"
+            )
+            async with NomadClient(
+                NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token)
+            ) as c:
+                await c.register(await c.parse_hcl(rendered.hcl))
+            alloc = await _placed_alloc(cluster, rendered.job_id)
+            node = await asyncio.to_thread(looker.node.get_node, alloc["NodeID"])
+            [group] = alloc["Job"]["TaskGroups"]
+            engine = next(t for t in group["Tasks"] if t["Name"] == "engine")
+            [mount] = engine["VolumeMounts"]
+            request = group["Volumes"][mount["Volume"]]
+            assert request["Type"] == "host" and not mount["ReadOnly"]
+            host_path = node["HostVolumes"][request["Source"]]["Path"]
+            mounted.append((node["ID"], host_path, mount["Destination"], engine["Env"]["HF_HUB_CACHE"]))
+            async with NomadClient(
+                NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token)
+            ) as c:
+                await c.deregister(rendered.job_id)
+    finally:
+        await cluster.stop()
+    first, rebuilt = mounted
+    assert first == rebuilt
+    assert first[1] == cache.path and first[3] == f"{first[2]}/hub"

@@ -58,3 +58,9 @@ def test_every_variable_is_read() -> None:
 def test_an_unusable_value_names_its_variable(name: str, value: str) -> None:
     with pytest.raises(RenderSettingsError, match=name):
         render_settings_from_env({name: value})
+
+
+def test_the_model_cache_volume_is_named_or_switched_off() -> None:
+    assert render_settings_from_env({}).model_cache_volume == "llmgw-models"
+    assert render_settings_from_env({"LLMGW_MODEL_CACHE_VOLUME": "hf"}).model_cache_volume == "hf"
+    assert render_settings_from_env({"LLMGW_MODEL_CACHE_VOLUME": ""}).model_cache_volume is None
