@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "bc5d7ad7721087b9d6a3f5312e5159ea79868e73af8063e1cfa2e36ec6894db5"
+    "llmgw_spec_hash" = "8e762d07315b3aa2bf51e6112b3e644e99b58dcf6f1bf3c3c082408c689185b8"
     "llmgw_version" = "0.1.0"
   }
 
@@ -99,7 +99,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
         type     = "http"
         path     = "/health"
         interval = "5s"
-        timeout  = "2s"
+        timeout  = "22s"
       }
     }
 
@@ -205,6 +205,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
 
     network {
       mode = "host"
+      port "health" {}
     }
 
     # Rendezvous between the ranks of this replica (never routed to).
@@ -260,7 +261,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       config {
         image        = "lmsysorg/sglang:v0.5.3-cu129"
         entrypoint   = ["python3"]
-        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}"]
+        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--host", "127.0.0.1", "--port", "${NOMAD_PORT_health}", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

@@ -235,6 +235,8 @@ def _group(
             ],
             "meta": common_meta,
             "health_path": launched.health_path,
+            # Never shorter than the engine takes to give its own answer (SGLang: 20 s and more).
+            "health_timeout": format_duration(max(settings.check_timeout_s, launched.health_answer_within_s)),
         }
     rendezvous_service = None
     if multi_rank:

@@ -4,6 +4,24 @@ Across nodes every rank runs the same server command with ``--nnodes``,
 ``--node-rank`` and ``--dist-init-addr`` (rank 0's rendezvous address); only
 rank 0 serves HTTP. Ranks block in torch's rendezvous until all have joined,
 so workers only need rank 0's address before they start.
+
+Every port a rank listens on is one Nomad allocated. Rank 0's API is ``http``.
+A worker rank, once its schedulers are ready, starts a stand-in health server on
+its own ``--host``/``--port`` (``launch_dummy_health_check_server`` from
+``_launch_subprocesses``, ``python/sglang/srt/entrypoints/engine.py`` in 0.5.3),
+by default ``127.0.0.1:30000``: a port in Nomad's dynamic range that Nomad never
+gave it. So each worker gets its own ``health`` port, on loopback (nothing
+routes to it).
+
+``/health`` (the same handler as ``/health_generate`` in 0.5.3,
+``entrypoints/http_server.py``) sends a one-token generation and then polls once
+a second, for up to ``SGLANG_HEALTH_CHECK_TIMEOUT`` seconds (20 by default), for
+any output of the scheduler; only then does it answer 503. A healthy engine busy
+with a long prefill answers after a few seconds, never under one. The check's
+timeout covers the engine's own verdict (``health_answer_within_s``), so a busy
+replica is not marked critical by a timeout. ``/get_model_info`` would answer at
+once but says nothing of the scheduler and answers 200 while the server is still
+warming up and while it shuts down, where ``/health`` answers 503.
 """
 
 from __future__ import annotations
@@ -24,9 +42,31 @@ from llmgw.core.engines.base import (
 
 HEALTH_PATH = "/health"
 
+# SGLang's /health gives up and answers 503 after this many seconds without output
+# from the scheduler (http_server.py: int(os.getenv(..., 20)) in 0.5.3).
+HEALTH_TIMEOUT_ENV = "SGLANG_HEALTH_CHECK_TIMEOUT"
+ENGINE_HEALTH_TIMEOUT_S = 20
+# Its polls are a second apart: the verdict can come one poll late, then travel back.
+HEALTH_VERDICT_SLACK_S = 2
+# Where a worker rank's stand-in health server listens: its own Nomad port, loopback only.
+WORKER_HEALTH_PORT = "health"
+WORKER_HEALTH_HOST = "127.0.0.1"
+
+
+def health_answer_within_s(profile: Profile) -> int:
+    """How long a healthy engine may take to answer /health, under the profile's env."""
+    raw = profile.env.get(HEALTH_TIMEOUT_ENV)
+    try:
+        # The engine reads it with int(); a value int() refuses stops the engine at import.
+        engine_timeout = ENGINE_HEALTH_TIMEOUT_S if raw is None else max(int(raw), 0)
+    except ValueError:
+        engine_timeout = ENGINE_HEALTH_TIMEOUT_S
+    return engine_timeout + HEALTH_VERDICT_SLACK_S
+
 
 def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
     nodes = profile.node_count
+    answer_within = health_answer_within_s(profile)
     common: tuple[Word, ...] = (
         "python3",
         "-m",
@@ -43,7 +83,9 @@ def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
     serve_api: tuple[Word, ...] = ("--host", context.container_listen_host, "--port", port("http"))
     if nodes == 1:
         rank = RankLaunch(0, Step("engine", (*common, *serve_api, *profile.args)), ports=("http",))
-        return Launch(Engine.SGLANG, (rank,), HEALTH_PATH, containerised=True)
+        return Launch(
+            Engine.SGLANG, (rank,), HEALTH_PATH, containerised=True, health_answer_within_s=answer_within
+        )
 
     def distributed(rank: int, init_address: Word) -> tuple[Word, ...]:
         return ("--nnodes", *numbers(nodes), "--node-rank", *numbers(rank), "--dist-init-addr", init_address)
@@ -55,15 +97,28 @@ def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
         rendezvous_port="dist",
         rendezvous_checked=True,
     )
+    worker_health: tuple[Word, ...] = ("--host", WORKER_HEALTH_HOST, "--port", port(WORKER_HEALTH_PORT))
     workers = tuple(
         RankLaunch(
             rank=rank,
             serve=Step(
-                "engine", (*common, *distributed(rank, env_ref(context.head_address_env)), *profile.args)
+                "engine",
+                (
+                    *common,
+                    *worker_health,
+                    *distributed(rank, env_ref(context.head_address_env)),
+                    *profile.args,
+                ),
             ),
-            ports=(),
+            ports=(WORKER_HEALTH_PORT,),
             head_address=HeadAddress.ENV,
         )
         for rank in range(1, nodes)
     )
-    return Launch(Engine.SGLANG, (head, *workers), HEALTH_PATH, containerised=True)
+    return Launch(
+        Engine.SGLANG,
+        (head, *workers),
+        HEALTH_PATH,
+        containerised=True,
+        health_answer_within_s=answer_within,
+    )
