@@ -31,7 +31,9 @@ tool calls it carries: their ids, function names and arguments; a legacy
 ``function_call``; a tool message's ``tool_call_id``; a developer message's
 ``tools``; ``task``; earlier turns' reasoning),
 the fields beside the messages (tool and function definitions, documents,
-template variables), and the whole prompt with its suffix. A message whose only
+template variables), and the whole prompt with its suffix. A chat template sent
+with the request (``chat_template``, or ``chat_template_kwargs.chat_template``)
+is refused: it decides what the model reads from the screened text. A message whose only
 text is one of those fields is screened like any other: only a request with no
 text at all skips the judge. A prompt of token ids cannot be read here, so a
 guarded model refuses it; so is any content part that is not text (an image,
@@ -140,6 +142,7 @@ def judge_messages(call: ApiCall, *, images: bool = False) -> list[dict[str, obj
 def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
     turns: list[Turn] = []
     if call.api is routing.Api.CHAT:
+        _refuse_request_template(call)
         turns.append(Turn("user", "\n".join(_strings([call.body.get(name) for name in _RENDERED_FIELDS]))))
         messages = call.body.get("messages")
         for message in messages if isinstance(messages, list) else []:
@@ -161,6 +164,27 @@ def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
         if isinstance(suffix, str):
             turns.append(Turn("user", suffix))
     return _merged(turns)
+
+
+def _refuse_request_template(call: ApiCall) -> None:
+    """A chat template sent with the request decides what the model reads: it may drop,
+    reorder or rewrite the screened messages, or spell new text the judge never saw (a
+    Jinja expression, not its result, is what a screen of its text would read). vLLM
+    0.10.2 renders one unconditionally, top-level or as ``chat_template_kwargs``'s
+    ``chat_template`` (``serving_chat.py``); 0.11.0 only with
+    ``--trust-request-chat-template``. A guarded model refuses it on any engine."""
+    kwargs = call.body.get("chat_template_kwargs")
+    for param, value in (
+        ("chat_template", call.body.get("chat_template")),
+        ("chat_template_kwargs", kwargs.get("chat_template") if isinstance(kwargs, Mapping) else None),
+    ):
+        if value is not None:
+            raise errors.bad_request(
+                f"The model `{call.model}` screens requests with a guard policy, and a chat template "
+                "sent with the request could change the prompt after screening: leave out "
+                "`chat_template` (the model's own template is used).",
+                param=param,
+            )
 
 
 def _merged(turns: Iterable[Turn]) -> list[Turn]:
