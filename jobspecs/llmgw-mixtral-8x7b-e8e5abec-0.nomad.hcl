@@ -10,13 +10,13 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "84bd039e90823f8529b8de37e7d0df0f5548260ad1bba2be1c455f5b1a8c1752"
+    "llmgw_catalog_hash" = "0508e226fb0a8f12f375a21f7dcef1cadd4566e43234503ee484d02d0bfcbece"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "07ef8d5cce26ecf2edc72f135be7e336c16c97b80e5735a39b20e70ccd659ca7"
+    "llmgw_spec_hash" = "00d1757195610fce6eeef72fe40ad19761d6e55fd3cb83dcee9f6dfb0a3eaeae"
     "llmgw_version" = "0.1.0"
   }
 
@@ -96,7 +96,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "vllm/vllm-openai:v0.10.2"
+        image        = "vllm/vllm-openai:v0.11.0"
         entrypoint   = ["vllm"]
         args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
         network_mode = "host"

@@ -170,9 +170,9 @@ def _refuse_request_template(call: ApiCall) -> None:
     """A chat template sent with the request decides what the model reads: it may drop,
     reorder or rewrite the screened messages, or spell new text the judge never saw (a
     Jinja expression, not its result, is what a screen of its text would read). vLLM
-    0.10.2 renders one unconditionally, top-level or as ``chat_template_kwargs``'s
-    ``chat_template`` (``serving_chat.py``); 0.11.0 only with
-    ``--trust-request-chat-template``. A guarded model refuses it on any engine."""
+    0.10.2 renders one unconditionally (``serving_chat.py``); 0.11.0, top-level or as
+    ``chat_template_kwargs``'s ``chat_template``, only with
+    ``--trust-request-chat-template``. A guarded model refuses both on any engine."""
     kwargs = call.body.get("chat_template_kwargs")
     for param, value in (
         ("chat_template", call.body.get("chat_template")),
