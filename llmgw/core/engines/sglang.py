@@ -11,7 +11,13 @@ its own ``--host``/``--port`` (``launch_dummy_health_check_server`` from
 ``_launch_subprocesses``, ``python/sglang/srt/entrypoints/engine.py`` in 0.5.3),
 by default ``127.0.0.1:30000``: a port in Nomad's dynamic range that Nomad never
 gave it. So each worker gets its own ``health`` port, on loopback (nothing
-routes to it).
+routes to it). A one-node replica's torch.distributed store listens on
+``--nccl-port`` (``tcp://127.0.0.1:<nccl_port>``, ``model_runner.py``; unset, a
+free port probed at ``--port`` + 100..1000, ``PortArgs.init_new`` in
+``server_args.py``), so it gets a ``nccl`` port too, except with data parallel:
+each data parallel rank binds a port of its own from ``PortArgs.init_new``
+(``launch_dp_schedulers``), and one fixed port would be bound twice. Across
+nodes the store is rank 0's ``--dist-init-addr`` (the ``dist`` port).
 
 ``/health`` (the same handler as ``/health_generate`` in 0.5.3,
 ``entrypoints/http_server.py``) sends a one-token generation and then polls once
@@ -51,6 +57,19 @@ HEALTH_VERDICT_SLACK_S = 2
 # Where a worker rank's stand-in health server listens: its own Nomad port, loopback only.
 WORKER_HEALTH_PORT = "health"
 WORKER_HEALTH_HOST = "127.0.0.1"
+# Where a one-node replica's torch.distributed store listens (127.0.0.1:--nccl-port).
+NCCL_PORT = "nccl"
+_DATA_PARALLEL_FLAGS = ("--dp-size", "--data-parallel-size")
+
+
+def _data_parallel(args: tuple[str, ...]) -> bool:
+    """Whether the profile's args set SGLang's data parallel size (any spelling argparse
+    takes: ``--dp-size 2``, ``--dp-size=2``, an unambiguous prefix such as ``--dp``)."""
+    for word in args:
+        name = word.split("=", 1)[0]
+        if len(name) > 3 and any(flag.startswith(name) for flag in _DATA_PARALLEL_FLAGS):
+            return True
+    return False
 
 
 def health_answer_within_s(profile: Profile) -> int:
@@ -82,7 +101,15 @@ def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
     )
     serve_api: tuple[Word, ...] = ("--host", context.container_listen_host, "--port", port("http"))
     if nodes == 1:
-        rank = RankLaunch(0, Step("engine", (*common, *serve_api, *profile.args)), ports=("http",))
+        # One node: torch's rendezvous store listens on --nccl-port (else a free port probed
+        # near --port). Data parallel ranks each need their own, which SGLang probes itself.
+        own_store = not _data_parallel(profile.args)
+        store: tuple[Word, ...] = ("--nccl-port", port(NCCL_PORT)) if own_store else ()
+        rank = RankLaunch(
+            0,
+            Step("engine", (*common, *serve_api, *store, *profile.args)),
+            ports=("http", NCCL_PORT) if own_store else ("http",),
+        )
         return Launch(
             Engine.SGLANG, (rank,), HEALTH_PATH, containerised=True, health_answer_within_s=answer_within
         )

@@ -53,7 +53,13 @@ def _engine_check(job: dict[str, Any]) -> dict[str, Any]:
     return check
 
 
-@pytest.mark.parametrize("nodes", [2, 3])
+def _assert_nomad_port(group: dict[str, Any], value: str | None, what: str) -> None:
+    assert value is not None, f"{group['Name']}: {what} is left to SGLang's default"
+    label = re.fullmatch(r"\$\{NOMAD_PORT_(\w+)\}", value)
+    assert label is not None and label.group(1) in _allocated_ports(group), (group["Name"], what, value)
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3])
 def test_every_sglang_rank_listens_on_a_port_nomad_allocated_to_its_group(
     shipped_policy: SecurityPolicy, nodes: int
 ) -> None:
@@ -62,11 +68,14 @@ def test_every_sglang_rank_listens_on_a_port_nomad_allocated_to_its_group(
     assert len(groups) == nodes
     for group in groups:
         argv = _engine_args(group)
-        port = _value_of(argv, "--port")
         # SGLang's default (30000) is no Nomad port: the flag must be there, naming one of the group's.
-        assert port is not None, f"{group['Name']} listens on SGLang's default port 30000"
-        label = re.fullmatch(r"\$\{NOMAD_PORT_(\w+)\}", port)
-        assert label is not None and label.group(1) in _allocated_ports(group), (group["Name"], port)
+        _assert_nomad_port(group, _value_of(argv, "--port"), "--port")
+        # Every other port flag rendered names one of the group's too.
+        for flag in (word for word in argv if word.startswith("--") and word.endswith("-port")):
+            _assert_nomad_port(group, _value_of(argv, flag), flag)
+    if nodes == 1:
+        # torch's rendezvous store of a one-node replica: unset, a port probed near --port.
+        _assert_nomad_port(groups[0], _value_of(_engine_args(groups[0]), "--nccl-port"), "--nccl-port")
     for worker in groups[1:]:
         argv = _engine_args(worker)
         # Nothing routes to a worker's stand-in health server: it stays on loopback.
@@ -119,3 +128,20 @@ def test_a_longer_operator_timeout_still_wins_and_other_engines_keep_it(
         source = "org/m" if engine == "vllm" else "https://example.com/m.gguf"
         check = _engine_check(_job(shipped_policy, f"{{engine: {engine}, source: {source!r}}}"))
         assert check["Timeout"] == 2 * SECOND_NS, engine
+
+
+@pytest.mark.parametrize("dp", ['["--dp-size", "2"]', '["--dp-size=2"]', '["--data-parallel-size", "2"]'])
+def test_data_parallel_ranks_keep_their_own_store_ports(shipped_policy: SecurityPolicy, dp: str) -> None:
+    # Each data parallel rank binds a store port of its own (launch_dp_schedulers):
+    # one fixed --nccl-port would be bound twice and the engine would not start.
+    loaded = load_catalog(
+        f"models:\n  m:\n    profiles: [{{engine: sglang, source: org/m, tp: 1, args: {dp}}}]\n",
+        filename="c",
+        policy=shipped_policy,
+    )
+    assert loaded.catalog is not None, loaded.diagnostics
+    renderer = Renderer(RenderSettings(), shipped_policy)
+    rendered = renderer.render(loaded.catalog, ReplicaRequest("m", 0, "0", "f"), catalog_hash="h")
+    [group] = renderer.check(rendered, model="m")["TaskGroups"]
+    assert "--nccl-port" not in _engine_args(group)
+    assert _allocated_ports(group) == {"http"}
