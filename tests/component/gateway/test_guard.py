@@ -297,6 +297,9 @@ async def test_text_the_model_reads_beside_the_messages_is_screened(
         ({"chat_template": "{{ 'EV' ~ 'IL' }}"}, "chat_template"),
         ({"chat_template_kwargs": {"chat_template": "{{ 'EV' ~ 'IL' }}"}}, "chat_template_kwargs"),
         ({"chat_template": ""}, "chat_template"),
+        # SGLang 0.5.3 passes the kwargs to apply_chat_template: these cut the screened prompt.
+        ({"chat_template_kwargs": {"truncation": True, "max_length": 4}}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": {"tokenizer_kwargs": {"truncation": True}}}, "chat_template_kwargs"),
     ],
 )
 async def test_a_chat_template_sent_to_a_guarded_model_is_refused(
@@ -308,7 +311,7 @@ async def test_a_chat_template_sent_to_a_guarded_model_is_refused(
     async with http.post(router.url + "/v1/chat/completions", json=body) as response:
         assert response.status == 400, await response.text()
         error = (await response.json())["error"]
-    assert error["param"] == param and "chat template" in error["message"]
+    assert error["param"] == param and "leave out" in error["message"]
     assert engine.bodies == []
 
 
@@ -320,12 +323,16 @@ async def test_template_variables_still_reach_a_guarded_model_once_screened(
     body = {
         "model": "guarded",
         "messages": [{"role": "user", "content": "hi"}],
-        "chat_template_kwargs": {"enable_thinking": False, "chat_template": None},
+        "chat_template_kwargs": {"enable_thinking": False, "chat_template": None, "truncation": False},
     }
     async with http.post(router.url + "/v1/chat/completions", json=body) as response:
         assert response.status == 200, await response.text()
     [sent] = engine.bodies
-    assert json.loads(sent)["chat_template_kwargs"] == {"enable_thinking": False, "chat_template": None}
+    assert json.loads(sent)["chat_template_kwargs"] == {
+        "enable_thinking": False,
+        "chat_template": None,
+        "truncation": False,
+    }
 
 
 async def test_the_engine_gets_what_the_judge_read_not_the_clients_bytes(
