@@ -10,14 +10,14 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "4c725f310b5c55a87496856754554b770387e612d3a2c62039e7125f98f05811"
+    "llmgw_catalog_hash" = "6372c621e949d88d4be5b5987a4ef2911294dd0c3eee7265cdc1ecdb63d57ecf"
     "llmgw_engine" = "sglang"
     "llmgw_fabric" = "fabric-a"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "58838805b412ad4f8b70e932263ff2078d0f39b0ab8accdfac72aae432bbed59"
+    "llmgw_spec_hash" = "5be42d71cf3ee1745105050871936c66c003eb3253ceff76b4a658791466dc77"
     "llmgw_version" = "0.1.0"
   }
 
@@ -99,7 +99,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
         type     = "http"
         path     = "/health"
         interval = "5s"
-        timeout  = "2s"
+        timeout  = "22s"
       }
     }
 
@@ -220,6 +220,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
 
     network {
       mode = "host"
+      port "health" {}
     }
 
     # Rendezvous between the ranks of this replica (never routed to).
@@ -282,7 +283,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       config {
         image        = "lmsysorg/sglang:v0.5.3-cu129"
         entrypoint   = ["python3"]
-        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}"]
+        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--host", "127.0.0.1", "--port", "${NOMAD_PORT_health}", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

@@ -10,7 +10,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "4c725f310b5c55a87496856754554b770387e612d3a2c62039e7125f98f05811"
+    "llmgw_catalog_hash" = "6372c621e949d88d4be5b5987a4ef2911294dd0c3eee7265cdc1ecdb63d57ecf"
     "llmgw_engine" = "sim"
     "llmgw_fabric" = "fabric-a"
     "llmgw_managed_by" = "llmgw"

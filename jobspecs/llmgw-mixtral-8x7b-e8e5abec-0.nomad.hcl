@@ -10,13 +10,13 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "4c725f310b5c55a87496856754554b770387e612d3a2c62039e7125f98f05811"
+    "llmgw_catalog_hash" = "6372c621e949d88d4be5b5987a4ef2911294dd0c3eee7265cdc1ecdb63d57ecf"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "475f32b9969c08c51882ea2cfe3c6e9eab6a12dba60ee8ee3fb0ecc5a71410aa"
+    "llmgw_spec_hash" = "25e025dd0e9519824be944a65d0777244a09145c9c705098508a0e5b7cad3099"
     "llmgw_version" = "0.1.0"
   }
 
@@ -103,7 +103,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "vllm/vllm-openai:v0.10.2"
+        image        = "vllm/vllm-openai:v0.11.0"
         entrypoint   = ["vllm"]
         args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
         network_mode = "host"

@@ -10,13 +10,13 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "4c725f310b5c55a87496856754554b770387e612d3a2c62039e7125f98f05811"
+    "llmgw_catalog_hash" = "6372c621e949d88d4be5b5987a4ef2911294dd0c3eee7265cdc1ecdb63d57ecf"
     "llmgw_engine" = "llamacpp"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "qwen2.5-7b-gguf"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "28963937c19ca43f45d52e3eef060c38f7b355f6c779c767aa72040c55afc71c"
+    "llmgw_spec_hash" = "e86b228a56ee1d879d9a9791fd77308f28de26629f05f4b169bc6bb5dc5c1ff4"
     "llmgw_version" = "0.1.0"
   }
 
@@ -96,7 +96,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "ghcr.io/ggml-org/llama.cpp:server-cuda-b6700"
+        image        = "ghcr.io/ggml-org/llama.cpp:server-cuda-b6795"
         entrypoint   = ["/app/llama-server"]
         args         = ["--model", "/local/model.gguf", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--alias", "qwen2.5-7b-gguf", "--no-slots", "--ctx-size", "8192", "--n-gpu-layers", "999"]
         network_mode = "host"

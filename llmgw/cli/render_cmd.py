@@ -36,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "as llmgw does before submitting. Without --out the jobs are printed; --check compares with "
         "the files already in --out; --plan asks Nomad whether each would place. Engine images a "
         "catalog names must come from LLMGW_ALLOWED_IMAGES (default: the default engine images' "
-        "repositories). LLMGW_DATACENTERS, LLMGW_NODE_POOL, LLMGW_NODE_COMMAND, NOMAD_NAMESPACE and "
+        "repositories) and, like LLMGW_IMAGE_*, name a release at or above the engine's minimum "
+        "or a digest in LLMGW_TRUSTED_IMAGE_DIGESTS. LLMGW_DATACENTERS, LLMGW_NODE_POOL, "
+        "LLMGW_NODE_COMMAND, NOMAD_NAMESPACE and "
         "NOMAD_REGION are applied by `llmgw serve` only: here the jobs have their defaults. Exit 0 "
         "done, 1 an invalid catalog, a refused job, stale files (--check) or a job that does not "
         "place (--plan), 2 usage.",

@@ -31,7 +31,9 @@ tool calls it carries: their ids, function names and arguments; a legacy
 ``function_call``; a tool message's ``tool_call_id``; a developer message's
 ``tools``; ``task``; earlier turns' reasoning),
 the fields beside the messages (tool and function definitions, documents,
-template variables), and the whole prompt with its suffix. A message whose only
+template variables), and the whole prompt with its suffix. A chat template sent
+with the request (``chat_template``, or ``chat_template_kwargs.chat_template``)
+is refused: it decides what the model reads from the screened text. A message whose only
 text is one of those fields is screened like any other: only a request with no
 text at all skips the judge. A prompt of token ids cannot be read here, so a
 guarded model refuses it; so is any content part that is not text (an image,
@@ -74,6 +76,10 @@ _CATEGORY = re.compile(r"^S\d{1,3}$")
 # prompt: tool and function definitions (names, descriptions, parameter schemas),
 # vLLM's ``documents`` and ``chat_template_kwargs``.
 _RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs")
+# ``chat_template_kwargs`` keys that are parameters of the tokenizer's
+# ``apply_chat_template`` (transformers), not template variables: SGLang passes the
+# kwargs through as they are, so these replace the template or truncate the prompt.
+_TEMPLATE_CHANGING_KWARGS = ("chat_template", "truncation", "max_length", "tokenizer_kwargs")
 # Message fields beside ``content`` that reach the template: vLLM's
 # ``_parse_chat_message_content`` (vllm/entrypoints/chat_utils.py) passes on a
 # message's ``name``, ``task``, a tool message's ``tool_call_id`` (Mistral's
@@ -140,6 +146,7 @@ def judge_messages(call: ApiCall, *, images: bool = False) -> list[dict[str, obj
 def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
     turns: list[Turn] = []
     if call.api is routing.Api.CHAT:
+        _refuse_request_template(call)
         turns.append(Turn("user", "\n".join(_strings([call.body.get(name) for name in _RENDERED_FIELDS]))))
         messages = call.body.get("messages")
         for message in messages if isinstance(messages, list) else []:
@@ -161,6 +168,36 @@ def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
         if isinstance(suffix, str):
             turns.append(Turn("user", suffix))
     return _merged(turns)
+
+
+def _refuse_request_template(call: ApiCall) -> None:
+    """A chat template sent with the request decides what the model reads: it may drop,
+    reorder or rewrite the screened messages, or spell new text the judge never saw (a
+    Jinja expression, not its result, is what a screen of its text would read). vLLM
+    0.10.2 renders one unconditionally (``serving_chat.py``); 0.11.0, top-level or as
+    ``chat_template_kwargs``'s ``chat_template``, only with
+    ``--trust-request-chat-template``; SGLang 0.5.3 hands ``chat_template_kwargs`` to
+    the tokenizer's ``apply_chat_template`` as keyword arguments (``serving_chat.py``),
+    where ``chat_template`` replaces the template and ``truncation``/``max_length``
+    (or ``tokenizer_kwargs``) cut the prompt after screening. A guarded model refuses
+    them all on any engine; other template variables are screened as text."""
+    if call.body.get("chat_template") is not None:
+        raise _template_refusal(call, "chat_template", "chat_template")
+    kwargs = call.body.get("chat_template_kwargs")
+    if not isinstance(kwargs, Mapping):
+        return
+    for name in _TEMPLATE_CHANGING_KWARGS:
+        if kwargs.get(name) is not None and kwargs.get(name) is not False:
+            raise _template_refusal(call, "chat_template_kwargs", f"chat_template_kwargs.{name}")
+
+
+def _template_refusal(call: ApiCall, param: str, shown: str) -> ApiError:
+    return errors.bad_request(
+        f"The model `{call.model}` screens requests with a guard policy, and `{shown}` could "
+        "change the prompt the model reads after screening (a chat template, or a cut of the "
+        f"prompt): leave out `{shown}`; the model's own template is used.",
+        param=param,
+    )
 
 
 def _merged(turns: Iterable[Turn]) -> list[Turn]:

@@ -107,6 +107,10 @@ def build_context(
     refused = next(allowlist_refusals(profile, settings.allowlists), None)
     if refused is not None:
         raise RenderError(f"model {request.model!r} profile {request.profile_index}: {refused[1]}")
+    # The operator's own default image is held to the same minimum release.
+    default_refused = None if profile.image else settings.default_image_refusal(profile.engine)
+    if default_refused is not None:
+        raise RenderError(f"model {request.model!r} profile {request.profile_index}: {default_refused}")
     if profile.node_count > 1 and request.fabric is None:
         raise RenderError(f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric")
     llmgw_command = _runtime_words(settings.llmgw_command)
@@ -262,6 +266,8 @@ def _group(
             ],
             "meta": common_meta,
             "health_path": launched.health_path,
+            # Never shorter than the engine takes to give its own answer (SGLang: 20 s and more).
+            "health_timeout": format_duration(max(settings.check_timeout_s, launched.health_answer_within_s)),
         }
     rendezvous_service = None
     if multi_rank:

@@ -14,7 +14,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 from llmgw.core.catalog.allowlists import ClusterAllowlists
-from llmgw.core.catalog.images import ImageError, default_allowed_images, parse_allowed_images
+from llmgw.core.catalog.images import (
+    ImageError,
+    default_allowed_images,
+    parse_allowed_images,
+    parse_trusted_digests,
+    release_refusal,
+)
 from llmgw.core.catalog.model import Engine
 from llmgw.core.catalog.sources import IpNetwork, parse_allowed_networks
 
@@ -27,7 +33,10 @@ DEFAULT_IMAGES: Mapping[Engine, str] = MappingProxyType(
     {
         Engine.VLLM: "vllm/vllm-openai:v0.11.0",
         Engine.SGLANG: "lmsysorg/sglang:v0.5.3-cu129",
-        Engine.LLAMACPP: "ghcr.io/ggml-org/llama.cpp:server-cuda-b6700",
+        # Published by llama.cpp's daily image job (.github/workflows/docker.yml), so only
+        # some build numbers have an image: see "Engine images" in llmgw/render/DESIGN.md
+        # for where this tag is recorded and how to check it before a deployment.
+        Engine.LLAMACPP: "ghcr.io/ggml-org/llama.cpp:server-cuda-b6795",
     }
 )
 
@@ -68,6 +77,11 @@ class RenderSettings:
     # llmgw.core.catalog.images). The images above are the operator's own and are not
     # checked against it.
     allowed_images: tuple[str, ...] = DEFAULT_ALLOWED_IMAGES
+    # Image digests the operator vouches for (LLMGW_TRUSTED_IMAGE_DIGESTS): an image pinned
+    # by one runs although llmgw cannot read its engine release from the tag. Every other
+    # image, the defaults above too, must name a release at or above
+    # llmgw.core.catalog.images.MINIMUM_RELEASES.
+    trusted_image_digests: tuple[str, ...] = ()
     # Networks a file URL source may name although they are not global (a private file
     # server); none by default (see llmgw.core.catalog.sources).
     source_allowed_networks: tuple[IpNetwork, ...] = ()
@@ -107,7 +121,15 @@ class RenderSettings:
     @property
     def allowlists(self) -> ClusterAllowlists:
         """What a catalog may name on this cluster: checked where catalogs come in, and here."""
-        return ClusterAllowlists(self.allowed_images, self.source_allowed_networks)
+        return ClusterAllowlists(
+            self.allowed_images, self.source_allowed_networks, self.trusted_image_digests
+        )
+
+    def default_image_refusal(self, engine: Engine) -> str | None:
+        """Why the operator's default image of ``engine`` may not run, naming its setting; or None."""
+        image = self.images.get(engine)
+        refusal = None if image is None else release_refusal(image, engine, self.trusted_image_digests)
+        return None if refusal is None else f"{IMAGE_ENV[engine]}: {refusal}"
 
 
 class RenderSettingsError(ValueError):
@@ -135,6 +157,10 @@ def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
     else:
         allowed = default_allowed_images(images)
     try:
+        trusted = parse_trusted_digests(environ.get("LLMGW_TRUSTED_IMAGE_DIGESTS", ""))
+    except ImageError as exc:
+        raise RenderSettingsError(f"LLMGW_TRUSTED_IMAGE_DIGESTS: {exc}") from None
+    try:
         networks = parse_allowed_networks(environ.get("LLMGW_SOURCE_ALLOWED_NETWORKS", ""))
     except ValueError as exc:
         raise RenderSettingsError(f"LLMGW_SOURCE_ALLOWED_NETWORKS: {exc}") from None
@@ -143,7 +169,7 @@ def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
     except ValueError as exc:
         raise RenderSettingsError(f"LLMGW_NODE_COMMAND: {exc}") from None
     templates = environ.get("LLMGW_TEMPLATES")
-    return RenderSettings(
+    settings = RenderSettings(
         templates_dir=Path(templates) if templates else None,
         datacenters=tuple(d for d in environ.get("LLMGW_DATACENTERS", "*").split(",") if d) or ("*",),
         region=environ.get("NOMAD_REGION") or None,
@@ -157,4 +183,10 @@ def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
         model_cache_dir=environ.get("LLMGW_MODEL_CACHE_DIR") or DEFAULT_MODEL_CACHE_DIR,
         # Set but empty: no cache volume (a cluster whose clients declare none).
         model_cache_volume=environ.get("LLMGW_MODEL_CACHE_VOLUME", DEFAULT_MODEL_CACHE_VOLUME) or None,
+        trusted_image_digests=trusted,
     )
+    for engine in images:
+        refusal = settings.default_image_refusal(engine)
+        if refusal is not None:
+            raise RenderSettingsError(refusal)
+    return settings

@@ -1,7 +1,9 @@
 """What the operator lets a catalog name on this cluster, beyond the catalog's own rules.
 
 Two allowlists are runtime settings, not part of the catalog: the repositories a
-profile's ``image`` may come from (``LLMGW_ALLOWED_IMAGES``, ``images.py``) and the
+profile's ``image`` may come from (``LLMGW_ALLOWED_IMAGES``, ``images.py``; its tag
+must also name a release of the profile's engine llmgw can rely on, or its digest
+be one the operator trusts, ``LLMGW_TRUSTED_IMAGE_DIGESTS``) and the
 non-global networks a file URL ``source`` may point into
 (``LLMGW_SOURCE_ALLOWED_NETWORKS``, ``sources.py``). ``ClusterAllowlists`` carries
 both; ``allowlist_refusals`` is the one rule over a profile, asked in two places
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from llmgw.core.catalog.images import image_refusal
+from llmgw.core.catalog.images import image_refusal, release_refusal
 from llmgw.core.catalog.model import Profile
 from llmgw.core.catalog.sources import (
     FileUrlSource,
@@ -41,12 +43,16 @@ class ClusterAllowlists:
     images: tuple[str, ...]
     # Networks a file URL may name although they are not global (sources.parse_allowed_networks).
     source_networks: tuple[IpNetwork, ...] = ()
+    # Image digests the operator vouches for, whatever release their tag names (images.release_refusal).
+    trusted_image_digests: tuple[str, ...] = ()
 
 
 def allowlist_refusals(profile: Profile, allowlists: ClusterAllowlists) -> Iterator[tuple[str, str]]:
     """``(key, why)`` for each key of ``profile`` naming what this cluster does not allow."""
     if profile.image is not None:
-        refusal = image_refusal(profile.image, allowlists.images)
+        refusal = image_refusal(profile.image, allowlists.images) or release_refusal(
+            profile.image, profile.engine, allowlists.trusted_image_digests
+        )
         if refusal is not None:
             yield "image", refusal
     if profile.source is not None:

@@ -84,6 +84,9 @@ class Launch:
     health_path: str
     # The engine runs in a container (vllm, sglang, llama.cpp) or as a plain process (sim).
     containerised: bool
+    # The longest a healthy engine takes to answer health_path (seconds): the check's
+    # timeout is never shorter, so the engine's own verdict, not a timeout, fails it.
+    health_answer_within_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)

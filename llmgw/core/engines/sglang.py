@@ -4,6 +4,30 @@ Across nodes every rank runs the same server command with ``--nnodes``,
 ``--node-rank`` and ``--dist-init-addr`` (rank 0's rendezvous address); only
 rank 0 serves HTTP. Ranks block in torch's rendezvous until all have joined,
 so workers only need rank 0's address before they start.
+
+Every port a rank listens on is one Nomad allocated. Rank 0's API is ``http``.
+A worker rank, once its schedulers are ready, starts a stand-in health server on
+its own ``--host``/``--port`` (``launch_dummy_health_check_server`` from
+``_launch_subprocesses``, ``python/sglang/srt/entrypoints/engine.py`` in 0.5.3),
+by default ``127.0.0.1:30000``: a port in Nomad's dynamic range that Nomad never
+gave it. So each worker gets its own ``health`` port, on loopback (nothing
+routes to it). A one-node replica's torch.distributed store listens on
+``--nccl-port`` (``tcp://127.0.0.1:<nccl_port>``, ``model_runner.py``; unset, a
+free port probed at ``--port`` + 100..1000, ``PortArgs.init_new`` in
+``server_args.py``), so it gets a ``nccl`` port too, except with data parallel:
+each data parallel rank binds a port of its own from ``PortArgs.init_new``
+(``launch_dp_schedulers``), and one fixed port would be bound twice. Across
+nodes the store is rank 0's ``--dist-init-addr`` (the ``dist`` port).
+
+``/health`` (the same handler as ``/health_generate`` in 0.5.3,
+``entrypoints/http_server.py``) sends a one-token generation and then polls once
+a second, for up to ``SGLANG_HEALTH_CHECK_TIMEOUT`` seconds (20 by default), for
+any output of the scheduler; only then does it answer 503. A healthy engine busy
+with a long prefill answers after a few seconds, never under one. The check's
+timeout covers the engine's own verdict (``health_answer_within_s``), so a busy
+replica is not marked critical by a timeout. ``/get_model_info`` would answer at
+once but says nothing of the scheduler and answers 200 while the server is still
+warming up and while it shuts down, where ``/health`` answers 503.
 """
 
 from __future__ import annotations
@@ -25,9 +49,44 @@ from llmgw.core.engines.base import (
 
 HEALTH_PATH = "/health"
 
+# SGLang's /health gives up and answers 503 after this many seconds without output
+# from the scheduler (http_server.py: int(os.getenv(..., 20)) in 0.5.3).
+HEALTH_TIMEOUT_ENV = "SGLANG_HEALTH_CHECK_TIMEOUT"
+ENGINE_HEALTH_TIMEOUT_S = 20
+# Its polls are a second apart: the verdict can come one poll late, then travel back.
+HEALTH_VERDICT_SLACK_S = 2
+# Where a worker rank's stand-in health server listens: its own Nomad port, loopback only.
+WORKER_HEALTH_PORT = "health"
+WORKER_HEALTH_HOST = "127.0.0.1"
+# Where a one-node replica's torch.distributed store listens (127.0.0.1:--nccl-port).
+NCCL_PORT = "nccl"
+_DATA_PARALLEL_FLAGS = ("--dp-size", "--data-parallel-size")
+
+
+def _data_parallel(args: tuple[str, ...]) -> bool:
+    """Whether the profile's args set SGLang's data parallel size (any spelling argparse
+    takes: ``--dp-size 2``, ``--dp-size=2``, an unambiguous prefix such as ``--dp``)."""
+    for word in args:
+        name = word.split("=", 1)[0]
+        if len(name) > 3 and any(flag.startswith(name) for flag in _DATA_PARALLEL_FLAGS):
+            return True
+    return False
+
+
+def health_answer_within_s(profile: Profile) -> int:
+    """How long a healthy engine may take to answer /health, under the profile's env."""
+    raw = profile.env.get(HEALTH_TIMEOUT_ENV)
+    try:
+        # The engine reads it with int(); a value int() refuses stops the engine at import.
+        engine_timeout = ENGINE_HEALTH_TIMEOUT_S if raw is None else max(int(raw), 0)
+    except ValueError:
+        engine_timeout = ENGINE_HEALTH_TIMEOUT_S
+    return engine_timeout + HEALTH_VERDICT_SLACK_S
+
 
 def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
     nodes = profile.node_count
+    answer_within = health_answer_within_s(profile)
     common: tuple[Word, ...] = (
         "python3",
         "-m",
@@ -44,8 +103,18 @@ def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
     )
     serve_api: tuple[Word, ...] = ("--host", context.container_listen_host, "--port", port("http"))
     if nodes == 1:
-        rank = RankLaunch(0, Step("engine", (*common, *serve_api, *profile.args)), ports=("http",))
-        return Launch(Engine.SGLANG, (rank,), HEALTH_PATH, containerised=True)
+        # One node: torch's rendezvous store listens on --nccl-port (else a free port probed
+        # near --port). Data parallel ranks each need their own, which SGLang probes itself.
+        own_store = not _data_parallel(profile.args)
+        store: tuple[Word, ...] = ("--nccl-port", port(NCCL_PORT)) if own_store else ()
+        rank = RankLaunch(
+            0,
+            Step("engine", (*common, *serve_api, *store, *profile.args)),
+            ports=("http", NCCL_PORT) if own_store else ("http",),
+        )
+        return Launch(
+            Engine.SGLANG, (rank,), HEALTH_PATH, containerised=True, health_answer_within_s=answer_within
+        )
 
     def distributed(rank: int, init_address: Word) -> tuple[Word, ...]:
         return ("--nnodes", *numbers(nodes), "--node-rank", *numbers(rank), "--dist-init-addr", init_address)
@@ -57,15 +126,28 @@ def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
         rendezvous_port="dist",
         rendezvous_checked=True,
     )
+    worker_health: tuple[Word, ...] = ("--host", WORKER_HEALTH_HOST, "--port", port(WORKER_HEALTH_PORT))
     workers = tuple(
         RankLaunch(
             rank=rank,
             serve=Step(
-                "engine", (*common, *distributed(rank, env_ref(context.head_address_env)), *profile.args)
+                "engine",
+                (
+                    *common,
+                    *worker_health,
+                    *distributed(rank, env_ref(context.head_address_env)),
+                    *profile.args,
+                ),
             ),
-            ports=(),
+            ports=(WORKER_HEALTH_PORT,),
             head_address=HeadAddress.ENV,
         )
         for rank in range(1, nodes)
     )
-    return Launch(Engine.SGLANG, (head, *workers), HEALTH_PATH, containerised=True)
+    return Launch(
+        Engine.SGLANG,
+        (head, *workers),
+        HEALTH_PATH,
+        containerised=True,
+        health_answer_within_s=answer_within,
+    )

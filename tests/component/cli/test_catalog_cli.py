@@ -188,12 +188,12 @@ def test_an_image_the_cluster_does_not_allow_fails_the_check_at_its_line(tmp_pat
         "    profiles:\n"
         "      - engine: vllm\n"
         "        source: org/m\n"
-        "        image: attacker.example/miner:latest\n"
+        "        image: attacker.example/miner:v0.11.0\n"
     )
     result = llmgw("catalog", "check", str(catalog))
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.startswith(
-        f"{catalog}:6:16: error: models.m.profiles[0].image: image 'attacker.example/miner:latest' "
+        f"{catalog}:6:16: error: models.m.profiles[0].image: image 'attacker.example/miner:v0.11.0' "
         "(attacker.example/miner) is not from a repository this cluster allows ("
     )
     assert "LLMGW_ALLOWED_IMAGES" in result.stdout

@@ -289,6 +289,52 @@ async def test_text_the_model_reads_beside_the_messages_is_screened(
     assert engine.bodies == []
 
 
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        # vLLM 0.10.2 renders either unconditionally: the template, not the screened
+        # messages, decides the prompt (this one writes text the judge never read).
+        ({"chat_template": "{{ 'EV' ~ 'IL' }}"}, "chat_template"),
+        ({"chat_template_kwargs": {"chat_template": "{{ 'EV' ~ 'IL' }}"}}, "chat_template_kwargs"),
+        ({"chat_template": ""}, "chat_template"),
+        # SGLang 0.5.3 passes the kwargs to apply_chat_template: these cut the screened prompt.
+        ({"chat_template_kwargs": {"truncation": True, "max_length": 4}}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": {"tokenizer_kwargs": {"truncation": True}}}, "chat_template_kwargs"),
+    ],
+)
+async def test_a_chat_template_sent_to_a_guarded_model_is_refused(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, extra: Any, param: str
+) -> None:
+    engine = await _screening(cluster)
+    router = await start_router()
+    body = {"model": "guarded", "messages": [{"role": "user", "content": "hi"}], **extra}
+    async with http.post(router.url + "/v1/chat/completions", json=body) as response:
+        assert response.status == 400, await response.text()
+        error = (await response.json())["error"]
+    assert error["param"] == param and "leave out" in error["message"]
+    assert engine.bodies == []
+
+
+async def test_template_variables_still_reach_a_guarded_model_once_screened(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    engine = await _screening(cluster)
+    router = await start_router()
+    body = {
+        "model": "guarded",
+        "messages": [{"role": "user", "content": "hi"}],
+        "chat_template_kwargs": {"enable_thinking": False, "chat_template": None, "truncation": False},
+    }
+    async with http.post(router.url + "/v1/chat/completions", json=body) as response:
+        assert response.status == 200, await response.text()
+    [sent] = engine.bodies
+    assert json.loads(sent)["chat_template_kwargs"] == {
+        "enable_thinking": False,
+        "chat_template": None,
+        "truncation": False,
+    }
+
+
 async def test_the_engine_gets_what_the_judge_read_not_the_clients_bytes(
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
 ) -> None:

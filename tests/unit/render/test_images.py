@@ -7,10 +7,22 @@ import json
 import pytest
 
 from llmgw.core.catalog import Catalog, SecurityPolicy, catalog_digest, load_catalog
-from llmgw.core.catalog.images import ImageError, image_refusal, parse_allowed_images, parse_image
+from llmgw.core.catalog.images import (
+    ImageError,
+    image_refusal,
+    parse_allowed_images,
+    parse_image,
+    release_refusal,
+)
+from llmgw.core.catalog.model import Engine
 from llmgw.core.diagnostics import format_path
 from llmgw.render import Renderer, RenderError, RenderSettings, ReplicaRequest
-from llmgw.render.settings import DEFAULT_ALLOWED_IMAGES, RenderSettingsError, render_settings_from_env
+from llmgw.render.settings import (
+    DEFAULT_ALLOWED_IMAGES,
+    DEFAULT_IMAGES,
+    RenderSettingsError,
+    render_settings_from_env,
+)
 
 
 def catalog_text(image: str, engine: str = "vllm") -> str:
@@ -41,7 +53,7 @@ def render(policy: SecurityPolicy, image: str, settings: RenderSettings | None =
     return str(images.pop())
 
 
-def test_the_default_images_repositories_are_allowed_with_any_tag_or_digest(
+def test_the_default_images_repositories_are_allowed_with_any_release_tag_or_trusted_digest(
     shipped_policy: SecurityPolicy,
 ) -> None:
     assert DEFAULT_ALLOWED_IMAGES == (
@@ -50,14 +62,15 @@ def test_the_default_images_repositories_are_allowed_with_any_tag_or_digest(
         "ghcr.io/ggml-org/llama.cpp",
     )
     digest = "sha256:" + "a" * 64
+    trusting = RenderSettings(trusted_image_digests=(digest,))
     for image in (
         "vllm/vllm-openai:v0.12.0",
-        "docker.io/vllm/vllm-openai:nightly",
-        "index.docker.io/vllm/vllm-openai",
+        "docker.io/vllm/vllm-openai:v0.11.0",
+        "index.docker.io/vllm/vllm-openai:0.11.1",
         f"vllm/vllm-openai@{digest}",
         f"vllm/vllm-openai:v0.12.0@{digest}",
     ):
-        assert render(shipped_policy, image) == image
+        assert render(shipped_policy, image, trusting) == image
 
 
 @pytest.mark.parametrize(
@@ -135,7 +148,7 @@ def test_the_operators_own_registry_by_prefix(shipped_policy: SecurityPolicy) ->
     assert render(shipped_policy, "registry.example.com:5000/llm/vllm:0.12", settings) == (
         "registry.example.com:5000/llm/vllm:0.12"
     )
-    assert render(shipped_policy, "registry.example.com:5000/llm/team/sglang:1", settings)
+    assert render(shipped_policy, "registry.example.com:5000/llm/team/vllm:v0.11.0", settings)
     for image in (
         "registry.example.com:5000/llm-evil/vllm:1",
         "registry.example.com:5000/other/vllm:1",
@@ -181,3 +194,143 @@ def test_normal_form() -> None:
     assert parse_image("localhost:5000/a/b:c").repository == "localhost:5000/a/b"
     assert parse_image("localhost/a").repository == "localhost/a"
     assert parse_image("my_org__x/a-b.c_d:1.0").repository == "docker.io/my_org__x/a-b.c_d"
+
+
+# --- A minimum engine release ----------------------------------------------------------
+# vLLM 0.10.2 renders a client's chat_template unconditionally and follows media URL
+# redirects (../shared/engines/vllm-flags.json conventions); llmgw's protections need 0.11.0.
+
+
+def _refusal_at_both_doors(policy: SecurityPolicy, image: str, engine: str, settings: RenderSettings) -> str:
+    """The catalog check's diagnostic at the image, which the renderer repeats word for word."""
+    text = catalog_text(image, engine)
+    loaded = load_catalog(text, filename="c.yaml", policy=policy, allowlists=settings.allowlists)
+    assert loaded.catalog is None, f"{image} passed the catalog check"
+    [diagnostic] = loaded.errors
+    assert format_path(diagnostic.path) == "models.m.profiles[0].image"
+    unchecked = catalog(policy, image, engine)
+    with pytest.raises(RenderError) as refused:
+        Renderer(settings, policy).render(unchecked, ReplicaRequest("m", 0, "0"), catalog_hash="h")
+    assert str(refused.value) == f"model 'm' profile 0: {diagnostic.message}"
+    return diagnostic.message
+
+
+@pytest.mark.parametrize(
+    ("engine", "image"),
+    [
+        ("vllm", "vllm/vllm-openai:v0.10.2"),
+        ("vllm", "vllm/vllm-openai:v0.6.3"),
+        ("vllm", "vllm/vllm-openai:0.10"),
+        ("sglang", "lmsysorg/sglang:v0.5.2-cu126"),
+        ("sglang", "lmsysorg/sglang:v0.4.10.post2-cu126"),
+        ("llamacpp", "ghcr.io/ggml-org/llama.cpp:server-cuda-b6600"),
+    ],
+)
+def test_an_allowed_repositorys_release_older_than_llmgw_needs_is_refused(
+    shipped_policy: SecurityPolicy, engine: str, image: str
+) -> None:
+    message = _refusal_at_both_doors(shipped_policy, image, engine, RenderSettings())
+    assert "llmgw needs" in message and "or later" in message and "name a newer release" in message
+
+
+def test_the_vllm_refusal_says_what_an_old_release_lacks(shipped_policy: SecurityPolicy) -> None:
+    message = _refusal_at_both_doors(shipped_policy, "vllm/vllm-openai:v0.10.2", "vllm", RenderSettings())
+    assert "vllm 0.10.2" in message and "vllm 0.11.0 or later" in message
+    assert "chat_template" in message and "redirects" in message and "'v0.11.0'" in message
+
+
+@pytest.mark.parametrize(
+    ("engine", "image"),
+    [
+        ("vllm", "vllm/vllm-openai"),  # latest
+        ("vllm", "vllm/vllm-openai:latest"),
+        ("vllm", "vllm/vllm-openai:nightly"),
+        ("vllm", "vllm/vllm-openai:v0.11.0rc1"),  # a pre-release is not the release
+        ("vllm", "vllm/vllm-openai:v0.12.0-rc1"),
+        ("sglang", "lmsysorg/sglang:v0.5.3rc0-cu126"),
+        ("sglang", "lmsysorg/sglang:dev"),
+        ("llamacpp", "ghcr.io/ggml-org/llama.cpp:server-cuda"),  # the rolling tag
+        ("llamacpp", "ghcr.io/ggml-org/llama.cpp:light-cuda-b6795"),  # no llama-server in it
+        ("llamacpp", "ghcr.io/ggml-org/llama.cpp:server-cuda-master-abc1234"),
+    ],
+)
+def test_a_tag_that_names_no_release_is_refused(
+    shipped_policy: SecurityPolicy, engine: str, image: str
+) -> None:
+    message = _refusal_at_both_doors(shipped_policy, image, engine, RenderSettings())
+    assert "names no" in message and "LLMGW_TRUSTED_IMAGE_DIGESTS" in message
+
+
+@pytest.mark.parametrize(
+    ("engine", "image"),
+    [
+        ("vllm", "vllm/vllm-openai:v0.11.0"),
+        ("vllm", "vllm/vllm-openai:v0.11.1"),
+        ("vllm", "vllm/vllm-openai:0.12"),
+        ("sglang", "lmsysorg/sglang:v0.5.3-cu129"),
+        ("sglang", "lmsysorg/sglang:v0.5.3.post1-cu126"),
+        ("sglang", "lmsysorg/sglang:v0.5.4"),
+        ("llamacpp", "ghcr.io/ggml-org/llama.cpp:server-cuda-b6795"),
+        ("llamacpp", "ghcr.io/ggml-org/llama.cpp:server-cuda12-b7903"),
+        ("llamacpp", "ghcr.io/ggml-org/llama.cpp:full-cuda-b6700"),
+    ],
+)
+def test_a_release_at_or_above_the_minimum_passes_both_doors(
+    shipped_policy: SecurityPolicy, engine: str, image: str
+) -> None:
+    settings = RenderSettings()
+    loaded = load_catalog(
+        catalog_text(image, engine), filename="c.yaml", policy=shipped_policy, allowlists=settings.allowlists
+    )
+    assert loaded.ok, loaded.diagnostics
+    assert loaded.catalog is not None
+    rendered = Renderer(settings, shipped_policy).render(
+        loaded.catalog, ReplicaRequest("m", 0, "0"), catalog_hash="h"
+    )
+    assert f'image        = "{image}"' in rendered.hcl
+
+
+def test_a_digest_decides_what_runs_so_only_a_trusted_one_passes(shipped_policy: SecurityPolicy) -> None:
+    digest = "sha256:" + "b" * 64
+    # The tag beside a digest claims nothing: Docker pulls the digest, which may be 0.10.2.
+    lying = f"vllm/vllm-openai:v0.11.0@{digest}"
+    message = _refusal_at_both_doors(shipped_policy, lying, "vllm", RenderSettings())
+    assert "pinned by a digest" in message and f"add {digest} to LLMGW_TRUSTED_IMAGE_DIGESTS" in message
+    _refusal_at_both_doors(
+        shipped_policy, lying, "vllm", RenderSettings(trusted_image_digests=("sha256:" + "c" * 64,))
+    )
+    trusting = RenderSettings(trusted_image_digests=(digest,))
+    for image in (lying, f"vllm/vllm-openai@{digest}", f"vllm/vllm-openai:nightly@{digest}"):
+        assert render(shipped_policy, image, trusting) == image
+
+
+def test_the_operators_default_images_meet_the_minimum_too() -> None:
+    assert render_settings_from_env({}).images[Engine.LLAMACPP] == (
+        "ghcr.io/ggml-org/llama.cpp:server-cuda-b6795"
+    )
+    for engine, image in DEFAULT_IMAGES.items():
+        assert release_refusal(image, engine) is None, image
+    with pytest.raises(RenderSettingsError, match=r"^LLMGW_IMAGE_VLLM: .*vllm 0\.10\.2.*0\.11\.0 or later"):
+        render_settings_from_env({"LLMGW_IMAGE_VLLM": "vllm/vllm-openai:v0.10.2"})
+    with pytest.raises(RenderSettingsError, match=r"^LLMGW_IMAGE_LLAMACPP: .*'server-cuda' names no"):
+        render_settings_from_env({"LLMGW_IMAGE_LLAMACPP": "ghcr.io/ggml-org/llama.cpp:server-cuda"})
+    digest = "sha256:" + "d" * 64
+    pinned = f"registry.internal/llama.cpp@{digest}"
+    with pytest.raises(RenderSettingsError, match=r"^LLMGW_IMAGE_LLAMACPP: .*pinned by a digest"):
+        render_settings_from_env({"LLMGW_IMAGE_LLAMACPP": pinned})
+    settings = render_settings_from_env(
+        {"LLMGW_IMAGE_LLAMACPP": pinned, "LLMGW_TRUSTED_IMAGE_DIGESTS": digest}
+    )
+    assert settings.images[Engine.LLAMACPP] == pinned and settings.trusted_image_digests == (digest,)
+    with pytest.raises(RenderSettingsError, match="LLMGW_TRUSTED_IMAGE_DIGESTS"):
+        render_settings_from_env({"LLMGW_TRUSTED_IMAGE_DIGESTS": "sha256:short"})
+
+
+def test_a_default_image_set_in_code_is_refused_at_render(shipped_policy: SecurityPolicy) -> None:
+    # RenderSettings built without the environment (tests, a library user) are held at render.
+    old = RenderSettings(images={**DEFAULT_IMAGES, Engine.VLLM: "vllm/vllm-openai:v0.10.2"})
+    text = "models:\n  m:\n    profiles: [{engine: vllm, source: org/model}]\n"
+    loaded = load_catalog(text, filename="c.yaml", policy=shipped_policy)
+    assert loaded.catalog is not None
+    with pytest.raises(RenderError, match=r"model 'm' profile 0: LLMGW_IMAGE_VLLM: .*vllm 0\.10\.2"):
+        Renderer(old, shipped_policy).render(loaded.catalog, ReplicaRequest("m", 0, "0"), catalog_hash="h")

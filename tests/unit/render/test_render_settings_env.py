@@ -30,6 +30,7 @@ def test_every_variable_is_read() -> None:
             "LLMGW_IMAGE_VLLM": "registry.internal/vllm/vllm-openai:v0.11.0",
             "LLMGW_TEMPLATES": "/etc/llmgw/templates",
             "LLMGW_SOURCE_ALLOWED_NETWORKS": "10.20.0.0/16, fd12:3456::/48",
+            "LLMGW_TRUSTED_IMAGE_DIGESTS": "sha256:" + "e" * 64,
         }
     )
     assert settings.datacenters == ("dc1", "dc2")
@@ -43,6 +44,7 @@ def test_every_variable_is_read() -> None:
     assert str(settings.templates_dir) == "/etc/llmgw/templates"
     assert [str(n) for n in settings.source_allowed_networks] == ["10.20.0.0/16", "fd12:3456::/48"]
     assert settings.allowlists.source_networks == settings.source_allowed_networks
+    assert settings.allowlists.trusted_image_digests == ("sha256:" + "e" * 64,)
     assert settings.allowlists.images == settings.allowed_images
 
 
