@@ -10,7 +10,7 @@ job "llmgw-bge-m3-8c041954-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "84bd039e90823f8529b8de37e7d0df0f5548260ad1bba2be1c455f5b1a8c1752"
+    "llmgw_catalog_hash" = "2250bb6e466553ef4be01570562c292e648a137179beb8daeb5e2df06daae79d"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "bge-m3"
