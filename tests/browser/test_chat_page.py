@@ -93,7 +93,7 @@ def _endpoint(model: str, port: int, simulated: bool) -> Endpoint:
 
 
 @contextlib.asynccontextmanager
-async def _router_serving(*served: tuple[str, bool]) -> AsyncIterator[RouterServer]:
+async def _router_serving(*served: tuple[str, bool], catalog: str = CATALOG) -> AsyncIterator[RouterServer]:
     """A router whose endpoints are real sim engines for ``(model, simulated)`` pairs."""
     runners: list[web.AppRunner] = []
     endpoints = []
@@ -105,7 +105,7 @@ async def _router_serving(*served: tuple[str, bool]) -> AsyncIterator[RouterServ
         endpoints.append(_endpoint(model, runner.addresses[0][1], simulated))
     deps = RouterDeps(
         endpoints=FixedValue(EndpointSnapshot(tuple(endpoints), 1), "endpoints"),
-        catalog=FixedValue(CatalogVersion.of(1, CATALOG, "test", 1.0), "catalog"),
+        catalog=FixedValue(CatalogVersion.of(1, catalog, "test", 1.0), "catalog"),
     )
     server = RouterServer(RouterSettings(host="127.0.0.1", port=0, no_auth=True), deps)
     await server.start()
@@ -199,3 +199,87 @@ async def test_a_real_model_that_serves_now_is_preselected_over_one_that_cannot(
         await expect(page.locator("#model option")).to_have_count(4)
         assert [value for value, _ in await _options(page)][:2] == ["llama-real", "zz-real"]
         assert await page.locator("#model").input_value() == "zz-real"
+
+
+def _listed(name: str, state: str, *, simulated: bool = False, guard: bool | None = None) -> dict[str, Any]:
+    """A /v1/models entry as the router lists it (``guard``: its ``available``, None: unguarded)."""
+    return {
+        "id": name,
+        "owned_by": "llmgw-sim" if simulated else "llmgw",
+        "llmgw": {
+            "roles": ["chat"],
+            "simulated": simulated,
+            "state": state,
+            "guard": None if guard is None else {"available": guard, "judges": []},
+        },
+    }
+
+
+PRESELECTION = [
+    # Serving before anything else; among those serving, real before simulated.
+    ([_listed("idle", "no-capacity"), _listed("sim", "serving", simulated=True)], "sim"),
+    ([_listed("a", "serving"), _listed("b", "serving"), _listed("sim", "serving", simulated=True)], "a"),
+    # Never one whose guard is down (llama-3.1-405b on llmgw dev), even if it serves.
+    ([_listed("guarded", "serving", guard=False), _listed("sim", "serving", simulated=True)], "sim"),
+    ([_listed("guarded", "serving", guard=True), _listed("sim", "serving", simulated=True)], "guarded"),
+    # Loaded on the first request before one that answers 503 at once.
+    ([_listed("down", "unavailable"), _listed("lazy", "startable"), _listed("s", "no-capacity")], "lazy"),
+    ([_listed("off", "off"), _listed("sim", "startable", simulated=True)], "sim"),
+    # Nothing answers: the first of the list still, so the page has a choice.
+    ([_listed("down", "unavailable"), _listed("off", "off")], "down"),
+    ([_listed("guarded", "serving", guard=False)], "guarded"),
+    ([], ""),
+]
+
+
+async def test_the_preselection_order(router: RouterServer, page: Page) -> None:
+    await page.goto(router.url + "/")
+    await expect(page.locator("#model option")).to_have_count(4)
+    # The page's own functions, from the module it runs (imported again, it is the same instance).
+    picked = await page.evaluate(
+        """async (tables) => {
+          const m = await import("/static/chat.js");
+          return tables.map((listed) => m.preselected(m.orderModels(listed)));
+        }""",
+        [listed for listed, _ in PRESELECTION],
+    )
+    assert picked == [chosen for _, chosen in PRESELECTION]
+
+
+# llama-real screened by a judge that has no replica.
+GUARDED_CATALOG = (
+    CATALOG.replace(
+        "aliases:\n",
+        """  judge:
+    roles: [guard]
+    profiles: [{engine: vllm, source: org/guard}]
+    scaling: {min: 1, max: 1}
+aliases:
+""",
+    )
+    + """guard_policies:
+  default:
+    judge: judge
+    models: [llama-real]
+"""
+)
+
+
+async def test_a_model_whose_guard_is_down_is_marked_and_not_preselected(page: Page) -> None:
+    # llama-real serves, but its judge has no replica: every message would get guard_unavailable.
+    async with _router_serving(("llama-real", False), ("sim-chat", True), catalog=GUARDED_CATALOG) as server:
+        await page.goto(server.url + "/")
+        await expect(page.locator("#model option")).to_have_count(4)
+        options = await _options(page)
+        assert options[0] == ("llama-real", "llama-real (guard unavailable)")
+        assert await page.locator("#model").input_value() == "sim-chat"
+        await page.fill("#prompt", "hello")
+        await page.click("#send")
+        await expect(page.locator(".message.assistant .meta")).to_have_text(
+            "answered by sim-chat on replica sim-chat-r0 (simulated output)"
+        )
+        # Picked by hand, the model says why it does not answer.
+        await page.select_option("#model", "llama-real")
+        await page.fill("#prompt", "hello again")
+        await page.click("#send")
+        await expect(page.locator(".message.assistant.error")).to_contain_text("content screen")
