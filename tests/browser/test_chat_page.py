@@ -1,5 +1,6 @@
 """The chat page at ``/`` in headless Chromium: model order and preselection, the mark on
-simulated models, a streamed answer, and which model and replica answered.
+simulated models, a streamed answer, and which model and replica answered; and a new
+user's first run: ``llmgw dev`` on the example catalog, the page, a message, an answer.
 
 Needs Debian's chromium (``apt-get install -y chromium``) and the ``playwright``
 package (its browsers are NOT downloaded: Debian's chromium is launched directly).
@@ -8,8 +9,13 @@ Skips with the reason when either is missing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import re
 import shutil
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -283,3 +289,74 @@ async def test_a_model_whose_guard_is_down_is_marked_and_not_preselected(page: P
         await page.fill("#prompt", "hello again")
         await page.click("#send")
         await expect(page.locator(".message.assistant.error")).to_contain_text("content screen")
+
+
+@contextlib.asynccontextmanager
+async def _llmgw_dev(state_dir: Path) -> AsyncIterator[str]:
+    """``llmgw dev`` as a user starts it (the example catalog; ports the OS picks, so runs
+    never collide), yielding the chat page's address from its banner once it is up."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "llmgw", "dev", "--port", "0", "--admin-port", "0", "--metrics-port", "0",
+        "--state-dir", str(state_dir),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=(state_dir.parent / "dev.log").open("w"),
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        banner: list[str] = []
+        async with asyncio.timeout(90):
+            while not banner or not banner[-1].startswith("Ctrl-C stops everything"):
+                line = (await process.stdout.readline()).decode()
+                assert line, "llmgw dev exited before its banner:\n" + "".join(banner)
+                banner.append(line)
+        found = re.search(r"chat page +(http://127\.0\.0\.1:\d+/)", "".join(banner))
+        assert found, "".join(banner)
+        yield found.group(1)
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)  # Ctrl-C: llmgw dev stops every task it started
+            try:
+                async with asyncio.timeout(30):
+                    await process.wait()
+            except TimeoutError:
+                os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+
+
+@pytest.mark.e2e
+async def test_a_first_run_on_the_example_catalog_answers(tmp_path: Path, page: Page) -> None:
+    async with _llmgw_dev(tmp_path / "dev") as chat_page:
+        await page.goto(chat_page)
+        # Until a model serves, the page says so and reads the list again: as a user, wait for it.
+        chosen = page.locator("#model option:checked")
+        await expect(chosen).to_have_attribute("data-state", "serving", timeout=120_000)
+        await expect(page.locator("#status")).to_have_text("")
+        preselected = await page.locator("#model").input_value()
+        # llama-3.1-405b serves there, but its fallbacks' judge cannot run: not that one.
+        assert preselected == "sim-chat"
+
+        await page.fill("#prompt", "hello")
+        await page.click("#send")
+        answer = page.locator(".message.assistant").first
+        await expect(answer.locator(".meta")).to_have_text(
+            re.compile(rf"^answered by {re.escape(preselected)} on replica \S+ \(simulated output\)$"),
+            timeout=30_000,
+        )
+        await expect(answer).not_to_have_class(re.compile(r"\berror\b"))
+        assert (await answer.locator(".content").text_content() or "").strip()
+
+        # The guard demo the README describes: sim-guard lets a normal message through to
+        # sim-guarded and blocks its phrase before the model sees it.
+        await page.click("#new-chat")
+        await page.select_option("#model", "sim-guarded")
+        await page.fill("#prompt", "Is the forbidden fruit sweet?")
+        await page.click("#send")
+        await expect(page.locator(".message.assistant.error")).to_contain_text(
+            "rejected by the content policy", timeout=30_000
+        )
+        await page.fill("#prompt", "hello")
+        await page.click("#send")
+        await expect(page.locator(".message.assistant").nth(1).locator(".meta")).to_contain_text(
+            "answered by sim-guarded", timeout=30_000
+        )
