@@ -10,7 +10,7 @@ job "llmgw-sim-chat-802beee7-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "6372c621e949d88d4be5b5987a4ef2911294dd0c3eee7265cdc1ecdb63d57ecf"
+    "llmgw_catalog_hash" = "e613da814003cddaf05d3996b2d2d133be5580c32f11fe6ed81bf2ce64c290a3"
     "llmgw_engine" = "sim"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "sim-chat"

@@ -39,7 +39,9 @@ from llmgw.cli.serve_run import configure_logging
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.control import ControlSettings
 from llmgw.control.metrics_server import MetricsListenerSettings
-from llmgw.core.catalog import Engine
+from llmgw.core import routing
+from llmgw.core.catalog import Catalog, Engine, GuardErrorPolicy, Model, ScalingMode
+from llmgw.core.catalog import Role as ModelRole
 from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
@@ -105,6 +107,38 @@ def dev_control_settings() -> ControlSettings:
     return ControlSettings(planning=planning)
 
 
+def _runs_on_dev(model: Model) -> bool:
+    """The stand-ins start it: a sim profile (nothing else runs without GPUs and docker),
+    and a scaling stanza that is not off."""
+    if model.scaling_mode in (ScalingMode.OFF, ScalingMode.UNSET):
+        return False
+    return any(profile.engine is Engine.SIM for profile in model.profiles)
+
+
+def answering_model(catalog: Catalog) -> str | None:
+    """The chat model the banner's ``curl`` example names: one of ``catalog`` that
+    answers on llmgw dev, or None when none does. It runs there itself, and every
+    guard policy that screens it (or a model of its fallback chain) has a judge that
+    runs there too, or lets requests through when its judge is down (``on_error:
+    allow``): else it answers 503 guard_unavailable. Models kept running come before
+    those loaded on the first request; then the catalog's order."""
+    candidates: list[tuple[bool, str]] = []
+    for name, model in catalog.models.items():
+        if ModelRole.CHAT not in model.roles or not _runs_on_dev(model):
+            continue
+        chain = routing.fallback_chain(catalog, name, routing.Api.CHAT)
+        screened = [found[1] for m in chain if (found := catalog.guard_policy_for(m)) is not None]
+        if all(_judge_answers(catalog, policy.judge) or policy.on_error is GuardErrorPolicy.ALLOW
+               for policy in screened):  # fmt: skip
+            candidates.append((model.scaling_mode is not ScalingMode.KEEP_RUNNING, name))
+    return min(candidates, key=lambda candidate: candidate[0])[1] if candidates else None
+
+
+def _judge_answers(catalog: Catalog, judge: str) -> bool:
+    resolved = catalog.resolve(judge)
+    return resolved is not None and _runs_on_dev(catalog.models[resolved])
+
+
 def run_dev(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
@@ -132,11 +166,17 @@ def run_dev(args: argparse.Namespace) -> int:
     text = catalog_path.read_text(encoding="utf-8")
     args.state_dir = args.state_dir.resolve()
     args.state_dir.mkdir(parents=True, exist_ok=True)
-    return event_loop.run(_dev(args, nomad_config, text, str(catalog_path), policy), loop)
+    hint = answering_model(loaded.catalog)
+    return event_loop.run(_dev(args, nomad_config, text, str(catalog_path), policy, hint), loop)
 
 
 async def _dev(
-    args: argparse.Namespace, nomad_config: StandInConfig, catalog_text: str, catalog_name: str, policy: Any
+    args: argparse.Namespace,
+    nomad_config: StandInConfig,
+    catalog_text: str,
+    catalog_name: str,
+    policy: Any,
+    hint: str | None,
 ) -> int:
     state_dir: Path = args.state_dir
     logging.getLogger("llmgw").info("event loop: %s", event_loop.running_loop_name())
@@ -192,6 +232,7 @@ async def _dev(
                 cluster.nomad_addr,
                 cluster.consul_addr,
                 state_dir,
+                hint,
             )
             await wait_for_signal()
         finally:
@@ -212,6 +253,7 @@ def _banner(
     nomad: str,
     consul: str,
     state_dir: Path,
+    hint: str | None,
 ) -> None:
     nodes = config.nodes
     gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes}
@@ -224,8 +266,7 @@ llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GP
 
   OpenAI base URL   {router}/v1      (no API key in dev)
   chat page         {router}/
-  try               curl {router}/v1/chat/completions -H 'Content-Type: application/json' \\
-                      -d '{{"model": "sim-chat", "messages": [{{"role": "user", "content": "hello"}}]}}'
+{_try_line(router, hint)}
 
   admin API         {admin}     (llmgw ctl --admin-url {admin} status)
   control plane     {metrics}/metrics   (router metrics: {router}/metrics)
@@ -240,6 +281,19 @@ llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GP
 Ctrl-C stops everything.
 """,
         flush=True,
+    )
+
+
+def _try_line(router: str, hint: str | None) -> str:
+    if hint is None:
+        return (
+            "  try               (no chat model of this catalog answers on llmgw dev: only engine sim\n"
+            "                    profiles run here, and a guarded model's judge must run too)"
+        )
+    body = json.dumps({"model": hint, "messages": [{"role": "user", "content": "hello"}]})
+    return (
+        f"  try               curl {router}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+        f"                      -d {shlex.quote(body)}"
     )
 
 

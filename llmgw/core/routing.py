@@ -162,6 +162,12 @@ def plan_route(chain: Sequence[str], states: Mapping[str, ModelState]) -> RouteP
     return RoutePlan(order=order, wake=tuple(wake), wait_for=wait_for)
 
 
+def answers(plan: RoutePlan) -> bool:
+    """A request on ``plan`` reaches an engine: a model of its chain serves now, or
+    one is woken and waited for. Else the router refuses it at once (503)."""
+    return bool(plan.order) or plan.wait_for is not None
+
+
 # --- choosing an endpoint -------------------------------------------------------------------------
 
 

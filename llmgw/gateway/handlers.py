@@ -9,17 +9,19 @@ Must not: retry, choose endpoints, or build error bodies by hand (``errors`` and
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 
 from aiohttp import web
 
 from llmgw.core import routing
-from llmgw.core.catalog import Catalog, Model
-from llmgw.core.records import ApiKeyRecord
+from llmgw.core.catalog import Catalog, GuardErrorPolicy, Model
+from llmgw.core.records import ApiKeyRecord, UnavailableModel
 from llmgw.core.routing import Api, Refusal
 from llmgw.gateway.calls import parse_call
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
 from llmgw.gateway.errors import ApiError
+from llmgw.gateway.guard import policies_for
 from llmgw.gateway.settings import RouterSettings
 from llmgw.http_server import BodyTimeout, read_body
 
@@ -124,7 +126,45 @@ def _visible(key: ApiKeyRecord | None, name: str, model: str) -> bool:
     return key is None or key.models is None or name in key.models or model in key.models
 
 
-def _model_object(request: web.Request, name: str, model_name: str, model: Model) -> dict[str, object]:
+def _guard_object(
+    context: RouterContext, catalog: Catalog, model_name: str, unavailable: Mapping[str, UnavailableModel]
+) -> dict[str, object] | None:
+    """The guard policies that screen requests for ``model_name`` (those of any model of
+    its fallback chain, as the guard applies them), and whether each judge answers now.
+    ``available`` is false when a request would get 503 ``guard_unavailable``: a judge
+    whose own chain neither serves nor loads on demand, under ``on_error: block``."""
+    model = catalog.models[model_name]
+    api = next((a for a in (Api.CHAT, Api.COMPLETIONS) if routing.serves_api(model, a)), None)
+    if api is None:
+        return None  # embeddings are not screened
+    policies = policies_for(catalog, routing.fallback_chain(catalog, model_name, api))
+    if not policies:
+        return None
+    judges: list[dict[str, object]] = []
+    available = True
+    for policy_name, policy in policies:
+        judge = catalog.resolve(policy.judge)
+        if judge is None:  # the catalog's rules refuse it; the guard blocks as for a judge that is down
+            judge_answers, state = False, None
+        else:
+            chain = routing.fallback_chain(catalog, judge, Api.CHAT)
+            states = {m: context.book.state(m, catalog.models[m], unavailable) for m in chain}
+            judge_answers, state = routing.answers(routing.plan_route(chain, states)), states[judge]
+        available = available and (judge_answers or policy.on_error is GuardErrorPolicy.ALLOW)
+        judges.append(
+            {
+                "policy": policy_name,
+                "model": judge or policy.judge,
+                "state": None if state is None else str(state),
+                "on_error": str(policy.on_error),
+            }
+        )
+    return {"available": available, "judges": judges}
+
+
+def _model_object(
+    request: web.Request, catalog: Catalog, name: str, model_name: str, model: Model
+) -> dict[str, object]:
     context = request.app[CONTEXT]
     unavailable = context.book.unavailable()
     state = context.book.state(model_name, model, unavailable)
@@ -146,6 +186,8 @@ def _model_object(request: web.Request, name: str, model_name: str, model: Model
             if why is None
             else {"why": str(why.why), "reason": why.reason, "since": why.since, "until": why.until},
             "description": model.description,
+            # The guard that screens its requests and whether its judges answer now, else null.
+            "guard": _guard_object(context, catalog, model_name, unavailable),
         },
     }
 
@@ -156,12 +198,17 @@ async def list_models(request: web.Request) -> web.StreamResponse:
     entries: list[tuple[tuple[bool, bool, int], dict[str, object]]] = []
     for position, (name, model) in enumerate(catalog.models.items()):
         if _visible(key, name, name):
-            entries.append(((model.is_simulated, False, position), _model_object(request, name, name, model)))
+            entries.append(
+                ((model.is_simulated, False, position), _model_object(request, catalog, name, name, model))
+            )
     for position, (alias, target) in enumerate(catalog.aliases.items()):
         aliased = catalog.models.get(target)
         if aliased is not None and _visible(key, alias, target):
             entries.append(
-                ((aliased.is_simulated, True, position), _model_object(request, alias, target, aliased))
+                (
+                    (aliased.is_simulated, True, position),
+                    _model_object(request, catalog, alias, target, aliased),
+                )
             )
     entries.sort(key=lambda entry: entry[0])  # real models first, simulated ones last
     return web.json_response({"object": "list", "data": [obj for _, obj in entries]})
@@ -174,7 +221,7 @@ async def get_model(request: web.Request) -> web.StreamResponse:
     model_name = routing.resolve(catalog, name, key.models if key is not None else None)
     if model_name is None:
         raise ApiError(routing.model_not_found(name))
-    return web.json_response(_model_object(request, name, model_name, catalog.models[model_name]))
+    return web.json_response(_model_object(request, catalog, name, model_name, catalog.models[model_name]))
 
 
 # --- operations -------------------------------------------------------------------------------------

@@ -338,7 +338,7 @@ async def _generate(
     async with engine.sequence():
         engine.count_tokens(prompt=generation.prompt_tokens)
         tokens = engine.decode(
-            vocabulary.greek_pieces(generation.prompt, generation.max_tokens),
+            _pieces(state.settings, generation),
             state.faults.first_token_delay,
             state.faults.wait_while_hung,
         )
@@ -347,6 +347,14 @@ async def _generate(
     engine.count_completion()
     body = openai_api.completion_body(generation, identity, "".join(pieces), len(pieces), FINISH_REASON)
     return web.json_response(body)
+
+
+def _pieces(settings: SimSettings, generation: GenerationRequest) -> Iterator[str]:
+    """What the model says: a judge's verdict (``--judge-unsafe-phrase``, chat only), else Greek."""
+    phrase = settings.judge_unsafe_phrase
+    if phrase is not None and generation.endpoint is Endpoint.CHAT:
+        return vocabulary.judge_pieces(generation.prompt, phrase, generation.max_tokens)
+    return vocabulary.greek_pieces(generation.prompt, generation.max_tokens)
 
 
 async def _stream(
@@ -363,7 +371,7 @@ async def _stream(
             engine.count_tokens(prompt=generation.prompt_tokens)
             sent = 0
             tokens = engine.decode(
-                vocabulary.greek_pieces(generation.prompt, generation.max_tokens),
+                _pieces(state.settings, generation),
                 state.faults.first_token_delay,
                 state.faults.wait_while_hung,
             )

@@ -73,6 +73,10 @@ class SimSettings:
     max_num_seqs: int = 256
     # Length of the vectors /v1/embeddings returns.
     embedding_dim: int = 384
+    # Answer chat completions as a Llama Guard judge does instead of in Greek: "unsafe"
+    # when the conversation contains this phrase (any case, any spacing), else "safe".
+    # The sim judges nothing else: it is a guard policy's stand-in, for demos and tests.
+    judge_unsafe_phrase: str | None = None
     # Seconds of simulated weight loading before /health turns 200.
     load_time: float = 1.0
     # On SIGTERM/SIGINT, in-flight requests get this long to finish before they are cancelled.
@@ -138,6 +142,12 @@ _FLAGS: tuple[Flag, ...] = (
     _flag("--max-model-len", "max_model_len", int, "prompt + completion token limit"),
     _flag("--max-num-seqs", "max_num_seqs", int, "sequences decoded at once; more wait"),
     _flag("--embedding-dim", "embedding_dim", int, "dimension of embedding vectors"),
+    _flag(
+        "--judge-unsafe-phrase",
+        "judge_unsafe_phrase",
+        str,
+        'answer as a guard judge: "unsafe" for a conversation containing this phrase, else "safe"',
+    ),
     _flag("--load-time", "load_time", float, "seconds of simulated weight loading"),
     _flag("--shutdown-timeout", "shutdown_timeout", float, "seconds in-flight requests get on shutdown"),
     _flag("--access-log", "access_log", parse_bool, "log every request", is_switch=True),
@@ -231,6 +241,8 @@ def validate(settings: SimSettings) -> list[str]:
             problems.append(f"rank {settings.rank} is a worker: give --head HOST:PORT or --head-file PATH")
         if settings.head is not None and parse_host_port(settings.head) is None:
             problems.append(f"--head must be HOST:PORT, got {settings.head!r}")
+    if settings.judge_unsafe_phrase is not None and not settings.judge_unsafe_phrase.split():
+        problems.append("--judge-unsafe-phrase must have a word in it: an empty phrase would flag everything")
     if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         problems.append(f"--log-level must be DEBUG, INFO, WARNING or ERROR, got {settings.log_level!r}")
     faults = settings.faults

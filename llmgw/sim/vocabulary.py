@@ -47,6 +47,18 @@ def greek_text(prompt: str, count: int) -> str:
     return "".join(greek_pieces(prompt, count))
 
 
+def judge_pieces(prompt: str, unsafe_phrase: str, count: int) -> Iterator[str]:
+    """A guard judge's verdict on `prompt`, as Llama Guard words it: ``"unsafe"`` when
+    the prompt contains `unsafe_phrase` (any case, runs of whitespace read as one
+    space), else ``"safe"``. One piece (at most `count`). No category line follows
+    "unsafe": the sim tells no category of harm from another, and says none."""
+    if count < 1:
+        return
+    words = " ".join(prompt.casefold().split())
+    phrase = " ".join(unsafe_phrase.casefold().split())
+    yield "unsafe" if phrase in words else "safe"
+
+
 def embedding_vector(text: str, dimension: int) -> tuple[float, ...]:
     """A unit vector derived from SHAKE-256 of `text`, rounded to float32.
 

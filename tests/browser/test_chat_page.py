@@ -1,5 +1,6 @@
 """The chat page at ``/`` in headless Chromium: model order and preselection, the mark on
-simulated models, a streamed answer, and which model and replica answered.
+simulated models, a streamed answer, and which model and replica answered; and a new
+user's first run: ``llmgw dev`` on the example catalog, the page, a message, an answer.
 
 Needs Debian's chromium (``apt-get install -y chromium``) and the ``playwright``
 package (its browsers are NOT downloaded: Debian's chromium is launched directly).
@@ -8,8 +9,13 @@ Skips with the reason when either is missing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import re
 import shutil
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -93,7 +99,7 @@ def _endpoint(model: str, port: int, simulated: bool) -> Endpoint:
 
 
 @contextlib.asynccontextmanager
-async def _router_serving(*served: tuple[str, bool]) -> AsyncIterator[RouterServer]:
+async def _router_serving(*served: tuple[str, bool], catalog: str = CATALOG) -> AsyncIterator[RouterServer]:
     """A router whose endpoints are real sim engines for ``(model, simulated)`` pairs."""
     runners: list[web.AppRunner] = []
     endpoints = []
@@ -105,7 +111,7 @@ async def _router_serving(*served: tuple[str, bool]) -> AsyncIterator[RouterServ
         endpoints.append(_endpoint(model, runner.addresses[0][1], simulated))
     deps = RouterDeps(
         endpoints=FixedValue(EndpointSnapshot(tuple(endpoints), 1), "endpoints"),
-        catalog=FixedValue(CatalogVersion.of(1, CATALOG, "test", 1.0), "catalog"),
+        catalog=FixedValue(CatalogVersion.of(1, catalog, "test", 1.0), "catalog"),
     )
     server = RouterServer(RouterSettings(host="127.0.0.1", port=0, no_auth=True), deps)
     await server.start()
@@ -199,3 +205,158 @@ async def test_a_real_model_that_serves_now_is_preselected_over_one_that_cannot(
         await expect(page.locator("#model option")).to_have_count(4)
         assert [value for value, _ in await _options(page)][:2] == ["llama-real", "zz-real"]
         assert await page.locator("#model").input_value() == "zz-real"
+
+
+def _listed(name: str, state: str, *, simulated: bool = False, guard: bool | None = None) -> dict[str, Any]:
+    """A /v1/models entry as the router lists it (``guard``: its ``available``, None: unguarded)."""
+    return {
+        "id": name,
+        "owned_by": "llmgw-sim" if simulated else "llmgw",
+        "llmgw": {
+            "roles": ["chat"],
+            "simulated": simulated,
+            "state": state,
+            "guard": None if guard is None else {"available": guard, "judges": []},
+        },
+    }
+
+
+PRESELECTION = [
+    # Serving before anything else; among those serving, real before simulated.
+    ([_listed("idle", "no-capacity"), _listed("sim", "serving", simulated=True)], "sim"),
+    ([_listed("a", "serving"), _listed("b", "serving"), _listed("sim", "serving", simulated=True)], "a"),
+    # Never one whose guard is down (llama-3.1-405b on llmgw dev), even if it serves.
+    ([_listed("guarded", "serving", guard=False), _listed("sim", "serving", simulated=True)], "sim"),
+    ([_listed("guarded", "serving", guard=True), _listed("sim", "serving", simulated=True)], "guarded"),
+    # Loaded on the first request before one that answers 503 at once.
+    ([_listed("down", "unavailable"), _listed("lazy", "startable"), _listed("s", "no-capacity")], "lazy"),
+    ([_listed("off", "off"), _listed("sim", "startable", simulated=True)], "sim"),
+    # Nothing answers: the first of the list still, so the page has a choice.
+    ([_listed("down", "unavailable"), _listed("off", "off")], "down"),
+    ([_listed("guarded", "serving", guard=False)], "guarded"),
+    ([], ""),
+]
+
+
+async def test_the_preselection_order(router: RouterServer, page: Page) -> None:
+    await page.goto(router.url + "/")
+    await expect(page.locator("#model option")).to_have_count(4)
+    # The page's own functions, from the module it runs (imported again, it is the same instance).
+    picked = await page.evaluate(
+        """async (tables) => {
+          const m = await import("/static/chat.js");
+          return tables.map((listed) => m.preselected(m.orderModels(listed)));
+        }""",
+        [listed for listed, _ in PRESELECTION],
+    )
+    assert picked == [chosen for _, chosen in PRESELECTION]
+
+
+# llama-real screened by a judge that has no replica.
+GUARDED_CATALOG = (
+    CATALOG.replace(
+        "aliases:\n",
+        """  judge:
+    roles: [guard]
+    profiles: [{engine: vllm, source: org/guard}]
+    scaling: {min: 1, max: 1}
+aliases:
+""",
+    )
+    + """guard_policies:
+  default:
+    judge: judge
+    models: [llama-real]
+"""
+)
+
+
+async def test_a_model_whose_guard_is_down_is_marked_and_not_preselected(page: Page) -> None:
+    # llama-real serves, but its judge has no replica: every message would get guard_unavailable.
+    async with _router_serving(("llama-real", False), ("sim-chat", True), catalog=GUARDED_CATALOG) as server:
+        await page.goto(server.url + "/")
+        await expect(page.locator("#model option")).to_have_count(4)
+        options = await _options(page)
+        assert options[0] == ("llama-real", "llama-real (guard unavailable)")
+        assert await page.locator("#model").input_value() == "sim-chat"
+        await page.fill("#prompt", "hello")
+        await page.click("#send")
+        await expect(page.locator(".message.assistant .meta")).to_have_text(
+            "answered by sim-chat on replica sim-chat-r0 (simulated output)"
+        )
+        # Picked by hand, the model says why it does not answer.
+        await page.select_option("#model", "llama-real")
+        await page.fill("#prompt", "hello again")
+        await page.click("#send")
+        await expect(page.locator(".message.assistant.error")).to_contain_text("content screen")
+
+
+@contextlib.asynccontextmanager
+async def _llmgw_dev(state_dir: Path) -> AsyncIterator[str]:
+    """``llmgw dev`` as a user starts it (the example catalog; ports the OS picks, so runs
+    never collide), yielding the chat page's address from its banner once it is up."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "llmgw", "dev", "--port", "0", "--admin-port", "0", "--metrics-port", "0",
+        "--state-dir", str(state_dir),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=(state_dir.parent / "dev.log").open("w"),
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        banner: list[str] = []
+        async with asyncio.timeout(90):
+            while not banner or not banner[-1].startswith("Ctrl-C stops everything"):
+                line = (await process.stdout.readline()).decode()
+                assert line, "llmgw dev exited before its banner:\n" + "".join(banner)
+                banner.append(line)
+        found = re.search(r"chat page +(http://127\.0\.0\.1:\d+/)", "".join(banner))
+        assert found, "".join(banner)
+        yield found.group(1)
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)  # Ctrl-C: llmgw dev stops every task it started
+            try:
+                async with asyncio.timeout(30):
+                    await process.wait()
+            except TimeoutError:
+                os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+
+
+@pytest.mark.e2e
+async def test_a_first_run_on_the_example_catalog_answers(tmp_path: Path, page: Page) -> None:
+    async with _llmgw_dev(tmp_path / "dev") as chat_page:
+        await page.goto(chat_page)
+        # Until a model serves, the page says so and reads the list again: as a user, wait for it.
+        chosen = page.locator("#model option:checked")
+        await expect(chosen).to_have_attribute("data-state", "serving", timeout=120_000)
+        await expect(page.locator("#status")).to_have_text("")
+        preselected = await page.locator("#model").input_value()
+        # llama-3.1-405b serves there, but its fallbacks' judge cannot run: not that one.
+        assert preselected == "sim-chat"
+
+        await page.fill("#prompt", "hello")
+        await page.click("#send")
+        answer = page.locator(".message.assistant").first
+        await expect(answer.locator(".meta")).to_have_text(
+            re.compile(rf"^answered by {re.escape(preselected)} on replica \S+ \(simulated output\)$"),
+            timeout=30_000,
+        )
+        await expect(answer).not_to_have_class(re.compile(r"\berror\b"))
+        assert (await answer.locator(".content").text_content() or "").strip()
+
+        # The guard demo the README describes: sim-guard lets a normal message through to
+        # sim-guarded and blocks its phrase before the model sees it.
+        await page.click("#new-chat")
+        await page.select_option("#model", "sim-guarded")
+        await page.fill("#prompt", "Is the forbidden fruit sweet?")
+        await page.click("#send")
+        await expect(page.locator(".message.assistant.error")).to_contain_text(
+            "rejected by the content policy", timeout=30_000
+        )
+        await page.fill("#prompt", "hello")
+        await page.click("#send")
+        await expect(page.locator(".message.assistant").nth(1).locator(".meta")).to_contain_text(
+            "answered by sim-guarded", timeout=30_000
+        )

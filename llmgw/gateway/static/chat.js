@@ -29,8 +29,7 @@ function setStatus(text) {
   statusEl.textContent = text;
 }
 
-// Real models first, simulated ones last, marked. The first real model is preselected,
-// preferring one that serves now (a real model with no replica would only answer 503).
+// Real models first, simulated ones last, marked (the order /v1/models gives).
 export function orderModels(data) {
   const chat = data.filter((m) => {
     const roles = (m.llmgw && m.llmgw.roles) || ["chat"];
@@ -42,18 +41,45 @@ export function orderModels(data) {
   return [...real, ...sims].map((m) => ({
     id: m.id,
     simulated: Boolean(simulated(m)),
+    state: (m.llmgw && m.llmgw.state) || "",
     serving: Boolean(m.llmgw && m.llmgw.state === "serving"),
+    // A judge that cannot answer: every message would get 503 guard_unavailable.
+    guardDown: Boolean(m.llmgw && m.llmgw.guard && m.llmgw.guard.available === false),
   }));
 }
 
+// The model a first message should go to: one that answers. Never one whose guard is
+// down (its messages are refused), then one that serves now before one loaded on the
+// first request (startable) before one that cannot answer, and a real one before a
+// simulated one. Ties keep the list's order.
 export function preselected(ordered) {
-  const real = ordered.filter((m) => !m.simulated);
-  const choice = real.find((m) => m.serving) || real[0] || ordered[0];
-  return choice ? choice.id : "";
+  const rank = (m) => [m.guardDown ? 1 : 0, m.serving ? 0 : m.state === "startable" ? 1 : 2, m.simulated ? 1 : 0];
+  let best = null;
+  for (const m of ordered) {
+    if (best === null || compareRanks(rank(m), rank(best)) < 0) best = m;
+  }
+  return best ? best.id : "";
+}
+
+function compareRanks(a, b) {
+  for (let i = 0; i < a.length; i++) {
+    if (a[i] !== b[i]) return a[i] - b[i];
+  }
+  return 0;
+}
+
+// While the preselected model does not serve yet (llmgw dev just started), the list is
+// read again this often, until it serves or the user picks a model or sends a message.
+const MODELS_REFRESH_MS = 2000;
+let userChose = false;
+
+function optionText(model) {
+  if (model.guardDown) return `${model.id} (guard unavailable)`;
+  return model.simulated ? `${model.id} (simulated)` : model.id;
 }
 
 async function loadModels() {
-  setStatus("Loading models…");
+  if (!models.length) setStatus("Loading models…");
   const response = await fetch("/v1/models", { headers: headers() });
   if (response.status === 401) {
     keyPanel.hidden = false;
@@ -67,17 +93,31 @@ async function loadModels() {
   keyPanel.hidden = true;
   const body = await response.json();
   models = orderModels(body.data || []);
+  const chosen = select.value;
   select.replaceChildren();
   for (const model of models) {
     const option = document.createElement("option");
     option.value = model.id;
-    option.textContent = model.simulated ? `${model.id} (simulated)` : model.id;
+    option.textContent = optionText(model);
     if (model.simulated) option.dataset.simulated = "true";
+    if (model.guardDown) option.dataset.guardDown = "true";
+    option.dataset.state = model.state;
     select.append(option);
   }
-  if (models.length) select.value = preselected(models);
+  if (models.length) {
+    select.value = userChose && models.some((m) => m.id === chosen) ? chosen : preselected(models);
+  }
   updateSimMark();
   setStatus(models.length ? "" : "No chat models are available to this key.");
+  const current = models.find((m) => m.id === select.value);
+  if (current && !current.serving && !userChose) {
+    setStatus(`${current.id} does not serve yet (${current.state}); the list is read again every few seconds…`);
+    setTimeout(refreshModels, MODELS_REFRESH_MS);
+  }
+}
+
+function refreshModels() {
+  if (!userChose) loadModels();
 }
 
 function updateSimMark() {
@@ -162,6 +202,7 @@ function handleEvent(block, state) {
 
 async function send(text) {
   busy = true;
+  userChose = true; // the conversation stays with the model it started with
   $("send").disabled = true;
   history.push({ role: "user", content: text });
   addMessage("user", text);
@@ -219,7 +260,10 @@ async function send(text) {
 }
 
 function start() {
-  select.addEventListener("change", updateSimMark);
+  select.addEventListener("change", () => {
+    userChose = true;
+    updateSimMark();
+  });
   $("composer").addEventListener("submit", (event) => {
     event.preventDefault();
     const prompt = $("prompt");

@@ -8,12 +8,15 @@ import re
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
+from llmgw.bundled import read_security_policy
 from llmgw.cli import main
-from llmgw.cli.dev_run import write_secret
+from llmgw.cli.dev_run import answering_model, write_secret
+from llmgw.core.catalog import load_catalog
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
 from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn, StandInConfig
 
@@ -164,3 +167,53 @@ def test_the_readmes_try_it_block_exports_every_variable_it_uses() -> None:
     used = set(re.findall(r"\$([A-Z_]+)", block))
     exported = set(re.findall(r"^export ([A-Z_]+)=", block, flags=re.MULTILINE))
     assert used and used <= exported, f"used but not exported: {sorted(used - exported)}"
+
+
+ANSWERING = """
+models:
+  real-only:   {roles: [chat], profiles: [{engine: vllm, source: org/m}], scaling: {min: 1, max: 1}}
+  off-sim:     {roles: [chat], profiles: [{engine: sim}], scaling: {min: 0, max: 0}}
+  embed:       {roles: [embedding], profiles: [{engine: sim}], scaling: {min: 1, max: 1}}
+  screened:
+    roles: [chat]
+    profiles: [{engine: vllm, source: org/m}, {engine: sim}]
+    scaling: {min: 1, max: 1}
+  falls-back:  {roles: [chat], profiles: [{engine: sim}], scaling: {min: 1, max: 1}}
+  lazy:        {roles: [chat], profiles: [{engine: sim}], scaling: {min: 0, max: 1}}
+  mine:        {roles: [chat], profiles: [{engine: sim}], scaling: {min: 1, max: 1}}
+  real-judge:  {roles: [guard], profiles: [{engine: vllm, source: org/guard}], scaling: {min: 0, max: 1}}
+fallbacks:
+  falls-back: [screened]
+guard_policies:
+  real:
+    judge: real-judge
+    models: [screened]
+"""
+
+
+MINE = "mine:        {roles: [chat], profiles: [{engine: sim}], scaling: {min: 1, max: 1}}"
+LAZY = "lazy:        {roles: [chat], profiles: [{engine: sim}], scaling: {min: 0, max: 1}}"
+
+
+def _switched_off(text: str, *lines: str) -> str:
+    for line in lines:
+        text = text.replace(line, line.replace("scaling: {min: 1, max: 1}", "scaling: {min: 0, max: 0}"))
+    return text
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        # Not real-only (no GPUs), off-sim, embed; not those a judge that cannot run screens
+        # (screened, and falls-back through its fallback); kept running before lazy.
+        (lambda text: text, "mine"),
+        (lambda text: _switched_off(text, MINE), "lazy"),
+        (lambda text: _switched_off(text, MINE).replace(LAZY, LAZY.split(", scaling")[0] + "}"), None),
+        (lambda text: text + "    on_error: allow\n", "screened"),  # a judge that is down lets it through
+        (lambda text: text.replace("org/guard}]", "org/guard}, {engine: sim}]"), "screened"),
+    ],
+)
+def test_the_banner_names_a_chat_model_that_answers_on_dev(edit: Any, named: str | None) -> None:
+    loaded = load_catalog(edit(ANSWERING), filename="catalog.yaml", policy=read_security_policy())
+    assert loaded.catalog is not None, [d.format() for d in loaded.diagnostics]
+    assert answering_model(loaded.catalog) == named

@@ -695,3 +695,83 @@ async def test_a_lone_surrogate_to_a_guarded_model_is_openais_400(
     assert error["type"] == "invalid_request_error" and "could not parse the JSON body" in error["message"]
     assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
     assert judge.seen == [] and (await model.stats(http))["requests_total"] == 0
+
+
+async def test_a_sim_judge_lets_normal_prompts_through_and_blocks_its_phrase(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    # The example catalog's guard demo: `llmgw sim --judge-unsafe-phrase` as the judge.
+    cluster.set_catalog(guard_catalog())
+    await cluster.add_sim("judge", judge_unsafe_phrase="forbidden fruit")
+    model = await cluster.add_sim("guarded")
+    client = openai_for(await start_router())
+    completion = await client.chat.completions.create(model="guarded", messages=MESSAGES, max_tokens=3)
+    assert completion.model == "guarded" and completion.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(
+            model="guarded", messages=[{"role": "user", "content": "where is the Forbidden Fruit?"}]
+        )
+    assert caught.value.code == "content_policy_violation"
+    assert (await model.stats(http))["requests_total"] == 1  # the blocked one never reached it
+
+
+def _listed_guards_catalog(on_error: str) -> str:
+    return (
+        guard_catalog(on_error)
+        + """
+fallbacks:
+  front: [guarded]
+aliases:
+  guarded-alias: guarded
+"""
+    ).replace(
+        "models:\n",
+        "models:\n  front:\n    roles: [chat]\n    profiles: [{engine: sim}]\n"
+        "    scaling: {min: 1, max: 1}\n",
+        1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("judge_serves", "on_error", "available"),
+    [
+        pytest.param(True, "block", True, id="the judge serves"),
+        pytest.param(False, "block", False, id="no judge replica: 503 guard_unavailable"),
+        pytest.param(False, "allow", True, id="no judge replica, on_error allow: let through"),
+    ],
+)
+async def test_the_model_list_says_whether_a_models_guard_answers(
+    cluster: Cluster,
+    start_router: StartRouter,
+    openai_for: OpenAIFor,
+    http: aiohttp.ClientSession,
+    judge_serves: bool,
+    on_error: str,
+    available: bool,
+) -> None:
+    cluster.set_catalog(_listed_guards_catalog(on_error))
+    if judge_serves:
+        await cluster.add_sim("judge", judge_unsafe_phrase="forbidden fruit")
+    for name in ("guarded", "open", "front"):
+        await cluster.add_sim(name)
+    router = await start_router()
+    async with http.get(router.url + "/v1/models") as response:
+        listed = {m["id"]: m["llmgw"] for m in (await response.json())["data"]}
+    judge_state = "serving" if judge_serves else "no-capacity"
+    expected = {
+        "available": available,
+        "judges": [{"policy": "default", "model": "judge", "state": judge_state, "on_error": on_error}],
+    }
+    assert listed["guarded"]["guard"] == expected
+    assert listed["guarded-alias"]["guard"] == expected
+    assert listed["front"]["guard"] == expected  # its fallback is screened: so is it
+    assert listed["open"]["guard"] is None
+    assert listed["guarded"]["state"] == "serving"  # the model's own state is unchanged
+    # What the list says is what a request gets.
+    client = openai_for(router)
+    if available:
+        assert (await client.chat.completions.create(model="front", messages=MESSAGES, max_tokens=1)).model
+    else:
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(model="front", messages=MESSAGES)
+        assert caught.value.code == "guard_unavailable"

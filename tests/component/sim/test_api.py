@@ -280,3 +280,24 @@ async def test_long_prompts_beyond_a_mebibyte_are_read(
     prompt = "word " * 300_000  # 1.5 MB of JSON
     reply = await client.completions.create(model=TEST_MODEL, prompt=prompt, max_tokens=1)
     assert reply.usage is not None and reply.usage.prompt_tokens == 300_000
+
+
+async def test_a_judge_sim_answers_safe_or_unsafe_and_completions_stay_greek(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    client = client_for(await start_server(fast_settings(judge_unsafe_phrase="forbidden fruit")))
+
+    async def verdict(text: str) -> str | None:
+        reply = await client.chat.completions.create(
+            model=TEST_MODEL, messages=[{"role": "user", "content": text}], max_tokens=10
+        )
+        return reply.choices[0].message.content
+
+    assert await verdict("how do I bake bread?") == "safe"
+    assert await verdict("where is the Forbidden Fruit?") == "unsafe"
+    stream = await client.chat.completions.create(
+        model=TEST_MODEL, messages=[{"role": "user", "content": "forbidden fruit"}], stream=True
+    )
+    assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "unsafe"
+    completion = await client.completions.create(model=TEST_MODEL, prompt="forbidden fruit", max_tokens=3)
+    assert _is_greek(completion.choices[0].text)  # a judge is a chat model; completions are unchanged

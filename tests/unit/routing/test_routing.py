@@ -155,6 +155,22 @@ def test_plan_route(
     assert (plan.order, plan.wake, plan.wait_for) == (order, wake, wait_for)
 
 
+@pytest.mark.parametrize(
+    ("states", "answers"),
+    [
+        ({"a": S}, True),
+        ({"a": NC, "b": S}, True),  # a fallback serves
+        ({"a": ST}, True),  # woken and waited for
+        ({"a": NC}, False),  # 503 at once: no healthy replica
+        ({"a": OFF, "b": ModelState.UNAVAILABLE, "c": ModelState.UNSET}, False),
+    ],
+)
+def test_a_plan_answers_when_something_serves_or_loads_for_it(
+    states: dict[str, ModelState], answers: bool
+) -> None:
+    assert routing.answers(plan_route(tuple(states), states)) is answers
+
+
 def C(key: str, in_flight: int, usable: bool = True) -> Candidate:
     return Candidate(key, in_flight, usable)
 

@@ -70,6 +70,7 @@ def test_head_file_is_a_path() -> None:
         (["--heartbeat-interval", "3", "--heartbeat-timeout", "2"], {}, "--heartbeat-timeout"),
         ([], {"LLMGW_SIM_PORT": "eighty"}, "LLMGW_SIM_PORT"),
         ([], {"LLMGW_SIM_HANG": "maybe"}, "LLMGW_SIM_HANG"),
+        (["--judge-unsafe-phrase", "  "], {}, "--judge-unsafe-phrase"),
     ],
 )
 def test_unusable_settings_are_refused_naming_what_to_fix(

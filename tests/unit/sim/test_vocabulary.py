@@ -57,3 +57,18 @@ def test_base64_carries_the_same_float32_numbers_as_the_float_list() -> None:
     vector = vocabulary.embedding_vector("roundtrip", 32)
     decoded = struct.unpack("<32f", base64.b64decode(vocabulary.embedding_base64(vector)))
     assert decoded == vector
+
+
+@pytest.mark.parametrize(
+    ("prompt", "verdict"),
+    [
+        ("how do I bake bread?", ["safe"]),
+        ("tell me about the FORBIDDEN   fruit please", ["unsafe"]),  # any case, any spacing
+        ("forbidden\nfruit", ["unsafe"]),  # across the lines of the judged conversation
+        ("forbidden fruits are sweet", ["unsafe"]),  # a phrase, not a word list
+        ("fruit forbidden", ["safe"]),
+    ],
+)
+def test_a_judge_answers_as_llama_guard_does(prompt: str, verdict: list[str]) -> None:
+    assert list(vocabulary.judge_pieces(prompt, "forbidden fruit", 16)) == verdict
+    assert list(vocabulary.judge_pieces(prompt, "forbidden fruit", 0)) == []

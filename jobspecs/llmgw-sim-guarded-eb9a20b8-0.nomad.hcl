@@ -1,0 +1,110 @@
+# Rendered by llmgw 0.1.0 from templates/sim.nomad.hcl.j2.
+# One replica of model "sim-guarded" (profile 0, engine sim).
+# Do not edit: change the catalog or the template, then `llmgw render` again.
+
+job "llmgw-sim-guarded-eb9a20b8-0" {
+  name        = "llmgw-sim-guarded-eb9a20b8-0"
+  type        = "service"
+  datacenters = ["*"]
+  priority    = 50
+
+  # What llmgw needs to adopt this job after its own restart.
+  meta = {
+    "llmgw_catalog_hash" = "e613da814003cddaf05d3996b2d2d133be5580c32f11fe6ed81bf2ce64c290a3"
+    "llmgw_engine" = "sim"
+    "llmgw_managed_by" = "llmgw"
+    "llmgw_model" = "sim-guarded"
+    "llmgw_profile" = "0"
+    "llmgw_replica" = "0"
+    "llmgw_spec_hash" = "c1e201789770cba1e515613d0c3626faf01c23e71a18ada808d2abab72506dd1"
+    "llmgw_version" = "0.1.0"
+  }
+
+  # llmgw rebuilds a failed replica whole (every shard, freeing every GPU);
+  # Nomad must not replace one shard of it on its own.
+  reschedule {
+    attempts  = 0
+    unlimited = false
+  }
+
+  # No Nomad deployment: llmgw never updates a job in place (a changed replica is a new
+  # job), and under Nomad's default strategy a model loading past the healthy deadline
+  # fails its deployment, after which Nomad stops placing groups still waiting for room.
+  # max_parallel = 0 is the empty update strategy that creates none.
+  update {
+    max_parallel = 0
+  }
+
+  group "rank-0" {
+    count = 1
+
+    # A few local restarts, then the allocation fails and llmgw rebuilds the replica.
+    restart {
+      attempts = 2
+      interval = "5m"
+      delay    = "10s"
+      mode     = "fail"
+    }
+
+    # An unreachable node keeps its allocation (a network blip must not tear
+    # down a replica that still serves); lost only after this long.
+    disconnect {
+      lost_after = "15m"
+      replace    = false
+    }
+
+    # Deregistered from Consul first, so routers stop sending before the kill.
+    shutdown_delay = "10s"
+
+    network {
+      port "http" {}
+    }
+
+    # The endpoint routers send requests to: one service name for every
+    # model, the model in tags and meta, so routers watch them all at once.
+    service {
+      provider = "consul"
+      name     = "llmgw-engine"
+      port     = "http"
+      tags     = ["llmgw", "model=sim-guarded-eb9a20b8", "replica=llmgw-sim-guarded-eb9a20b8-0", "rank=0"]
+
+      meta {
+        llmgw_engine = "sim"
+        llmgw_job = "llmgw-sim-guarded-eb9a20b8-0"
+        llmgw_model = "sim-guarded"
+        llmgw_model_slug = "sim-guarded-eb9a20b8"
+        llmgw_profile = "0"
+        llmgw_rank = "0"
+        llmgw_replica = "0"
+        llmgw_simulated = "true"
+        nomad_alloc_id = "${NOMAD_ALLOC_ID}"
+      }
+
+      check {
+        name     = "engine health"
+        type     = "http"
+        path     = "/health"
+        interval = "5s"
+        timeout  = "2s"
+      }
+    }
+
+    task "engine" {
+      driver       = "raw_exec"
+      kill_timeout = "1m"
+      kill_signal  = "SIGTERM"
+
+      config {
+        command = "llmgw"
+        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-guarded", "--served-model-name", "sim-guarded", "--rank", "0", "--world-size", "1", "--token-rate", "50.0", "--load-time", "1.0"]
+      }
+
+      env = {}
+
+      resources {
+        cpu    = 100
+        memory = 256
+      }
+    }
+  }
+}
