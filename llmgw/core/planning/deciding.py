@@ -50,6 +50,7 @@ from llmgw.core.planning.backoff import rebuild_delay
 from llmgw.core.planning.commands import ModelCommand
 from llmgw.core.planning.desired import ANY_GPU, Claim, Desired, ModelTarget, claims_conflict
 from llmgw.core.planning.observed import (
+    AllocStatus,
     JobId,
     NodeId,
     NodeStatus,
@@ -60,7 +61,7 @@ from llmgw.core.planning.observed import (
 )
 from llmgw.core.planning.replicas import Assessment, assess
 from llmgw.core.planning.settings import DEFAULT_PLANNING, PlanningSettings
-from llmgw.core.planning.state import Backoff, ModelMemo, PlannerState, ReplicaMemo
+from llmgw.core.planning.state import Backoff, ModelMemo, PlannerState, ReplicaMemo, SuspectFailure
 from llmgw.core.planning.status import (
     BackoffStatus,
     ModelStatus,
@@ -86,6 +87,9 @@ class Decision:
     # Models that want a replica for which no profile is even worth asking Nomad about
     # (a multi-node profile without enough ready nodes on one fabric): why, by model.
     unplaceable: Mapping[str, str] = field(default_factory=dict)
+    # Replicas judged lost with a node in this pass (rebuilt at once, without backoff),
+    # failures taken back because a node of theirs went down included.
+    lost: tuple[JobId, ...] = ()
 
 
 def decide(
@@ -177,6 +181,8 @@ class _Pass:
         self.unplaceable: dict[str, str] = {}
         self.by_model: dict[str, list[_Replica]] = {}
         self.node_down_since: dict[NodeId, float] = {}
+        self.lost: list[JobId] = []
+        self.rebuild_notes: dict[str, str] = {}
         self._fabric_counts: dict[str, int] | None = None
 
     # -- the pass ---------------------------------------------------------------------------
@@ -215,6 +221,7 @@ class _Pass:
             ),
             next_pass_at=max(self.now, min(future)) if future else None,
             unplaceable=self.unplaceable,
+            lost=tuple(self.lost),
         )
 
     def _idle(self, replicas: list[_Replica]) -> Decision:
@@ -417,6 +424,7 @@ class _Pass:
             memo = _update(memo, scale=scaled.state)
 
         failed_now = ""
+        failed: list[_Replica] = []
         live: list[_Replica] = []
         draining: list[_Replica] = []
         for r in self.by_model.get(name, ()):
@@ -432,8 +440,10 @@ class _Pass:
                     # Lost with a node: rebuilt elsewhere at once; the model did nothing wrong,
                     # so its backoff does not grow.
                     self._stop(r, f"lost: {r.assessment.reason}; rebuilding it elsewhere")
+                    self.lost.append(r.job_id)
                 else:
                     failed_now = failed_now or r.assessment.reason
+                    failed.append(r)
                     self._stop(r, f"failed: {r.assessment.reason}; rebuilding it whole")
             elif r.draining:
                 draining.append(r)
@@ -449,7 +459,18 @@ class _Pass:
                 memo,
                 backoff=Backoff(failures=failures, retry_at=self.now + delay, last_failure=failed_now),
                 healthy_since=None,
+                suspect=SuspectFailure(
+                    # Every node it was placed on, the failed rank's own included (a node
+                    # can fail its engine a moment before it stops answering).
+                    nodes=frozenset(
+                        a.node_id for r in failed if r.job is not None for a in r.job.allocs if a.desired_run
+                    ),
+                    until=self.now + self.s.lost_node_window,
+                    backoff_before=memo.backoff,
+                    replicas=tuple(r.job_id for r in failed),
+                ),
             )
+        memo = self._judge_suspect(name, memo)
 
         for r in draining:
             self._progress_drain(r)
@@ -517,7 +538,9 @@ class _Pass:
                 why = PlaceWhy.WAKE if demand.wake else PlaceWhy.REPLACE
             else:
                 why = PlaceWhy.SCALE_UP
-            requests = [(why, f"{len(live)} of {wanted} replicas ({scaled.reason})")] * deficit
+            note = self.rebuild_notes.get(name)
+            reason = f"{len(live)} of {wanted} replicas ({scaled.reason})" + (f"; {note}" if note else "")
+            requests = [(why, reason)] * deficit
         elif old and not up_starting and not memo.surge_blocked and len(live) <= wanted:
             requests = [(PlaceWhy.ROLL, f"a {self._newer(old[0])} before an old one drains")]
         elif old and up_starting:
@@ -526,6 +549,29 @@ class _Pass:
         if requests:
             self._request(name, target, memo, requests)
         self.model_memos[name] = memo
+
+    def _judge_suspect(self, name: str, memo: ModelMemo) -> ModelMemo:
+        """A failure followed by the loss of a node the replica ran on was the node's: the
+        backoff it caused is taken back, so the rebuild is not held against the model."""
+        suspect = memo.suspect
+        if suspect is None:
+            return memo
+        if self.now >= suspect.until:
+            return replace(memo, suspect=None)
+        down = sorted(n for n in suspect.nodes if n in self.node_down_since)
+        if not down:
+            return memo
+        names = ", ".join(self._node_name(n) for n in down)
+        self.lost.extend(suspect.replicas)
+        self.rebuild_notes[name] = (
+            f"{', '.join(suspect.replicas)} failed as node {names} went down: lost with it, "
+            "rebuilt without backoff"
+        )
+        return replace(memo, backoff=suspect.backoff_before, suspect=None)
+
+    def _node_name(self, node_id: NodeId) -> str:
+        node = self.observed.nodes.get(node_id)
+        return node.name if node is not None else str(node_id)
 
     def _newer(self, old: _Replica) -> str:
         if old.restarting:
@@ -792,6 +838,23 @@ class _Pass:
             reason=reason,
             warnings=r.memo.warnings,
         )
+
+
+def _live_nodes(job: ObservedJob | None) -> tuple[NodeId, ...]:
+    """The nodes where the job has an allocation Nomad wants running and that has not ended
+    (an unreachable node's ``unknown`` or ``lost`` one included: it still stands there)."""
+    if job is None:
+        return ()
+    return tuple(
+        sorted(
+            {
+                a.node_id
+                for a in job.allocs
+                if a.desired_run
+                and (not a.client_status.terminal or a.client_status is AllocStatus.LOST)
+            }
+        )
+    )
 
 
 def _fabric_list(fabrics: Mapping[str, int]) -> str:

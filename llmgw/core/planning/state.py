@@ -43,6 +43,18 @@ class Backoff:
 
 
 @dataclass(frozen=True, slots=True)
+class SuspectFailure:
+    """The model's last failure, which may yet turn out to be a node's: if Nomad reports one
+    of ``nodes`` (where the failed replicas ran) down or disconnected before ``until``, the
+    backoff goes back to ``backoff_before`` and the replicas are rebuilt at once."""
+
+    nodes: frozenset[NodeId]
+    until: float
+    backoff_before: Backoff | None
+    replicas: tuple[JobId, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementHold:
     """Placing the model did not work; try again at ``retry_at``, or sooner when the cluster's
     capacity moved away from ``capacity_version`` (None: only time helps)."""
@@ -61,6 +73,7 @@ class PlacementHold:
 @dataclass(frozen=True, slots=True)
 class ModelMemo:
     backoff: Backoff | None = None
+    suspect: SuspectFailure | None = None  # the last failure, while it may still be a node's
     hold: PlacementHold | None = None
     healthy_since: float | None = None  # had a healthy replica and no failure since
     scale: ScaleState | None = None
