@@ -759,19 +759,54 @@ class _Pass:
             replica_id = self._new_replica_id(req.model, taken)
             job_id = replica_job_id(req.model, replica_id)
             taken.add(job_id)
+            candidates, unspread = self._spread(req.target, req.candidates)
             out.append(
                 PlaceReplica(
                     model=req.model,
                     replica_id=replica_id,
                     job_id=job_id,
-                    candidates=req.candidates,
+                    candidates=candidates,
                     claim=claim,
                     why=req.why,
                     reason=req.reason,
                     restart_generation=self._restart_generation(req.model),
+                    unspread=unspread,
                 )
             )
         return out
+
+    def _spread(
+        self, target: ModelTarget, candidates: tuple[Candidate, ...]
+    ) -> tuple[tuple[Candidate, ...], str]:
+        """Away from the nodes of the model's other replicas first, then the same candidates
+        without: a replica that cannot spread still runs (the status says why it shares).
+
+        Each replica is a Nomad job of its own, so Nomad's ``distinct_hosts`` and ``spread``
+        (which look within one job) cannot keep them apart; the candidates carry the nodes
+        to avoid, and Nomad's plan says whether that fits. A candidate that could not fit
+        anyway (fewer free ready nodes on its fabric than the profile's node count) is not
+        worth a plan and is left out; when none is left, the second value says why."""
+        occupied = sorted(
+            {n for r in self.by_model.get(target.name, ()) if not r.stopping for n in _live_nodes(r.job)}
+        )
+        if not occupied:
+            return candidates, ""
+        away: list[Candidate] = []
+        for cand in candidates:
+            profile = target.profile(cand.profile_index)
+            free = [
+                n
+                for n in self.observed.nodes.values()
+                if n.status is NodeStatus.READY
+                and n.eligible
+                and n.node_id not in occupied
+                and (cand.fabric is None or n.fabric == cand.fabric)
+            ]
+            if profile is not None and len(free) >= profile.nodes:
+                away.append(replace(cand, away_from=tuple(occupied)))
+        if not away:
+            return candidates, "too few ready nodes without the model's other replicas to keep away from them"
+        return (*away, *candidates), ""
 
     def _settling(self, r: _Replica) -> bool:
         """Registered, and Nomad has not yet given every group an allocation (for a while)."""
@@ -818,7 +853,33 @@ class _Pass:
             backoff=None
             if backoff is None
             else BackoffStatus(backoff.failures, backoff.retry_at, backoff.last_failure),
+            spread=self._shared_nodes(reps),
         )
+
+    def _shared_nodes(self, reps: list[_Replica]) -> str:
+        """In words: which replicas of the model share a node (one loss takes them all), and why."""
+        holders: dict[NodeId, list[_Replica]] = {}
+        for r in reps:
+            if not r.stopping:
+                for node_id in _live_nodes(r.job):
+                    holders.setdefault(node_id, []).append(r)
+        notes: list[str] = []
+        for node_id in sorted(holders, key=self._node_name):
+            sharing = sorted(holders[node_id], key=lambda r: (r.submitted_at, r.job_id))
+            if len(sharing) < 2:
+                continue
+            last = sharing[-1]
+            if last.memo.spread_refused:
+                why = f"no node away from the others fitted when {last.memo.replica_id} was placed " + (
+                    f"({last.memo.spread_refused})"
+                )
+            elif last.memo.registered_at is None:
+                why = "placed before this leader took over"
+            else:
+                why = f"the others' nodes were not known yet when {last.memo.replica_id} was placed"
+            ids = ", ".join(r.memo.replica_id for r in sharing)
+            notes.append(f"{ids} share node {self._node_name(node_id)}: {why}")
+        return "; ".join(notes)
 
     def _replica_status(self, r: _Replica) -> ReplicaStatus:
         health = self.observed.health.get(r.job_id)
@@ -850,8 +911,7 @@ def _live_nodes(job: ObservedJob | None) -> tuple[NodeId, ...]:
             {
                 a.node_id
                 for a in job.allocs
-                if a.desired_run
-                and (not a.client_status.terminal or a.client_status is AllocStatus.LOST)
+                if a.desired_run and (not a.client_status.terminal or a.client_status is AllocStatus.LOST)
             }
         )
     )

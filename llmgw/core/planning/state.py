@@ -105,6 +105,9 @@ class ReplicaMemo:
     # Nomad's warnings when this leader registered it (a replica adopted from Nomad has none:
     # they are in no answer a read gives).
     warnings: tuple[str, ...] = ()
+    # Placed without the spread because no candidate away from the model's other replicas
+    # fitted: Nomad's words for why (the status shows them while it shares a node).
+    spread_refused: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ def record_outcomes(
                 claim=act.claim,
                 restart_generation=act.restart_generation,
                 warnings=outcome.warnings,
+                spread_refused=outcome.spread_refused or act.unspread,
             )
             memo = models.get(act.model, ModelMemo())
             models[act.model] = replace(
