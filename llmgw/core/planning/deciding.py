@@ -13,7 +13,9 @@ The rules, in the order a pass applies them per model:
 
 1. A stopped job is purged. A FAILED replica (see ``replicas``) is stopped whole and the
    model's backoff grows (once per pass), unless it was already draining (a node lost
-   under a draining replica is not a failure of the model).
+   under a draining replica is not a failure of the model) or lost with a node. A failure
+   followed within ``lost_node_window`` by Nomad calling one of the replica's nodes down
+   was the node's: the backoff goes back to what it was (``ModelMemo.suspect``).
 2. Draining replicas are stopped once their requests finished (at least ``drain_min``
    after the mark, so routers saw it) or ``drain_timeout`` passed.
 3. A model the catalog no longer has is drained away (serving replicas) or stopped.
@@ -27,6 +29,8 @@ The rules, in the order a pass applies them per model:
    every replica placed before it outdated, so it rolls as in 5.
 7. Placements that compete for the same GPUs never come from one snapshot: one at a
    time per claim, and none while an earlier one is still settling.
+8. A placement keeps away from the nodes of the model's other replicas first, and falls
+   back to any node (``_spread``); the status names replicas that share a node, and why.
 """
 
 from __future__ import annotations
