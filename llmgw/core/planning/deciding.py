@@ -788,8 +788,9 @@ class _Pass:
         Each replica is a Nomad job of its own, so Nomad's ``distinct_hosts`` and ``spread``
         (which look within one job) cannot keep them apart; the candidates carry the nodes
         to avoid, and Nomad's plan says whether that fits. A candidate that could not fit
-        anyway (fewer free ready nodes on its fabric than the profile's node count) is not
-        worth a plan and is left out; when none is left, the second value says why."""
+        anyway (fewer ready nodes without the model's replicas, on its fabric, than the
+        profile has ranks) is not worth a plan and is left out; when none is left, the
+        second value says why."""
         occupied = sorted(
             {n for r in self.by_model.get(target.name, ()) if not r.stopping for n in _live_nodes(r.job)}
         )
@@ -877,7 +878,7 @@ class _Pass:
                 why = f"no node away from the others fitted when {last.memo.replica_id} was placed " + (
                     f"({last.memo.spread_refused})"
                 )
-            elif last.memo.registered_at is None:
+            elif not last.memo.placed_here:
                 why = "placed before this leader took over"
             else:
                 why = f"the others' nodes were not known yet when {last.memo.replica_id} was placed"

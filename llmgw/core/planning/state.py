@@ -108,6 +108,7 @@ class ReplicaMemo:
     # Placed without the spread because no candidate away from the model's other replicas
     # fitted: Nomad's words for why (the status shows them while it shares a node).
     spread_refused: str = ""
+    placed_here: bool = False  # this leader placed it (not adopted from what Nomad shows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +155,7 @@ def record_outcomes(
                 restart_generation=act.restart_generation,
                 warnings=outcome.warnings,
                 spread_refused=outcome.spread_refused or act.unspread,
+                placed_here=True,
             )
             memo = models.get(act.model, ModelMemo())
             models[act.model] = replace(

@@ -112,3 +112,14 @@ def test_the_spread_is_a_job_constraint_on_each_node_to_avoid() -> None:
     ]
     assert job["Constraints"] == out["Constraints"][:1]  # the parsed job is not changed in place
     assert with_spread(job, Candidate(0, None)) is job
+
+
+def test_a_new_leader_says_the_replicas_sharing_a_node_were_placed_before_it() -> None:
+    c = cluster(1)
+    sim = Simulation(catalog(replicas=2), c)
+    sim.run(60)
+    assert "too few ready nodes" in sim.decisions[-1].status.models[0].spread
+    sim.restart_leader()
+    sim.run(5)
+    (model,) = sim.decisions[-1].status.models
+    assert model.spread.endswith("share node n0: placed before this leader took over"), model.spread
