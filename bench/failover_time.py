@@ -7,12 +7,17 @@ does) and times, from that moment:
 
 - ``down``: Nomad reports the node down or disconnected (the stand-in's heartbeat grace);
 - ``stopped``: llmgw has deregistered the failed replica (it judged it FAILED: the node
-  was down for ``node_lost_grace``, or Nomad marked its allocations lost first);
+  was down for ``node_lost_grace``, or Nomad marked its allocations lost first, or a
+  surviving rank failed without its peer);
+- ``lost``: llmgw judged the replica lost with its node (its
+  ``llmgw_control_replicas_lost_total`` moved): at ``stopped``, or for a rank that failed
+  before Nomad called its peer's node down, when Nomad did;
 - ``registered``: the rebuilt replica's job is registered;
 - ``healthy``: its engine passes its Consul check (start, ``load_seconds``, check interval).
 
-``stopped -> registered`` is llmgw's own work in the pass that rebuilds (render, plan,
-register); the rest is bounded by the configured graces, printed above the table. Each
+``lost -> registered`` is the control plane's own time for the rebuild (the pass that
+judges it: render, plan, register; no backoff); the rest is bounded by the configured
+graces, printed above the table. Each
 run restores the node afterwards (it comes back empty). The passes' ``decide`` time is
 read from the control plane's ``llmgw_control_decide_seconds`` histogram over each run.
 
@@ -66,6 +71,7 @@ class Run:
     model: str
     down: float | None
     stopped: float | None
+    lost: float | None
     registered: float | None
     healthy: float | None
     passes: int
@@ -97,6 +103,14 @@ async def passing(consul: ConsulClient, model: str) -> set[str]:
 async def node_status(nomad: NomadClient, node_id: str) -> str:
     node = await nomad.node(node_id)
     return str((node or {}).get("Status", ""))
+
+
+def lost_count(plane: ControlPlane) -> float:
+    for metric in plane.metrics.registry.collect():
+        for s in metric.samples:
+            if s.name == "llmgw_control_replicas_lost_total":
+                return s.value
+    return 0.0
 
 
 def decide_histogram(plane: ControlPlane) -> tuple[float, float, dict[float, float]]:
@@ -132,9 +146,10 @@ async def one_failover(
     job = await wait_steady(nomad, consul, model, 120)
     node_id = sorted((await jobs_of(nomad, model))[job])[0]
     sum0, count0, buckets0 = decide_histogram(plane)
+    lost0 = lost_count(plane)
     t0 = time.monotonic()
     await cluster.nomad.fail_node(node_id)
-    down = stopped = registered = healthy = None
+    down = stopped = lost = registered = healthy = None
     fresh: str | None = None
     while time.monotonic() - t0 < 300 and healthy is None:
         now = time.monotonic() - t0
@@ -143,6 +158,8 @@ async def one_failover(
         jobs = await jobs_of(nomad, model)
         if stopped is None and job not in jobs:
             stopped = now
+        if lost is None and lost_count(plane) > lost0:
+            lost = now
         if fresh is None:
             fresh = next((j for j in jobs if j != job), None)
             if fresh is not None:
@@ -159,6 +176,7 @@ async def one_failover(
         model,
         down,
         stopped,
+        lost,
         registered,
         healthy,
         passes,
@@ -240,14 +258,17 @@ async def bench(args: argparse.Namespace) -> None:
                         )
     print()
     header = (
-        f"{'model':<8} {'down':>6} {'stopped':>8} {'registered':>11} {'healthy':>8} "
-        f"{'llmgw stop->reg':>16} {'passes':>7} {'decide mean':>12} {'decide max':>11}"
+        f"{'model':<8} {'down':>6} {'stopped':>8} {'lost':>6} {'registered':>11} {'healthy':>8} "
+        f"{'llmgw lost->reg':>16} {'passes':>7} {'decide mean':>12} {'decide max':>11}"
     )
     print("seconds after the node failed:")
     print(header)
     for r in runs:
-        own = r.registered - r.stopped if r.registered is not None and r.stopped is not None else None
-        times = f"{show(r.down):>6} {show(r.stopped):>8} {show(r.registered):>11} {show(r.healthy):>8}"
+        own = r.registered - r.lost if r.registered is not None and r.lost is not None else None
+        times = (
+            f"{show(r.down):>6} {show(r.stopped):>8} {show(r.lost):>6} "
+            f"{show(r.registered):>11} {show(r.healthy):>8}"
+        )
         mean, slowest = (
             show(r.decide_mean, 1000, 2) + " ms",
             "<= " + show(r.decide_max_below, 1000, 1) + " ms",
@@ -259,7 +280,12 @@ async def bench(args: argparse.Namespace) -> None:
         if mine:
             reg = statistics.median(r.registered for r in mine if r.registered is not None)
             ok = statistics.median(r.healthy for r in mine if r.healthy is not None)
-            print(f"{model}: median {reg:.1f} s to registered, {ok:.1f} s to healthy over {len(mine)} run(s)")
+            own = [r.registered - r.lost for r in mine if r.registered is not None and r.lost is not None]
+            lost_to_reg = f", llmgw lost->registered {statistics.median(own):.2f} s" if own else ""
+            print(
+                f"{model}: median {reg:.1f} s to registered, {ok:.1f} s to healthy{lost_to_reg} "
+                f"over {len(mine)} run(s)"
+            )
 
 
 def main() -> None:

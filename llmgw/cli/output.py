@@ -167,6 +167,11 @@ def print_status(report: StatusReport, *, now: float, out: TextIO | None = None)
         print_table(
             ["REPLICA", "MODEL", "PHASE", "HEALTH", "NODES", "GPUS", "FLAGS", "REASON"], replicas, stream
         )
+    shared = [(m.model, m.spread) for m in report.models if m.spread]
+    if shared:
+        print("\nReplicas of one model sharing a node (that node's loss takes them all):", file=stream)
+        for model, why in shared:
+            print(f"  {model}: {why}", file=stream)
     warned = [(r.job_id, w) for m in report.models for r in m.replicas for w in r.warnings]
     if warned:
         print("\nNomad warned when these jobs were registered (a setting it ignores or doubts):", file=stream)

@@ -13,8 +13,12 @@ first one's allocations).
 A placement: render the first candidate (profile, fabric), check the job locally, let
 Nomad parse it, ask Nomad's plan whether it fits; register the first that fits. The
 model's restart generation goes into the parsed job's meta here, not through the
-renderer: it is not part of what the replica runs (nor of its spec hash). What
-does not fit is explained in words, per candidate, in the ``Unplaceable`` outcome.
+renderer: it is not part of what the replica runs (nor of its spec hash). So do the
+spread's constraints (``${node.unique.id} != <node>`` per node the candidate keeps away
+from): they follow where the other replicas run, and putting them in the spec hash would
+roll a replica whenever another one moved. What does not fit is explained in words, per
+candidate, in the ``Unplaceable`` outcome; a replica placed without the spread after the
+candidates with it did not fit says why in ``Placed.spread_refused``.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ from typing import TypeVar
 
 from llmgw.control.metrics import ControlMetrics
 from llmgw.control.observing import is_managed
-from llmgw.control.ports import Clock, CommandsPort, DrainMarksPort, JobRenderer, LeaderPort, NomadPort
+from llmgw.control.ports import JSON, Clock, CommandsPort, DrainMarksPort, JobRenderer, LeaderPort, NomadPort
 from llmgw.control.settings import ControlSettings
 from llmgw.core import conventions as c
 from llmgw.core.catalog import Catalog
 from llmgw.core.planning import (
     Action,
+    Candidate,
     Claim,
     ClearDrainMark,
     Deferred,
@@ -51,6 +56,27 @@ from llmgw.render import RenderError, ReplicaRequest
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def with_spread(job: JSON, candidate: Candidate) -> JSON:
+    """The parsed job with one job-level ``${node.unique.id} != <node>`` constraint per node
+    the candidate keeps away from: every group of the replica stays off those nodes."""
+    if not candidate.away_from:
+        return job
+    spread = [
+        {"LTarget": "${node.unique.id}", "Operand": "!=", "RTarget": str(node)}
+        for node in candidate.away_from
+    ]
+    return {**job, "Constraints": [*(job.get("Constraints") or []), *spread]}
+
+
+def describe_candidate(candidate: Candidate) -> str:
+    where = f"profile {candidate.profile_index}" + (
+        f" on fabric {candidate.fabric}" if candidate.fabric else ""
+    )
+    if candidate.away_from:
+        where += f" away from {len(candidate.away_from)} node(s) of the model's other replicas"
+    return where
 
 
 class LeadershipLost(Exception):
@@ -130,8 +156,9 @@ class Executor:
     async def _place(self, action: PlaceReplica, catalog: Catalog, catalog_hash: str) -> Outcome:
         existing = await self._call(self._nomad.job(action.job_id))
         explanations: list[str] = []
+        refused: list[str] = []  # why the candidates with the spread did not fit
         for cand in action.candidates:
-            where = f"profile {cand.profile_index}" + (f" on fabric {cand.fabric}" if cand.fabric else "")
+            where = describe_candidate(cand)
             try:
                 request = ReplicaRequest(action.model, cand.profile_index, action.replica_id, cand.fabric)
                 rendered = self._renderer.render(catalog, request, catalog_hash=catalog_hash)
@@ -154,9 +181,12 @@ class Executor:
                 meta = {**(job.get("Meta") or {})}
                 meta[c.JOB_META_RESTART_GENERATION] = str(action.restart_generation)
                 job = {**job, "Meta": meta}
+            job = with_spread(job, cand)
             plan = await self._call(self._nomad.plan(job))
             if not plan.feasible:
                 explanations.append(f"{where}: {plan.explanation}")
+                if cand.away_from:
+                    refused.append(f"{where}: {plan.explanation}")
                 continue
             self._check_leader()
             registered = await self._call(self._nomad.register(job))
@@ -165,7 +195,10 @@ class Executor:
             warnings = tuple(dict.fromkeys((*plan.warnings, *registered.warnings)))
             for warning in warnings:
                 log.warning("Nomad warns about job %s: %s", action.job_id, warning)
-            return Placed(action, cand.profile_index, cand.fabric, rendered.spec_hash, warnings)
+            spread_refused = "" if cand.away_from else "; ".join(refused)
+            return Placed(
+                action, cand.profile_index, cand.fabric, rendered.spec_hash, warnings, spread_refused
+            )
         return Unplaceable(action, "; ".join(explanations) or "no candidate to try")
 
     async def _stop(self, action: StopReplica) -> Outcome:

@@ -51,6 +51,11 @@ class ControlMetrics:
             "Models that want a replica they are not being given now (backoff, no fit, turn)",
             registry=r,
         )
+        self.replicas_lost = Counter(
+            "llmgw_control_replicas_lost",
+            "Replicas judged lost with a node (rebuilt at once, without the model's backoff)",
+            registry=r,
+        )
         self.leader = Gauge("llmgw_control_leader", "1 while this instance leads, else 0", registry=r)
         self.resyncs = Counter(
             "llmgw_control_resyncs", "Full resyncs of the Nomad view, by reason", ["reason"], registry=r

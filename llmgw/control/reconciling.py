@@ -218,6 +218,9 @@ class Reconciler:
         self._metrics.decide_seconds.observe(time.perf_counter() - t0)
         # The decision's state is the memory from here on, even if acting fails half-way.
         self.state = decision.state
+        if decision.lost:
+            self._metrics.replicas_lost.inc(len(decision.lost))
+            log.info("lost with a node, rebuilding without backoff: %s", ", ".join(decision.lost))
         outcomes = await self._executor.apply(decision.actions, planned.catalog, planned.catalog_hash)
         stopped = [
             o.action.job_id for o in outcomes if isinstance(o, Done) and isinstance(o.action, StopReplica)

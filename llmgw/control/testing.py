@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from llmgw import __version__
+from llmgw.control.executing import describe_candidate, with_spread
 from llmgw.control.observing import parse_alloc, parse_job, parse_node
 from llmgw.control.plane import ControlDeps, ControlPlane
 from llmgw.control.ports import JSON
@@ -122,6 +123,8 @@ class SimGroup:
     gpus: int
     gpu_model: str | None
     fabric: str | None
+    # Nodes the job's ``${node.unique.id} != <id>`` constraints keep it off (the spread).
+    not_on: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -531,6 +534,8 @@ class FakeCluster:
         for node in sorted(self.nodes.values(), key=lambda n: n.name):
             if node.status != "ready" or not node.eligible or node.node_id in exclude:
                 continue
+            if node.node_id in group.not_on:
+                continue
             if group.fabric is not None and node.fabric != group.fabric:
                 continue
             if group.gpus and group.gpu_model and group.gpu_model.lower() != node.gpu_model.lower():
@@ -595,6 +600,11 @@ def _task(gpus: int, gpu_model: str | None) -> JSON:
 
 def _groups_of(job: JSON) -> list[SimGroup]:
     out: list[SimGroup] = []
+    not_on = frozenset(
+        str(con.get("RTarget"))
+        for con in job.get("Constraints") or []
+        if con.get("LTarget") == "${node.unique.id}" and con.get("Operand") == "!="
+    )
     for group in job.get("TaskGroups") or []:
         fabric = next(
             (
@@ -611,7 +621,7 @@ def _groups_of(job: JSON) -> list[SimGroup]:
                 for con in device.get("Constraints") or []:
                     if con.get("LTarget") == "${device.model}":
                         model = con.get("RTarget")
-        out.append(SimGroup(str(group["Name"]), gpus, model, fabric))
+        out.append(SimGroup(str(group["Name"]), gpus, model, fabric, not_on))
     return out
 
 
@@ -875,6 +885,7 @@ class Simulation:
     def _place(self, action: PlaceReplica) -> Outcome:
         assert self.catalog is not None
         explanations = []
+        refused: list[str] = []
         for cand in action.candidates:
             try:
                 rendered = self.renderer.render(
@@ -888,12 +899,18 @@ class Simulation:
             job = self.renderer.check(rendered, model=action.model)
             if action.restart_generation:  # as the executor does
                 job["Meta"][c.JOB_META_RESTART_GENERATION] = str(action.restart_generation)
+            job = with_spread(job, cand)
             plan = self.cluster.plan(job)
             if not plan.feasible:
-                explanations.append(f"profile {cand.profile_index}: {plan.explanation}")
+                explanations.append(f"{describe_candidate(cand)}: {plan.explanation}")
+                if cand.away_from:
+                    refused.append(explanations[-1])
                 continue
             self.cluster.register(job)
-            return Placed(action, cand.profile_index, cand.fabric, rendered.spec_hash, plan.warnings)
+            spread_refused = "" if cand.away_from else "; ".join(refused)
+            return Placed(
+                action, cand.profile_index, cand.fabric, rendered.spec_hash, plan.warnings, spread_refused
+            )
         return Unplaceable(action, "; ".join(explanations))
 
     def run(self, seconds: float, *, dt: float = 1.0) -> Decision | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from llmgw.core.planning.desired import Claim
-from llmgw.core.planning.observed import JobId, ReplicaId
+from llmgw.core.planning.observed import JobId, NodeId, ReplicaId
 
 
 class ActionKind(StrEnum):
@@ -46,10 +46,14 @@ _PRIORITY = {PlaceWhy.REPLACE: 0, PlaceWhy.WAKE: 1, PlaceWhy.SCALE_UP: 2, PlaceW
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One way to run the replica: a profile, and for a multi-node profile the fabric."""
+    """One way to run the replica: a profile, for a multi-node profile the fabric, and the
+    nodes to keep away from (where the model's other replicas run: the spread)."""
 
     profile_index: int
     fabric: str | None
+    # The executor adds one ``${node.unique.id} != <id>`` job constraint per node, so no
+    # group of the replica lands where another replica of the model runs.
+    away_from: tuple[NodeId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,9 @@ class PlaceReplica:
     reason: str
     # Written into the job's meta (``llmgw_restart_generation``) when above 0.
     restart_generation: int = 0
+    # Why no candidate keeps away from the model's other replicas, when the planner saw
+    # that no plan could (too few ready nodes without them); "" otherwise.
+    unspread: str = ""
 
     @property
     def kind(self) -> ActionKind:
@@ -135,6 +142,8 @@ class Placed:
     spec_hash: str
     # What Nomad warned about in the job when it was planned and registered, in its words.
     warnings: tuple[str, ...] = ()
+    # Placed on a candidate without the spread, after those with it did not fit: why not.
+    spread_refused: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,9 @@ The rules, in the order a pass applies them per model:
 
 1. A stopped job is purged. A FAILED replica (see ``replicas``) is stopped whole and the
    model's backoff grows (once per pass), unless it was already draining (a node lost
-   under a draining replica is not a failure of the model).
+   under a draining replica is not a failure of the model) or lost with a node. A failure
+   followed within ``lost_node_window`` by Nomad calling one of the replica's nodes down
+   was the node's: the backoff goes back to what it was (``ModelMemo.suspect``).
 2. Draining replicas are stopped once their requests finished (at least ``drain_min``
    after the mark, so routers saw it) or ``drain_timeout`` passed.
 3. A model the catalog no longer has is drained away (serving replicas) or stopped.
@@ -27,6 +29,8 @@ The rules, in the order a pass applies them per model:
    every replica placed before it outdated, so it rolls as in 5.
 7. Placements that compete for the same GPUs never come from one snapshot: one at a
    time per claim, and none while an earlier one is still settling.
+8. A placement keeps away from the nodes of the model's other replicas first, and falls
+   back to any node (``_spread``); the status names replicas that share a node, and why.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from llmgw.core.planning.backoff import rebuild_delay
 from llmgw.core.planning.commands import ModelCommand
 from llmgw.core.planning.desired import ANY_GPU, Claim, Desired, ModelTarget, claims_conflict
 from llmgw.core.planning.observed import (
+    AllocStatus,
     JobId,
     NodeId,
     NodeStatus,
@@ -60,7 +65,7 @@ from llmgw.core.planning.observed import (
 )
 from llmgw.core.planning.replicas import Assessment, assess
 from llmgw.core.planning.settings import DEFAULT_PLANNING, PlanningSettings
-from llmgw.core.planning.state import Backoff, ModelMemo, PlannerState, ReplicaMemo
+from llmgw.core.planning.state import Backoff, ModelMemo, PlannerState, ReplicaMemo, SuspectFailure
 from llmgw.core.planning.status import (
     BackoffStatus,
     ModelStatus,
@@ -86,6 +91,9 @@ class Decision:
     # Models that want a replica for which no profile is even worth asking Nomad about
     # (a multi-node profile without enough ready nodes on one fabric): why, by model.
     unplaceable: Mapping[str, str] = field(default_factory=dict)
+    # Replicas judged lost with a node in this pass (rebuilt at once, without backoff),
+    # failures taken back because a node of theirs went down included.
+    lost: tuple[JobId, ...] = ()
 
 
 def decide(
@@ -177,6 +185,8 @@ class _Pass:
         self.unplaceable: dict[str, str] = {}
         self.by_model: dict[str, list[_Replica]] = {}
         self.node_down_since: dict[NodeId, float] = {}
+        self.lost: list[JobId] = []
+        self.rebuild_notes: dict[str, str] = {}
         self._fabric_counts: dict[str, int] | None = None
 
     # -- the pass ---------------------------------------------------------------------------
@@ -215,6 +225,7 @@ class _Pass:
             ),
             next_pass_at=max(self.now, min(future)) if future else None,
             unplaceable=self.unplaceable,
+            lost=tuple(self.lost),
         )
 
     def _idle(self, replicas: list[_Replica]) -> Decision:
@@ -417,6 +428,7 @@ class _Pass:
             memo = _update(memo, scale=scaled.state)
 
         failed_now = ""
+        failed: list[_Replica] = []
         live: list[_Replica] = []
         draining: list[_Replica] = []
         for r in self.by_model.get(name, ()):
@@ -432,8 +444,10 @@ class _Pass:
                     # Lost with a node: rebuilt elsewhere at once; the model did nothing wrong,
                     # so its backoff does not grow.
                     self._stop(r, f"lost: {r.assessment.reason}; rebuilding it elsewhere")
+                    self.lost.append(r.job_id)
                 else:
                     failed_now = failed_now or r.assessment.reason
+                    failed.append(r)
                     self._stop(r, f"failed: {r.assessment.reason}; rebuilding it whole")
             elif r.draining:
                 draining.append(r)
@@ -449,7 +463,18 @@ class _Pass:
                 memo,
                 backoff=Backoff(failures=failures, retry_at=self.now + delay, last_failure=failed_now),
                 healthy_since=None,
+                suspect=SuspectFailure(
+                    # Every node it was placed on, the failed rank's own included (a node
+                    # can fail its engine a moment before it stops answering).
+                    nodes=frozenset(
+                        a.node_id for r in failed if r.job is not None for a in r.job.allocs if a.desired_run
+                    ),
+                    until=self.now + self.s.lost_node_window,
+                    backoff_before=memo.backoff,
+                    replicas=tuple(r.job_id for r in failed),
+                ),
             )
+        memo = self._judge_suspect(name, memo)
 
         for r in draining:
             self._progress_drain(r)
@@ -517,7 +542,9 @@ class _Pass:
                 why = PlaceWhy.WAKE if demand.wake else PlaceWhy.REPLACE
             else:
                 why = PlaceWhy.SCALE_UP
-            requests = [(why, f"{len(live)} of {wanted} replicas ({scaled.reason})")] * deficit
+            note = self.rebuild_notes.get(name)
+            reason = f"{len(live)} of {wanted} replicas ({scaled.reason})" + (f"; {note}" if note else "")
+            requests = [(why, reason)] * deficit
         elif old and not up_starting and not memo.surge_blocked and len(live) <= wanted:
             requests = [(PlaceWhy.ROLL, f"a {self._newer(old[0])} before an old one drains")]
         elif old and up_starting:
@@ -526,6 +553,29 @@ class _Pass:
         if requests:
             self._request(name, target, memo, requests)
         self.model_memos[name] = memo
+
+    def _judge_suspect(self, name: str, memo: ModelMemo) -> ModelMemo:
+        """A failure followed by the loss of a node the replica ran on was the node's: the
+        backoff it caused is taken back, so the rebuild is not held against the model."""
+        suspect = memo.suspect
+        if suspect is None:
+            return memo
+        if self.now >= suspect.until:
+            return replace(memo, suspect=None)
+        down = sorted(n for n in suspect.nodes if n in self.node_down_since)
+        if not down:
+            return memo
+        names = ", ".join(self._node_name(n) for n in down)
+        self.lost.extend(suspect.replicas)
+        self.rebuild_notes[name] = (
+            f"{', '.join(suspect.replicas)} failed as node {names} went down: lost with it, "
+            "rebuilt without backoff"
+        )
+        return replace(memo, backoff=suspect.backoff_before, suspect=None)
+
+    def _node_name(self, node_id: NodeId) -> str:
+        node = self.observed.nodes.get(node_id)
+        return node.name if node is not None else str(node_id)
 
     def _newer(self, old: _Replica) -> str:
         if old.restarting:
@@ -713,19 +763,55 @@ class _Pass:
             replica_id = self._new_replica_id(req.model, taken)
             job_id = replica_job_id(req.model, replica_id)
             taken.add(job_id)
+            candidates, unspread = self._spread(req.target, req.candidates)
             out.append(
                 PlaceReplica(
                     model=req.model,
                     replica_id=replica_id,
                     job_id=job_id,
-                    candidates=req.candidates,
+                    candidates=candidates,
                     claim=claim,
                     why=req.why,
                     reason=req.reason,
                     restart_generation=self._restart_generation(req.model),
+                    unspread=unspread,
                 )
             )
         return out
+
+    def _spread(
+        self, target: ModelTarget, candidates: tuple[Candidate, ...]
+    ) -> tuple[tuple[Candidate, ...], str]:
+        """Away from the nodes of the model's other replicas first, then the same candidates
+        without: a replica that cannot spread still runs (the status says why it shares).
+
+        Each replica is a Nomad job of its own, so Nomad's ``distinct_hosts`` and ``spread``
+        (which look within one job) cannot keep them apart; the candidates carry the nodes
+        to avoid, and Nomad's plan says whether that fits. A candidate that could not fit
+        anyway (fewer ready nodes without the model's replicas, on its fabric, than the
+        profile has ranks) is not worth a plan and is left out; when none is left, the
+        second value says why."""
+        occupied = sorted(
+            {n for r in self.by_model.get(target.name, ()) if not r.stopping for n in _live_nodes(r.job)}
+        )
+        if not occupied:
+            return candidates, ""
+        away: list[Candidate] = []
+        for cand in candidates:
+            profile = target.profile(cand.profile_index)
+            free = [
+                n
+                for n in self.observed.nodes.values()
+                if n.status is NodeStatus.READY
+                and n.eligible
+                and n.node_id not in occupied
+                and (cand.fabric is None or n.fabric == cand.fabric)
+            ]
+            if profile is not None and len(free) >= profile.nodes:
+                away.append(replace(cand, away_from=tuple(occupied)))
+        if not away:
+            return candidates, "too few ready nodes without the model's other replicas to keep away from them"
+        return (*away, *candidates), ""
 
     def _settling(self, r: _Replica) -> bool:
         """Registered, and Nomad has not yet given every group an allocation (for a while)."""
@@ -772,7 +858,33 @@ class _Pass:
             backoff=None
             if backoff is None
             else BackoffStatus(backoff.failures, backoff.retry_at, backoff.last_failure),
+            spread=self._shared_nodes(reps),
         )
+
+    def _shared_nodes(self, reps: list[_Replica]) -> str:
+        """In words: which replicas of the model share a node (one loss takes them all), and why."""
+        holders: dict[NodeId, list[_Replica]] = {}
+        for r in reps:
+            if not r.stopping:
+                for node_id in _live_nodes(r.job):
+                    holders.setdefault(node_id, []).append(r)
+        notes: list[str] = []
+        for node_id in sorted(holders, key=self._node_name):
+            sharing = sorted(holders[node_id], key=lambda r: (r.submitted_at, r.job_id))
+            if len(sharing) < 2:
+                continue
+            last = sharing[-1]
+            if last.memo.spread_refused:
+                why = f"no node away from the others fitted when {last.memo.replica_id} was placed " + (
+                    f"({last.memo.spread_refused})"
+                )
+            elif not last.memo.placed_here:
+                why = "placed before this leader took over"
+            else:
+                why = f"the others' nodes were not known yet when {last.memo.replica_id} was placed"
+            ids = ", ".join(r.memo.replica_id for r in sharing)
+            notes.append(f"{ids} share node {self._node_name(node_id)}: {why}")
+        return "; ".join(notes)
 
     def _replica_status(self, r: _Replica) -> ReplicaStatus:
         health = self.observed.health.get(r.job_id)
@@ -792,6 +904,22 @@ class _Pass:
             reason=reason,
             warnings=r.memo.warnings,
         )
+
+
+def _live_nodes(job: ObservedJob | None) -> tuple[NodeId, ...]:
+    """The nodes where the job has an allocation Nomad wants running and that has not ended
+    (an unreachable node's ``unknown`` or ``lost`` one included: it still stands there)."""
+    if job is None:
+        return ()
+    return tuple(
+        sorted(
+            {
+                a.node_id
+                for a in job.allocs
+                if a.desired_run and (not a.client_status.terminal or a.client_status is AllocStatus.LOST)
+            }
+        )
+    )
 
 
 def _fabric_list(fabrics: Mapping[str, int]) -> str:

@@ -70,6 +70,13 @@ class PlanningSettings:
     # this, it is "lost" and its replicas are rebuilt elsewhere. Operators tune it to their
     # hardware; it should exceed Nomad's own heartbeat grace.
     node_lost_grace: float = 10 * 60.0
+    # A replica that failed while its nodes still looked ready (a rank whose peer's node just
+    # died notices before Nomad does: Nomad marks a node down only after its heartbeat TTL
+    # and ``heartbeat_grace``, 10 s + 10 s by default) was lost with its node, after all, if
+    # Nomad reports one of its nodes down or disconnected within this long: the model's
+    # backoff is taken back and the replica rebuilt at once. Must exceed Nomad's failure
+    # detection; a failure of the model's own still backs off in the meantime.
+    lost_node_window: float = 60.0
 
     # --- draining ------------------------------------------------------------------------------
     # Routers need a moment to see a drain mark (their Consul watch fires within about a

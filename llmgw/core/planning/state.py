@@ -43,6 +43,18 @@ class Backoff:
 
 
 @dataclass(frozen=True, slots=True)
+class SuspectFailure:
+    """The model's last failure, which may yet turn out to be a node's: if Nomad reports one
+    of ``nodes`` (where the failed replicas ran) down or disconnected before ``until``, the
+    backoff goes back to ``backoff_before`` and the replicas are rebuilt at once."""
+
+    nodes: frozenset[NodeId]
+    until: float
+    backoff_before: Backoff | None
+    replicas: tuple[JobId, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementHold:
     """Placing the model did not work; try again at ``retry_at``, or sooner when the cluster's
     capacity moved away from ``capacity_version`` (None: only time helps)."""
@@ -61,6 +73,7 @@ class PlacementHold:
 @dataclass(frozen=True, slots=True)
 class ModelMemo:
     backoff: Backoff | None = None
+    suspect: SuspectFailure | None = None  # the last failure, while it may still be a node's
     hold: PlacementHold | None = None
     healthy_since: float | None = None  # had a healthy replica and no failure since
     scale: ScaleState | None = None
@@ -92,6 +105,10 @@ class ReplicaMemo:
     # Nomad's warnings when this leader registered it (a replica adopted from Nomad has none:
     # they are in no answer a read gives).
     warnings: tuple[str, ...] = ()
+    # Placed without the spread because no candidate away from the model's other replicas
+    # fitted: Nomad's words for why (the status shows them while it shares a node).
+    spread_refused: str = ""
+    placed_here: bool = False  # this leader placed it (not adopted from what Nomad shows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +154,8 @@ def record_outcomes(
                 claim=act.claim,
                 restart_generation=act.restart_generation,
                 warnings=outcome.warnings,
+                spread_refused=outcome.spread_refused or act.unspread,
+                placed_here=True,
             )
             memo = models.get(act.model, ModelMemo())
             models[act.model] = replace(

@@ -67,6 +67,9 @@ class ModelStatus:
     scaling: str  # why the desired count is what it is
     waiting: str | None  # why a wanted replica is not being placed now, in words
     backoff: BackoffStatus | None
+    # Which replicas share a node (one node's loss takes them all) and why, in words; "" when
+    # every replica has nodes of its own.
+    spread: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,7 @@ def to_dict(report: StatusReport) -> dict[str, Any]:
                 "healthy": m.healthy,
                 "scaling": m.scaling,
                 "waiting": m.waiting,
+                "spread": m.spread,
                 "backoff": None
                 if m.backoff is None
                 else {
@@ -203,6 +207,7 @@ def _model(raw: Any) -> ModelStatus:
             last_failure=_str(backoff["last_failure"]),
         ),
         replicas=tuple(_replica(r) for r in _list(raw["replicas"])),
+        spread=_str(raw.get("spread", "")),
     )
 
 

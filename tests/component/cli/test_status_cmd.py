@@ -207,6 +207,26 @@ async def test_nomads_warnings_about_a_replicas_job_are_shown_and_round_trip(
     assert doc["models"][0]["replicas"][1]["warnings"] == []
 
 
+async def test_replicas_sharing_a_node_are_named_with_why_and_round_trip(
+    status: StatusRunner, publisher: StatusPublisher
+) -> None:
+    why = (
+        "r1, r2 share node gpu-1: no node away from the others fitted when r2 was placed "
+        "(profile 0 away from 1 node(s) of the model's other replicas: no node has 4 free GPUs)"
+    )
+    base = report(time.time())
+    published = replace(base, models=(replace(base.models[0], spread=why), *base.models[1:]))
+    await publisher.publish(to_json(published))
+    ran = await status()
+    assert ran.code == 0, ran.err
+    at = ran.lines.index("Replicas of one model sharing a node (that node's loss takes them all):")
+    assert ran.lines[at + 1] == f"  llama-70b: {why}"
+    doc = json.loads((await status("--json")).out)
+    assert doc["models"][0]["spread"] == why and doc["models"][1]["spread"] == ""
+    await publisher.publish(to_json(base))
+    assert "sharing a node" not in (await status()).out
+
+
 async def test_json_is_the_published_document_and_model_filters_it(
     status: StatusRunner, publisher: StatusPublisher
 ) -> None:

@@ -78,3 +78,47 @@ def test_a_rank_that_crashes_on_its_own_still_counts_against_the_model() -> None
     c.crash(job, "rank1")  # every node is fine: the engine itself failed
     sim.run(2)
     assert sim.decisions[-1].status.models[0].backoff is not None
+
+
+def test_a_rank_that_fails_before_nomad_calls_its_peers_node_down_is_rebuilt_at_the_down() -> None:
+    # On the dev stand-ins the surviving rank notices its dead peer at once, about 2 s before
+    # Nomad's heartbeat grace ends: the failure looked like the model's own, and the rebuild
+    # waited out the first backoff (the 2.9 to 5.0 s bench/failover_time.py showed).
+    c = cluster(4)
+    sim = Simulation(catalog(nodes=2), c, settings=SLOW_BACKOFF)
+    sim.run(30)
+    (job,) = c.healthy_jobs("m")
+    dying = node_of(c, job, "rank1")
+    c.crash(job, "rank0")  # every node still looks ready
+    sim.run(2)
+    assert job not in c.jobs  # stopped whole at once: it cannot serve
+    (model,) = sim.decisions[-1].status.models
+    assert model.backoff is not None and model.waiting is not None and "backing off" in model.waiting
+    c.fail_node(dying)
+    lost_at = sim.now
+    sim.run(2)
+    rebuilt = [a for a in sim.actions(PlaceReplica, model="m") if a.at >= lost_at]
+    assert len(rebuilt) == 1 and rebuilt[0].at - lost_at <= 1.0  # the next pass, not 300 s later
+    assert "went down: lost with it, rebuilt without backoff" in rebuilt[0].action.reason
+    assert job in sim.decisions[-2].lost or job in sim.decisions[-1].lost
+    sim.run(30)
+    (model,) = sim.decisions[-1].status.models
+    assert model.backoff is None and model.healthy == 1
+
+
+def test_a_failure_is_the_models_own_when_no_node_of_it_goes_down_within_the_window() -> None:
+    settings = PlanningSettings(
+        backoff_base=300.0, backoff_jitter=0.0, node_lost_grace=120.0, lost_node_window=10.0
+    )
+    c = cluster(4)
+    sim = Simulation(catalog(nodes=2), c, settings=settings)
+    sim.run(30)
+    (job,) = c.healthy_jobs("m")
+    dying = node_of(c, job, "rank1")
+    c.crash(job, "rank0")
+    sim.run(settings.lost_node_window + 2)
+    c.fail_node(dying)  # too late to be the cause
+    sim.run(5)
+    (model,) = sim.decisions[-1].status.models
+    assert model.backoff is not None and model.backoff.failures == 1
+    assert len(sim.actions(PlaceReplica, model="m")) == 1  # still backing off
