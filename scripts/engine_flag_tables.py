@@ -95,7 +95,11 @@ def _correct(engine: str, flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _release(
-    engine: str, source: str, image_tags: Sequence[str], parser: Mapping[str, Any], flags: list[dict[str, Any]]
+    engine: str,
+    source: str,
+    image_tags: Sequence[str],
+    parser: Mapping[str, Any],
+    flags: list[dict[str, Any]],
 ) -> dict[str, Any]:
     return {
         "source": source,
@@ -104,10 +108,18 @@ def _release(
             key: parser[key]
             for key in ("allow_abbrev", "underscores_as_dashes", "equals_form", "dotted_json_keys")
         }
-        | {"max_positionals": parser["max_positionals"]},
+        | {"max_positionals": parser["max_positionals"], "values_are_next_words": _next_word_values(parser)},
         "program": PROGRAMS[engine],
         "flags": _correct(engine, flags),
     }
+
+
+def _next_word_values(parser: Mapping[str, Any]) -> bool:
+    """llama.cpp's table lookup takes the next word as the value, whatever it looks like
+    (common_params_parse_ex: ``if (++i >= argc) throw``); argparse does not."""
+    if "values_are_next_words" in parser:
+        return bool(parser["values_are_next_words"])
+    return str(parser.get("kind", "")).startswith("exact table lookup")
 
 
 def _flags_of_audit(engine: str, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -215,7 +227,9 @@ def _flags_of_argparse(parser: argparse.ArgumentParser, reviewed: Mapping[str, A
             continue
         longs = [o for o in action.option_strings if o.startswith("--")]
         shorts = [o for o in action.option_strings if not o.startswith("--")]
-        negations = [o for o in longs if o.startswith("--no-") and isinstance(action, argparse.BooleanOptionalAction)]
+        negations = [
+            o for o in longs if o.startswith("--no-") and isinstance(action, argparse.BooleanOptionalAction)
+        ]
         names = [o for o in longs if o not in negations] or shorts
         flag = names[0]
         nargs: int | str
@@ -260,10 +274,12 @@ def from_vllm(out: Path, release_name: str, image_tags: Sequence[str]) -> None:
     parser = make_arg_parser(FlexibleArgumentParser())
     parser_facts = {
         "allow_abbrev": parser.allow_abbrev,
-        "underscores_as_dashes": True,  # FlexibleArgumentParser.parse_args rewrites --a_b before the first '.'
+        # FlexibleArgumentParser.parse_args rewrites --a_b before the first '.'
+        "underscores_as_dashes": True,
         "equals_form": True,
         "dotted_json_keys": True,
         "max_positionals": 1,  # model_tag
+        "values_are_next_words": False,
     }
     flags = _flags_of_argparse(parser, _reviewed_risks(out, "vllm"))
     source = f"PyPI wheel vllm=={release_name}, make_arg_parser(FlexibleArgumentParser())"
@@ -284,6 +300,7 @@ def from_sglang(out: Path, release_name: str, image_tags: Sequence[str]) -> None
         "equals_form": True,
         "dotted_json_keys": False,
         "max_positionals": 0,
+        "values_are_next_words": False,
     }
     flags = _flags_of_argparse(parser, _reviewed_risks(out, "sglang"))
     source = f"PyPI sglang=={release_name}, ServerArgs.add_cli_args(argparse.ArgumentParser())"
@@ -392,6 +409,7 @@ def from_llamacpp(out: Path, commit: str, arg_cpp: Path, image_tags: Sequence[st
         "equals_form": False,
         "dotted_json_keys": False,
         "max_positionals": 0,
+        "values_are_next_words": True,
     }
     source = f"llama.cpp commit {commit}, common/arg.cpp"
     _merge_release(out, "llamacpp", commit[:8], _release("llamacpp", source, image_tags, parser_facts, flags))
@@ -404,9 +422,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     shared = commands.add_parser("from-shared", help="rebuild every table from ../shared/engines")
     shared.add_argument("shared_engines", type=Path, nargs="?", default=REPO.parent / "shared" / "engines")
     for engine in ("vllm", "sglang"):
-        sub = commands.add_parser(f"from-{engine}", help=f"add or replace a release from the installed {engine}")
+        sub = commands.add_parser(
+            f"from-{engine}", help=f"add or replace a release from the installed {engine}"
+        )
         sub.add_argument("release")
-        sub.add_argument("--image-tag", action="append", default=[], help="image tag that carries the release")
+        sub.add_argument(
+            "--image-tag", action="append", default=[], help="image tag that carries the release"
+        )
     llama = commands.add_parser("from-llamacpp", help="add or replace a release from common/arg.cpp")
     llama.add_argument("commit")
     llama.add_argument("arg_cpp", type=Path)
@@ -431,7 +453,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if entry["risks"] is None
     ]
     if unreviewed:
-        print("flags to review (set their risks in the table):\n  " + "\n  ".join(unreviewed), file=sys.stderr)
+        print(
+            "flags to review (set their risks in the table):\n  " + "\n  ".join(unreviewed), file=sys.stderr
+        )
 
 
 if __name__ == "__main__":
