@@ -47,17 +47,38 @@ PROGRAMS = {
     "llamacpp": "llama-server",
 }
 
-# engine -> flag -> the risk classes the engine's source supports, and why.
-SOURCE_CORRECTIONS: Mapping[str, Mapping[str, tuple[tuple[str, ...], str]]] = {
+# engine -> flag -> (fields the engine's source gives it, where the source says so).
+SOURCE_CORRECTIONS: Mapping[str, Mapping[str, tuple[Mapping[str, Any], str]]] = {
     "vllm": {
-        # vllm/entrypoints/openai/api_server.py (0.10.2, 0.11.0): the origins only feed
-        # Starlette's CORSMiddleware(allow_origins=...); nothing is bound or connected.
-        "--allowed-origins": ((), "CORS response headers only (CORSMiddleware in api_server.py)"),
-        # vllm/entrypoints/logger.py: RequestLogger writes prompts to the process log, no socket.
-        "--enable-log-requests": (("writes_path",), "RequestLogger logs prompts to the job's log"),
+        "--allowed-origins": (
+            {"risks": []},
+            "vllm/entrypoints/openai/api_server.py (0.10.2, 0.11.0): the origins only feed Starlette's "
+            "CORSMiddleware(allow_origins=...); nothing is bound, connected or read",
+        ),
+        "--enable-log-requests": (
+            {"risks": ["writes_path"]},
+            "vllm/entrypoints/logger.py: RequestLogger writes prompts to the process log; no socket",
+        ),
     },
     "sglang": {},
-    "llamacpp": {},
+    "llamacpp": {
+        "--swa-checkpoints": (
+            {"nargs": 1},
+            'common/arg.cpp:1511 at 4227c9be: {"--swa-checkpoints"}, "N", ... [](common_params &, int value)',
+        ),
+        "--cache-reuse": (
+            {"nargs": 1},
+            'common/arg.cpp:2932 at 4227c9be: {"--cache-reuse"}, "N", ... [](common_params &, int value)',
+        ),
+        "--cache-ram": (
+            {"nargs": 1},
+            'common/arg.cpp:1302 at 49bfddec: {"-cram", "--cache-ram"}, "N", ... (an int)',
+        ),
+        "--adaptive-target": (
+            {"nargs": 1},
+            'common/arg.cpp:1751 at 49bfddec: {"--adaptive-target"}, "N", ... (a float)',
+        ),
+    },
 }
 
 
@@ -90,7 +111,7 @@ def _correct(engine: str, flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
     corrections = SOURCE_CORRECTIONS[engine]
     for entry in flags:
         if entry["flag"] in corrections:
-            entry["risks"] = list(corrections[entry["flag"]][0])
+            entry.update(corrections[entry["flag"]][0])
     return sorted(flags, key=lambda entry: str(entry["flag"]))
 
 
@@ -355,10 +376,34 @@ def _top_level_arguments(text: str) -> list[str]:
     return parts
 
 
+def _without_comments(source: str) -> str:
+    """C++ source with its // and /* */ comments blanked (string literals kept whole)."""
+    out, index = [], 0
+    while index < len(source):
+        if source[index] == '"':
+            end = _STRING.match(source, index).end()  # type: ignore[union-attr]
+            out.append(source[index:end])
+            index = end
+        elif source.startswith("//", index):
+            index = source.find("\n", index)
+            index = len(source) if index < 0 else index
+        elif source.startswith("/*", index):
+            index = source.index("*/", index) + 2
+        elif source[index] == "'":
+            end = source.index("'", index + 2) + 1 if source[index + 1] == "\\" else index + 3
+            out.append(source[index:end])
+            index = end
+        else:
+            out.append(source[index])
+            index += 1
+    return "".join(out)
+
+
 def llamacpp_options(arg_cpp: str) -> list[dict[str, Any]]:
     """Every server option of common/arg.cpp: ``add_opt(common_arg(NAMES, [NEGATIONS],
     [VALUE_HINT, [VALUE_HINT_2]], HELP, HANDLER)[.set_examples(...)][.set_env("...")])``.
     The number of value hints is the option's arity (common_arg's constructors)."""
+    arg_cpp = _without_comments(arg_cpp)
     options = []
     for match in re.finditer(r"add_opt\(common_arg\(", arg_cpp):
         call_end = _balanced(arg_cpp, match.end() - 1)
@@ -370,6 +415,10 @@ def llamacpp_options(arg_cpp: str) -> list[dict[str, Any]]:
         chain = arg_cpp[call_end:chain_end]
         examples = re.search(r"\.set_examples\(\{([^}]*)\}\)", chain)
         if examples and not re.search(r"LLAMA_EXAMPLE_(SERVER|COMMON)\b", examples.group(1)):
+            continue
+        # common_params_parser_init: (in_example(ex) || in_example(COMMON)) && !is_exclude(ex)
+        excludes = re.search(r"\.set_excludes\(\{([^}]*)\}\)", chain)
+        if excludes and re.search(r"LLAMA_EXAMPLE_SERVER\b", excludes.group(1)):
             continue
         env = re.search(r'\.set_env\("([^"]+)"\)', chain)
         longs = [n for n in names if n.startswith("--")]

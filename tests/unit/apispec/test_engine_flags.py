@@ -163,6 +163,14 @@ def test_llama_cpp_takes_the_next_word_as_the_value_and_has_no_equals_form() -> 
     assert "takes one value" in check_argv(llama, ["--ctx-size"])[0].problem
 
 
+def test_where_the_audit_and_llama_cpp_disagree_the_source_wins() -> None:
+    # The audit read these as switches (a multi-line help text); common/arg.cpp gives each an "N".
+    for table in release_tables(Engine.LLAMACPP).values():
+        assert check_argv(table, ["--swa-checkpoints", "3", "--cache-reuse", "256"]) == [], table.release
+    later = release_tables(Engine.LLAMACPP)["49bfddec"]
+    assert check_argv(later, ["--cache-ram", "8192", "--adaptive-target", "0.5"]) == []
+
+
 def test_ray_start_table_has_the_flags_and_their_arity() -> None:
     ray = ray_start_table()
     assert check_argv(ray, ["--block", "--address", "10.0.0.1:6379", "--num-gpus", "8"]) == []

@@ -132,6 +132,8 @@ def test_value_rules_are_for_flags_the_pinned_releases_have(
         (Engine.VLLM, "NCCL_IB_ADDR_RANGE"),
         (Engine.LLAMACPP, "LLAMA_ARG_SWA_CHECKPOINTS"),
         (Engine.LLAMACPP, "LLAMA_ARG_KV_SPLIT"),
+        (Engine.LLAMACPP, "LLAMA_ARG_GRP_ATTN_N"),  # llama-server does not even read these two
+        (Engine.LLAMACPP, "LLAMA_ARG_GRP_ATTN_W"),
     ],
 )
 def test_tuning_variables_the_audit_found_refused_are_allowed(
