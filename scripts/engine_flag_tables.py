@@ -237,12 +237,18 @@ def _reviewed_risks(out: Path, engine: str) -> dict[str, list[str] | None]:
     reviewed: dict[str, list[str] | None] = {}
     for release in json.loads(path.read_text(encoding="utf-8"))["releases"].values():
         for entry in release["flags"]:
-            reviewed.setdefault(entry["flag"], entry["risks"])
+            # By every spelling: a release may list the same option under another first name.
+            for name in (entry["flag"], *entry["aliases"]):
+                reviewed.setdefault(name, entry["risks"])
     return reviewed
 
 
 def _flags_of_argparse(parser: argparse.ArgumentParser, reviewed: Mapping[str, Any]) -> list[dict[str, Any]]:
     flags = []
+
+    def review_of(names: Sequence[str]) -> list[str] | None:
+        return next((reviewed[name] for name in names if reviewed.get(name) is not None), None)
+
     for action in parser._actions:
         if not action.option_strings:
             continue
@@ -263,7 +269,7 @@ def _flags_of_argparse(parser: argparse.ArgumentParser, reviewed: Mapping[str, A
         if isinstance(action, _NO_VALUE_ACTIONS):
             nargs = 0
         aliases = [o for o in action.option_strings if o != flag and o not in negations]
-        flags.append(_flag(flag, aliases, negations, nargs, reviewed.get(flag)))
+        flags.append(_flag(flag, aliases, negations, nargs, review_of([flag, *aliases])))
     return flags
 
 
@@ -444,7 +450,10 @@ def from_llamacpp(out: Path, commit: str, arg_cpp: Path, image_tags: Sequence[st
             option["aliases"],
             option["negations"],
             option["nargs"],
-            reviewed.get(option["flag"]),
+            next(
+                (reviewed[n] for n in (option["flag"], *option["aliases"]) if reviewed.get(n) is not None),
+                None,
+            ),
             option["env"],
         )
         if option["env"] and option["negations"]:

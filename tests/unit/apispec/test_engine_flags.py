@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -42,11 +43,38 @@ def test_vendored_tables_are_what_the_script_writes_from_shared() -> None:
         )
     script = _script()
     for engine, document in script.tables_from_shared(SHARED_ENGINES).items():
-        vendored = (TABLES / f"{engine}-flags.json").read_text(encoding="utf-8")
-        assert vendored == script.render(document), (
-            f"llmgw/apispec/engines/{engine}-flags.json drifted: "
-            "run scripts/engine_flag_tables.py from-shared"
-        )
+        text = (TABLES / f"{engine}-flags.json").read_text(encoding="utf-8")
+        vendored = json.loads(text)
+        assert text == script.render(vendored), f"{engine}-flags.json is not in the script's layout"
+        # Every release the audit holds, as the script writes it (a release added from its
+        # own source with from-vllm, from-sglang or from-llamacpp may be newer than the audit).
+        for release, table in document["releases"].items():
+            assert vendored["releases"].get(release) == table, (
+                f"llmgw/apispec/engines/{engine}-flags.json {release} drifted: "
+                "run scripts/engine_flag_tables.py from-shared"
+            )
+        for key in ("image_tag_brackets", "ray_start"):
+            assert vendored.get(key) == document.get(key), f"{engine} {key} drifted"
+
+
+def test_the_script_rereads_a_release_from_its_source_without_losing_reviews(tmp_path: Path) -> None:
+    # from-llamacpp over the vendored table: the same options, their reviews carried by name.
+    script = _script()
+    arg_cpp = tmp_path / "arg.cpp"
+    arg_cpp.write_text(
+        'add_opt(common_arg({"-c", "--ctx-size"}, "N", "context", [](common_params & p, int v) {})'
+        '.set_env("LLAMA_ARG_CTX_SIZE"));\n'
+        'add_opt(common_arg({"--rpc"}, "SERVERS", "offload", [](common_params & p, std::string v) {}));\n'
+        'add_opt(common_arg({"--brand-new"}, "new", [](common_params & p) {}));\n'
+    )
+    out = tmp_path / "tables"
+    out.mkdir()
+    (out / "llamacpp-flags.json").write_text((TABLES / "llamacpp-flags.json").read_text())
+    script.from_llamacpp(out, "abcdef1234567890", arg_cpp, ["server-cuda-b9999"])
+    written = json.loads((out / "llamacpp-flags.json").read_text())["releases"]["abcdef12"]
+    risks = {entry["flag"]: entry["risks"] for entry in written["flags"]}
+    assert risks == {"--ctx-size": [], "--rpc": ["loads_code", "network"], "--brand-new": None}
+    assert written["image_tags"] == ["server-cuda-b9999"]
 
 
 def test_the_script_reads_llama_cpp_options_the_way_common_arg_cpp_declares_them() -> None:
