@@ -216,3 +216,28 @@ def test_whatever_argparse_reads_as_a_refused_option_is_refused(
             tried += 1
             assert check_args(shipped_policy, engine, [candidate]), (candidate, landed)
     assert tried > len(refused)
+
+
+@pytest.mark.parametrize("engine", [Engine.VLLM, Engine.SGLANG])
+def test_whatever_argparse_reads_as_a_value_ruled_option_gets_its_value_checked(
+    shipped_policy: SecurityPolicy, engine: Engine
+) -> None:
+    """A flag allowed only with reviewed values, spelt any way argparse reads it, with a
+    path for a value: refused whenever the parser lands on that flag."""
+    section = shipped_policy.args[engine]
+    parser = _parser_like(shipped_policy, engine)
+    for option in set(section.values) - set(parser._option_string_actions):
+        parser.add_argument(option, dest=option, nargs="?", default=None, const="")
+    tried = 0
+    for option in section.values:
+        for end in range(2, len(option) + 1):
+            for words in ([option[:end], "/etc/passwd"], [option[:end] + "=/etc/passwd"]):
+                try:
+                    with contextlib.redirect_stderr(io.StringIO()):
+                        parsed = vars(parser.parse_args(words))
+                except (SystemExit, argparse.ArgumentError):
+                    continue
+                if parsed.get(option) == "/etc/passwd":
+                    tried += 1
+                    assert check_args(shipped_policy, engine, words), (words, option)
+    assert tried > len(section.values)

@@ -1,11 +1,12 @@
 """Every argv llmgw renders, parsed as the engine release its image pins would parse it.
 
 Each job is rendered through the real templates (every engine, one node and two, every
-role, the default images and the example catalog's pins), parsed as Nomad would, and
-every engine program found in a task's command (``vllm serve``, ``ray start``,
-``python3 -m sglang.launch_server``, ``llama-server``, also inside an ``sh -c`` script)
-is checked against the vendored table of that release: an unknown flag, a missing or
-extra value fails. Whatever a template or an engine module adds is picked up here.
+role, a Hub or URL source and a mirror: one, the default images and the example
+catalog's pins) and parsed as Nomad would; every engine program found in a task's
+command (``vllm serve``, ``ray start``, ``python3 -m sglang.launch_server``,
+``llama-server``, also inside an ``sh -c`` script) is checked against the vendored
+table of that release: an unknown flag, a missing or extra value fails. Whatever a
+template or an engine module adds is picked up here.
 """
 
 from __future__ import annotations
@@ -90,25 +91,34 @@ def invocations(job: dict[str, Any], engine: Engine, image: str) -> list[Invocat
     return found
 
 
-def _profile_lines(engine: Engine, nodes: int, image: str, role: Role, args: Sequence[str] = ()) -> str:
+def _profile_lines(
+    engine: Engine, nodes: int, image: str, role: Role, args: Sequence[str] = (), *, mirrored: bool = False
+) -> str:
     profile: dict[str, Any] = {"engine": engine.value, "image": image, "args": list(args)}
     if engine is Engine.LLAMACPP:
         profile["source"] = "https://huggingface.co/org/m-GGUF/resolve/main/m-q4_k_m.gguf"
     else:
         profile |= {"source": "org/m", "tp": 8, "nodes": nodes}
+    if mirrored:
+        profile["source"] = "mirror:m@v1"
     return yaml.safe_dump({"models": {"m": {"roles": [role.value], "profiles": [profile]}}})
 
 
-def _cases() -> Iterator[tuple[Engine, int, str, Role]]:
+def _cases() -> Iterator[tuple[Engine, int, str, Role, bool]]:
     for engine in PROGRAMS:
         for image in (DEFAULT_IMAGES[engine], *EXTRA_IMAGES.get(engine, ())):
             for nodes in (1, 2) if engine in ENGINES_SPANNING_NODES else (1,):
                 for role in Role:
-                    yield engine, nodes, image, role
+                    for mirrored in (False, True):
+                        yield engine, nodes, image, role, mirrored
+
+
+# Where llmgw's mirror serves model files: a mirror: source fetches from it before the engine starts.
+MIRROR = RenderSettings(mirror_url="http://mirror.example:8900")
 
 
 def _render(policy: SecurityPolicy, catalog: Catalog, model: str, profile: int) -> dict[str, Any]:
-    renderer = Renderer(RenderSettings(), policy)
+    renderer = Renderer(MIRROR, policy)
     nodes = catalog.models[model].profiles[profile].node_count
     request = ReplicaRequest(model, profile, "0", "fabric-a" if nodes > 1 else None)
     return renderer.check(renderer.render(catalog, request, catalog_hash="h"), model=model)
@@ -121,14 +131,15 @@ def assert_known_to_the_engine(found: list[Invocation]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("engine", "nodes", "image", "role"),
+    ("engine", "nodes", "image", "role", "mirrored"),
     list(_cases()),
-    ids=[f"{e}-{n}node-{i.rsplit(':', 1)[-1]}-{r}" for e, n, i, r in _cases()],
+    ids=[f"{e}-{n}node-{i.rsplit(':', 1)[-1]}-{r}{'-mirror' * m}" for e, n, i, r, m in _cases()],
 )
 def test_every_rendered_engine_argv_is_known_to_the_pinned_release(
-    shipped_policy: SecurityPolicy, engine: Engine, nodes: int, image: str, role: Role
+    shipped_policy: SecurityPolicy, engine: Engine, nodes: int, image: str, role: Role, mirrored: bool
 ) -> None:
-    loaded = load_catalog(_profile_lines(engine, nodes, image, role), filename="c", policy=shipped_policy)
+    text = _profile_lines(engine, nodes, image, role, mirrored=mirrored)
+    loaded = load_catalog(text, filename="c", policy=shipped_policy)
     assert loaded.catalog is not None, loaded.diagnostics
     job = _render(shipped_policy, loaded.catalog, "m", 0)
     found = invocations(job, engine, image)
