@@ -8,6 +8,9 @@ refusals only advise flags the pinned releases have.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import re
 from collections.abc import Iterator
 
@@ -147,3 +150,49 @@ def test_an_address_variable_outside_the_reviewed_exceptions_is_still_refused(
 ) -> None:
     assert check_env(shipped_policy, Engine.VLLM, {"NCCL_RAS_ADDR": "10.0.0.1:28028"})
     assert check_env(shipped_policy, Engine.VLLM, {"NCCL_IB_ADDR_FAMILY_X": "1"})
+
+
+def _release_parser(table: ProgramTable) -> argparse.ArgumentParser:
+    """An argparse parser with every option string of the release, each its own dest."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=True, exit_on_error=False)
+    for spec in table.flags:
+        for name in (*spec.names, *spec.negations):
+            parser.add_argument(name, dest=name, nargs="?", default=None, const="")
+    return parser
+
+
+ARGPARSE_RELEASES = [(e, r) for e in (Engine.VLLM, Engine.SGLANG) for r in release_tables(e)]
+
+
+@pytest.mark.parametrize(
+    ("engine", "release"), ARGPARSE_RELEASES, ids=[f"{e}-{r}" for e, r in ARGPARSE_RELEASES]
+)
+def test_every_abbreviation_the_release_reads_as_a_refused_flag_is_refused(
+    shipped_policy: SecurityPolicy, engine: Engine, release: str
+) -> None:
+    """Prefixes of the release's refused options, fed to a parser with all of the release's
+    options (so ambiguity is what the engine would see): whatever lands on a refused one is
+    refused. An exact option the policy trusts must be a real option of the release, or at
+    least abbreviate nothing refused there."""
+    table = release_tables(engine)[release]
+    section = shipped_policy.args[engine]
+    refused = {name for name in table.by_name if check_args(shipped_policy, engine, [name, "/etc/passwd"])}
+    parser = _release_parser(table)
+    tried = 0
+    for option in sorted(refused):
+        for end in range(2, len(option)):
+            words = [option[:end]]
+            try:
+                with contextlib.redirect_stderr(io.StringIO()):
+                    parsed = vars(parser.parse_args(words))
+            except (SystemExit, argparse.ArgumentError):
+                continue  # ambiguous or unknown: the engine would refuse to start
+            landed = {dest for dest, value in parsed.items() if value is not None}
+            if landed & refused:
+                tried += 1
+                assert check_args(shipped_policy, engine, [*words, "/etc/passwd"]), (words, landed)
+    assert tried > 0
+    for option in section.exact_options:
+        if table.lookup(option) is None:
+            abbreviated = [name for name in refused if name.startswith(option)]
+            assert not abbreviated, f"{option} is trusted as exact, but {release} reads it as {abbreviated}"
