@@ -10,7 +10,8 @@ Env is an allowlist of tuning families minus names that carry a path, plugin,
 library, address or credential: a name nobody has reviewed is refused. Flags are
 a denylist per engine (what reads, writes or loads code or files, and what llmgw
 sets itself); where the engine's parser accepts abbreviations, a prefix of a
-refused flag is refused too.
+refused flag is refused too. A few flags whose risk is in their value (a built-in
+template name or a file path) are allowed only with the values their rule admits.
 """
 
 from __future__ import annotations
@@ -245,6 +246,8 @@ def _refusal_of_value(policy: EngineArgsPolicy, arg: str, following: str | None)
         ]
         if not ruled and dashes == "-" and len(flag) > 2 and flag[:2] in policy.values and attached is None:
             ruled, attached = [flag[:2]], flag[2:]  # -Xvalue is -X value
+    if following is not None and following.startswith("-") and not _NEGATIVE_NUMBER.match(following):
+        following = None  # argparse does not take a flag as the value (the engine refuses to start)
     for name in ruled:
         value = attached if attached is not None else following
         rule = policy.values[name]
