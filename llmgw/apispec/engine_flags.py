@@ -122,6 +122,7 @@ _FILES: Mapping[Engine, str] = {
 }
 
 
+@cache
 def _raw(engine: Engine) -> Mapping[str, Any]:
     text = resources.files("llmgw.apispec").joinpath("engines", _FILES[engine]).read_text(encoding="utf-8")
     data = json.loads(text)
