@@ -6,11 +6,13 @@ catalog's pins) and parsed as Nomad would; every engine program found in a task'
 command (``vllm serve``, ``ray start``, ``python3 -m sglang.launch_server``,
 ``llama-server``, also inside an ``sh -c`` script) is checked against the vendored
 table of that release: an unknown flag, a missing or extra value fails. Whatever a
-template or an engine module adds is picked up here.
+template or an engine module adds is picked up here. And what policies/README.md says
+llmgw sets in the engines' environment is there.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -181,3 +183,35 @@ def test_the_check_catches_a_flag_the_pinned_release_does_not_know(shipped_polic
     found = invocations(_render(shipped_policy, catalog, "m", 0), Engine.VLLM, DEFAULT_IMAGES[Engine.VLLM])
     with pytest.raises(AssertionError, match="--kv-cache-dtype takes one value"):
         assert_known_to_the_engine(found)
+
+
+def _names_the_policy_readme_says_llmgw_sets() -> set[str]:
+    text = (REPO / "policies" / "README.md").read_text(encoding="utf-8")
+    names: set[str] = set()
+    for bullet in re.split(r"\n(?=- )", text):
+        said, found, _ = " ".join(bullet.split()).partition("because llmgw sets")
+        if found:
+            names |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`", said))
+    return names
+
+
+def test_what_the_policy_readme_says_llmgw_sets_it_sets(shipped_policy: SecurityPolicy) -> None:
+    said = _names_the_policy_readme_says_llmgw_sets()
+    assert said, "policies/README.md no longer says which variables llmgw sets"
+    for name in sorted(said):
+        engines = [e for e in PROGRAMS if name.startswith(f"{e.value.upper()}_")] or list(PROGRAMS)
+        for engine in engines:
+            text = _profile_lines(engine, 1, DEFAULT_IMAGES[engine], Role.CHAT)
+            catalog = load_catalog(text, filename="c", policy=shipped_policy).catalog
+            assert catalog is not None
+            job = _render(shipped_policy, catalog, "m", 0)
+            env = {
+                k
+                for g in job["TaskGroups"]
+                for t in g["Tasks"]
+                if t["Name"] == "engine"
+                for k in t["Env"] or {}
+            }
+            assert name in env, (
+                f"policies/README.md says llmgw sets {name}, but the {engine} engine has no such env"
+            )
