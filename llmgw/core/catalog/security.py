@@ -10,7 +10,8 @@ Env is an allowlist of tuning families minus names that carry a path, plugin,
 library, address or credential: a name nobody has reviewed is refused. Flags are
 a denylist per engine (what reads, writes or loads code or files, and what llmgw
 sets itself); where the engine's parser accepts abbreviations, a prefix of a
-refused flag is refused too.
+refused flag is refused too. A few flags whose risk is in their value (a built-in
+template name or a file path) are allowed only with the values their rule admits.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from llmgw.core.catalog.model import Engine
 
@@ -49,9 +50,25 @@ class _PolicyModel(BaseModel):
 class EnvPolicy(_PolicyModel):
     allow_prefixes: tuple[StrictStr, ...] = ()
     allow_names: tuple[StrictStr, ...] = ()
+    # Names a deny pattern would catch, reviewed one by one and allowed (deny_names still win):
+    # NCCL_IB_ADDR_FAMILY matches *_ADDR* but only picks the node's own RoCE GID family.
+    allow_despite_patterns: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     deny_patterns: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     deny_names: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     llamacpp_arg_env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+
+class ValueRule(_PolicyModel):
+    """A flag allowed only with reviewed values: one of ``allowed``, or a full match of ``pattern``."""
+
+    allowed: tuple[StrictStr, ...] = ()
+    pattern: StrictStr | None = None
+    reason: StrictStr
+
+    def admits(self, value: str) -> bool:
+        return value in self.allowed or (
+            self.pattern is not None and re.fullmatch(self.pattern, value) is not None
+        )
 
 
 class EngineArgsPolicy(_PolicyModel):
@@ -67,6 +84,16 @@ class EngineArgsPolicy(_PolicyModel):
     exact_options: tuple[StrictStr, ...] = ()
     deny: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     owned: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    # Flags whose risk depends on the value (a built-in name or a path): refused unless the
+    # value is one the rule admits.
+    values: dict[StrictStr, ValueRule] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _value_rules_are_not_also_refused(self) -> EngineArgsPolicy:
+        both = sorted(set(self.values) & (set(self.deny) | set(self.owned)))
+        if both:
+            raise ValueError(f"{both} are refused outright and have value rules: keep one")
+        return self
 
 
 class SecurityPolicy(_PolicyModel):
@@ -102,6 +129,8 @@ def check_args(policy: SecurityPolicy, engine: Engine, args: Sequence[str]) -> l
     violations: list[Violation] = []
     for index, arg in enumerate(args):
         reason = _refusal_of_arg(engine_policy, arg)
+        if reason is None:
+            reason = _refusal_of_value(engine_policy, arg, args[index + 1] if index + 1 < len(args) else None)
         if reason is not None:
             violations.append(Violation(arg if len(arg) <= 80 else arg[:77] + "...", reason, index))
     return violations
@@ -138,6 +167,8 @@ def _refusal_of_env(policy: SecurityPolicy, engine: Engine, name: str) -> str | 
     upper = name.upper()
     if upper in env.deny_names:
         return env.deny_names[upper]
+    if upper in env.allow_despite_patterns:
+        return None
     # llama.cpp's argument variables are judged as the flag they stand for, before
     # the name patterns (LLAMA_ARG_NO_HOST is a flag, not a host).
     if name in env.llamacpp_arg_env:
@@ -193,6 +224,36 @@ def _refusal_of_arg(policy: EngineArgsPolicy, arg: str) -> str | None:
         short = _refusal_of_exact_flag(policy, flag[:2])
         if short is not None:
             return f"the engine's parser reads it as {flag[:2]} with a value: {short}"
+    return None
+
+
+def _refusal_of_value(policy: EngineArgsPolicy, arg: str, following: str | None) -> str | None:
+    """A flag with a value rule, given a value the rule does not admit (``--flag=v`` or
+    ``--flag v``, also as an abbreviation or a short flag with its value attached)."""
+    if not policy.values or not arg.startswith("-") or _NEGATIVE_NUMBER.match(arg):
+        return None
+    flag = _normalised_flag(policy, arg)
+    attached = arg.split("=", 1)[1] if "=" in arg else None
+    ruled = [flag] if flag in policy.values else []
+    if not ruled and policy.argparse_abbreviations and flag not in policy.exact_options:
+        dashes = "--" if flag.startswith("--") else "-"
+        ruled = [
+            name
+            for name in policy.values
+            if name.startswith(flag)
+            and (name.startswith("--") == (dashes == "--"))
+            and len(flag) > len(dashes)
+        ]
+        if not ruled and dashes == "-" and len(flag) > 2 and flag[:2] in policy.values and attached is None:
+            ruled, attached = [flag[:2]], flag[2:]  # -Xvalue is -X value
+    if following is not None and following.startswith("-") and not _NEGATIVE_NUMBER.match(following):
+        following = None  # argparse does not take a flag as the value (the engine refuses to start)
+    for name in ruled:
+        value = attached if attached is not None else following
+        rule = policy.values[name]
+        if value is not None and not rule.admits(value):
+            shown = value if len(value) <= 40 else value[:37] + "..."
+            return f"{name} may not be {shown!r}: {rule.reason}"
     return None
 
 

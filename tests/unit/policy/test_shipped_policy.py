@@ -42,6 +42,26 @@ REFUSED_ARGS = [
     (Engine.LLAMACPP, ["--rpc", "10.0.0.1:50052"]),
     (Engine.LLAMACPP, ["-m", "/etc/passwd"]),
     (Engine.LLAMACPP, ["--path", "/"]),
+    # found against the pinned engines' parsers (issue 16)
+    (Engine.SGLANG, ["--oltp-traces-endpoint", "10.0.0.1:4317"]),  # SGLang 0.5.3's real spelling
+    (Engine.SGLANG, ["--enable-trace"]),  # exports to localhost:4317 by default
+    (Engine.SGLANG, ["--ds-channel-config-path", "/etc/x.json"]),
+    (Engine.SGLANG, ["--debug-tensor-dump-inject", "1"]),
+    (Engine.SGLANG, ["--chat-template", "/etc/passwd"]),
+    (Engine.SGLANG, ["--chat-template=./t.jinja"]),
+    (Engine.SGLANG, ["--chat-temp", "/tmp/t.json"]),  # an abbreviation, as argparse reads it
+    (Engine.SGLANG, ["--completion-template", "/tmp/c.json"]),
+    (Engine.LLAMACPP, ["--embd-bge-small-en-default"]),  # sets a Hub repo: downloads another model
+    (Engine.LLAMACPP, ["--embd-e5-small-en-default"]),
+    (Engine.LLAMACPP, ["--embd-gte-small-default"]),
+    (Engine.VLLM, ["--api-server-count", "0"]),  # the same as --headless
+    (Engine.VLLM, ["-asc", "0"]),
+    (Engine.VLLM, ["--api-server-count=0"]),
+    (Engine.VLLM, ["-asc=0"]),
+    (Engine.VLLM, ["--api_server_count", "00"]),
+    (Engine.VLLM, ["--api-server", "0"]),
+    (Engine.VLLM, ["--generation-config", "/etc"]),
+    (Engine.VLLM, ["--generation-config=/root/x"]),
     # what llmgw sets itself
     (Engine.VLLM, ["--port", "1"]),
     (Engine.VLLM, ["--host=0.0.0.0"]),
@@ -62,6 +82,14 @@ ALLOWED_ARGS = [
     (Engine.SGLANG, ["--quantization", "fp8"]),
     (Engine.SGLANG, ["--mem-fraction-static", "0.85"]),
     (Engine.LLAMACPP, ["--ctx-size", "8192", "--n-gpu-layers", "999"]),
+    # values that read no file and open nothing (issue 16)
+    (Engine.VLLM, ["--generation-config", "vllm"]),
+    (Engine.VLLM, ["--generation-config=auto"]),
+    (Engine.VLLM, ["--api-server-count", "2"]),
+    (Engine.VLLM, ["-asc", "4"]),
+    (Engine.SGLANG, ["--chat-template", "chatml"]),  # a built-in template name
+    (Engine.SGLANG, ["--chat-template=llama-2"]),
+    (Engine.SGLANG, ["--completion-template", "qwen_coder"]),
     (Engine.SIM, ["--crash-after", "3"]),
 ]
 
@@ -103,6 +131,8 @@ ALLOWED_ENV = [
     "NCCL_DEBUG",
     "NCCL_IB_DISABLE",
     "NCCL_SOCKET_IFNAME",
+    "NCCL_IB_ADDR_FAMILY",
+    "NCCL_IB_ADDR_RANGE",
     "VLLM_ATTENTION_BACKEND",
     "OMP_NUM_THREADS",
     "PYTORCH_CUDA_ALLOC_CONF",
@@ -186,3 +216,28 @@ def test_whatever_argparse_reads_as_a_refused_option_is_refused(
             tried += 1
             assert check_args(shipped_policy, engine, [candidate]), (candidate, landed)
     assert tried > len(refused)
+
+
+@pytest.mark.parametrize("engine", [Engine.VLLM, Engine.SGLANG])
+def test_whatever_argparse_reads_as_a_value_ruled_option_gets_its_value_checked(
+    shipped_policy: SecurityPolicy, engine: Engine
+) -> None:
+    """A flag allowed only with reviewed values, spelt any way argparse reads it, with a
+    path for a value: refused whenever the parser lands on that flag."""
+    section = shipped_policy.args[engine]
+    parser = _parser_like(shipped_policy, engine)
+    for option in set(section.values) - set(parser._option_string_actions):
+        parser.add_argument(option, dest=option, nargs="?", default=None, const="")
+    tried = 0
+    for option in section.values:
+        for end in range(2, len(option) + 1):
+            for words in ([option[:end], "/etc/passwd"], [option[:end] + "=/etc/passwd"]):
+                try:
+                    with contextlib.redirect_stderr(io.StringIO()):
+                        parsed = vars(parser.parse_args(words))
+                except (SystemExit, argparse.ArgumentError):
+                    continue
+                if parsed.get(option) == "/etc/passwd":
+                    tried += 1
+                    assert check_args(shipped_policy, engine, words), (words, option)
+    assert tried > len(section.values)
