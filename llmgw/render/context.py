@@ -27,6 +27,8 @@ HEAD_FILE = "llmgw-head"
 RANKS_FILE = "llmgw-ranks"
 GGUF_DESTINATION = "local/model.gguf"
 GGUF_IN_CONTAINER = "/local/model.gguf"
+# The Nomad Variable item an operator stores the Hugging Face token under.
+HF_TOKEN_ITEM = "HF_TOKEN"  # noqa: S105 - the name of an item, not a token
 
 
 class RenderError(Exception):
@@ -289,7 +291,30 @@ def _group(
         "ranks_template": None,
         "fetch": fetch,
         "artifact": artifact,
+        "secret_templates": _secret_templates(settings),
     }
+
+
+def _secret_templates(settings: RenderSettings) -> list[dict[str, str]]:
+    """Secrets Nomad renders into the engine's environment from Variables: never in the job's text.
+
+    Each is a ``template`` with ``env = true`` under ``secrets/`` (the task's directory
+    Nomad keeps out of the allocation's shared directory and of ``nomad alloc fs``'s
+    reach for other tasks), read through the task's workload identity; a variable that
+    does not exist keeps the task pending until it is written.
+    """
+    templates: list[dict[str, str]] = []
+    if settings.hf_token_variable is not None:
+        templates.append(
+            {
+                "destination": "secrets/hf-token.env",
+                "data": (
+                    f'{{{{ with nomadVar "{settings.hf_token_variable}" }}}}'
+                    f"{HF_TOKEN_ITEM}={{{{ .{HF_TOKEN_ITEM} }}}}{{{{ end }}}}\n"
+                ),
+            }
+        )
+    return templates
 
 
 def _wait(

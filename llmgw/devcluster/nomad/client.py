@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ from llmgw.devcluster.nomad.consul_http import ConsulAgent, ConsulError, Registr
 from llmgw.devcluster.nomad.processes import ProcessTable, signal_number
 from llmgw.devcluster.nomad.state import AllocRecord, Store, TaskStateRecord, now_ns
 from llmgw.devcluster.nomad.taskenv import TaskEnv, build_env
+from llmgw.devcluster.nomad.variables import Variables, Workload
 
 JSON = dict[str, Any]
 NS = 1_000_000_000
@@ -44,6 +46,7 @@ class ClientHost(Protocol):
     store: Store
     procs: ProcessTable
     config: StandInConfig
+    variables: Variables
 
     def consul_for(self, node_id: str) -> ConsulAgent | None: ...
     def alloc_root(self, alloc_id: str) -> Path: ...
@@ -123,8 +126,13 @@ def parse_env_file(text: str) -> dict[str, str]:
 class _ConsulData:
     """The DataSource templates render against: fetched Consul answers plus the task env."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        variable: Callable[[str, str | None], dict[str, str] | None] | None = None,
+    ) -> None:
         self.env_vars = env
+        self._variable = variable
         self.services: dict[tmpl.ServiceQuery, list[JSON]] = {}
         self.keys: dict[str, tuple[bool, str]] = {}
         self.indexes: dict[tmpl.Dependency, int] = {}
@@ -137,6 +145,11 @@ class _ConsulData:
 
     def env(self, name: str) -> str:
         return self.env_vars.get(name, os.environ.get(name, ""))
+
+    def variable(self, path: str, namespace: str | None) -> dict[str, str] | None:
+        if self._variable is None:
+            raise tmpl.VariableDenied(f"nomadVar {path!r}: this task has no workload identity")
+        return self._variable(path, namespace)
 
 
 async def fetch_dependency(
@@ -254,9 +267,25 @@ class TaskRunner:
         agent = self.ar.host.consul_for(self.ar.alloc.node_id)
         changed = False
         for template in self.templates:
-            for _ in range(20):
+            attempts = 0
+            while attempts < 20:
+                attempts += 1
                 try:
                     result = tmpl.render(template.nodes, self.data)
+                except tmpl.VariableMissing as missing:
+                    # consul-template blocks until the variable exists; the task stays pending
+                    # and Nomad's template hook reports what it waits for.
+                    if not block:
+                        break
+                    self._report_missing(missing)
+                    attempts = 0
+                    try:
+                        await asyncio.wait_for(
+                            self.kill_requested.wait(), self.ar.host.config.template_retry_s
+                        )
+                        return changed
+                    except TimeoutError:
+                        continue
                 except tmpl.NotReady:
                     if not block:
                         break
@@ -285,6 +314,27 @@ class TaskRunner:
                 break
         return changed
 
+    def _report_missing(self, missing: tmpl.VariableMissing) -> None:
+        message = f"Missing: {missing}"[:-1] + f".{self.ar.host.store.region})"
+        if not self.state.events or self.state.events[-1].get("DisplayMessage") != message:
+            self.event("Template", message)
+            self.ar.report()
+
+    def _read_variable(self, path: str, namespace: str | None) -> dict[str, str] | None:
+        """A variable as this task's workload identity reads it (Nomad's implicit and attached policies)."""
+        job_namespace = str(self.ar.alloc.job.get("Namespace") or "default")
+        job_id = str(self.ar.alloc.job.get("ID") or "")
+        who = Workload(job_namespace, job_id, self.ar.alloc.task_group, self.name)
+        wanted = namespace or job_namespace
+        variables = self.ar.host.variables
+        if wanted != job_namespace or not variables.workload_may_read(who, path.strip("/")):
+            raise tmpl.VariableDenied(
+                f"nomad.var.block({path}@{wanted}.{self.ar.host.store.region}): "
+                "Unexpected response code: 403 (Permission denied)"
+            )
+        found = variables.get(wanted, path)
+        return None if found is None else dict(found.items)
+
     def _template_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
         for template in self.templates:
@@ -309,7 +359,7 @@ class TaskRunner:
         try:
             env = self._build_env()
             self._prepare_templates(env)
-            self.data = _ConsulData(dict(env.env))
+            self.data = _ConsulData(dict(env.env), self._read_variable)
             await self._render_all(block=True)
         except (tmpl.TemplateError, OSError, ConsulError) as exc:
             message = f"Template failed: {exc}"
