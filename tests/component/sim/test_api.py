@@ -280,3 +280,32 @@ async def test_long_prompts_beyond_a_mebibyte_are_read(
     prompt = "word " * 300_000  # 1.5 MB of JSON
     reply = await client.completions.create(model=TEST_MODEL, prompt=prompt, max_tokens=1)
     assert reply.usage is not None and reply.usage.prompt_tokens == 300_000
+
+
+async def test_api_key_guards_v1_as_vllm_does_and_leaves_health_and_metrics_open(
+    start_server: StartServer, http: aiohttp.ClientSession
+) -> None:
+    """vLLM's AuthenticationMiddleware: /v1/* needs the Bearer key, 401 {"error": "Unauthorized"}."""
+    from dataclasses import replace
+
+    server = await start_server(replace(fast_settings(), api_key="k-123"))
+    body = {"model": TEST_MODEL, "prompt": "x", "max_tokens": 1}
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "Basic k-123"},
+        {"Authorization": "k-123"},
+    ):
+        async with http.post(server.make_url("/v1/completions"), json=body, headers=headers) as response:
+            assert response.status == 401, headers
+            assert await response.json() == {"error": "Unauthorized"}
+        async with http.get(server.make_url("/v1/models"), headers=headers) as response:
+            assert response.status == 401
+    async with http.post(
+        server.make_url("/v1/completions"), json=body, headers={"Authorization": "Bearer k-123"}
+    ) as response:
+        assert response.status == 200
+    # What vLLM leaves open: /health (the Consul check needs no key) and /metrics.
+    for path in ("/health", "/metrics"):
+        async with http.get(server.make_url(path)) as response:
+            assert response.status in (200, 503), path
