@@ -31,6 +31,7 @@ from enum import StrEnum
 
 from aiohttp import web
 
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.records import Endpoint
 from llmgw.core.routing import Failure
 from llmgw.gateway.settings import RouterSettings
@@ -72,8 +73,9 @@ class UpstreamBroken(Exception):
 
 
 class Upstream:
-    def __init__(self, settings: RouterSettings) -> None:
+    def __init__(self, settings: RouterSettings, engine_keys: EngineKeys | None = None) -> None:
         self._settings = settings
+        self._engine_keys = engine_keys
         self._session: EnginePool | None = None
 
     async def start(self) -> None:
@@ -101,7 +103,12 @@ class Upstream:
         """POST ``body`` and return once the response head arrived (any status);
         ``on_head`` as ``EnginePool.post``'s."""
         assert self._session is not None, "Upstream.start() was not awaited"
-        headers = (("Content-Type", _JSON), ("x-request-id", request_id))
+        headers: tuple[tuple[str, str], ...] = (("Content-Type", _JSON), ("x-request-id", request_id))
+        if self._engine_keys is not None:
+            # The replica's own key (its job id is the endpoint's replica): an engine port
+            # reached any other way answers 401.
+            key = self._engine_keys.for_replica(endpoint.replica)
+            headers = (*headers, ("Authorization", f"Bearer {key}"))
         try:
             return await self._session.post(
                 endpoint.address, endpoint.port, path, headers, body, on_head=on_head

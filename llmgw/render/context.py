@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.core import conventions as c
+from llmgw.core import engine_keys
 from llmgw.core.catalog import Catalog, Engine, MirrorSource, Profile, allowlist_refusals, parse_source
 from llmgw.core.catalog.sources import FileUrlSource
 from llmgw.core.durations import format_duration
@@ -103,8 +104,10 @@ def build_context(
         raise RenderError(f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric")
     llmgw_command = _runtime_words(settings.llmgw_command)
     files, fetch, artifact = _model_files(request.model, profile, settings, llmgw_command)
+    api_key = Runtime(f"${{{engine_keys.KEY_ENV}}}") if settings.engine_api_keys else None
     launched = launch(
-        profile, LaunchContext(served_name=request.model, model=files, llmgw_command=llmgw_command)
+        profile,
+        LaunchContext(served_name=request.model, model=files, llmgw_command=llmgw_command, api_key=api_key),
     )
     cpu, memory = DEFAULT_RESOURCES[profile.engine]
     if profile.resources is not None:
@@ -291,11 +294,11 @@ def _group(
         "ranks_template": None,
         "fetch": fetch,
         "artifact": artifact,
-        "secret_templates": _secret_templates(settings),
+        "secret_templates": _secret_templates(settings, job_id, serves_api=rank.serves_api),
     }
 
 
-def _secret_templates(settings: RenderSettings) -> list[dict[str, str]]:
+def _secret_templates(settings: RenderSettings, job_id: str, *, serves_api: bool) -> list[dict[str, str]]:
     """Secrets Nomad renders into the engine's environment from Variables: never in the job's text.
 
     Each is a ``template`` with ``env = true`` under ``secrets/`` (the task's directory
@@ -311,6 +314,18 @@ def _secret_templates(settings: RenderSettings) -> list[dict[str, str]]:
                 "data": (
                     f'{{{{ with nomadVar "{settings.hf_token_variable}" }}}}'
                     f"{HF_TOKEN_ITEM}={{{{ .{HF_TOKEN_ITEM} }}}}{{{{ end }}}}\n"
+                ),
+            }
+        )
+    if settings.engine_api_keys and serves_api:
+        # The job's own variable: its workload identity reads it without any ACL policy.
+        path = engine_keys.variable_path(job_id)
+        templates.append(
+            {
+                "destination": "secrets/engine-key.env",
+                "data": (
+                    f'{{{{ with nomadVar "{path}" }}}}'
+                    f"{engine_keys.KEY_ENV}={{{{ .{engine_keys.KEY_ITEM} }}}}{{{{ end }}}}\n"
                 ),
             }
         )

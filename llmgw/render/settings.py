@@ -104,6 +104,10 @@ class RenderSettings:
     # this setting. None: no engine gets a token. The jobs' identity needs an ACL policy
     # for the path (ops/README.md, "Gated models").
     hf_token_variable: str | None = None
+    # Rank 0's engine requires an API key, read from its job's own Nomad Variable
+    # (nomad/jobs/<job id>, which the control plane writes before registering the job;
+    # see llmgw.core.engine_keys). On when LLMGW_ENGINE_KEY_SECRET is set.
+    engine_api_keys: bool = False
 
     @property
     def allowlists(self) -> ClusterAllowlists:
@@ -178,4 +182,5 @@ def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
         mirror_url=environ.get("LLMGW_MIRROR_URL") or None,
         model_cache_dir=environ.get("LLMGW_MODEL_CACHE_DIR") or DEFAULT_MODEL_CACHE_DIR,
         hf_token_variable=parse_variable_path("LLMGW_HF_TOKEN_VARIABLE", hf_token) if hf_token else None,
+        engine_api_keys=bool(environ.get("LLMGW_ENGINE_KEY_SECRET", "").strip()),
     )

@@ -220,3 +220,67 @@ async def test_variables_api_needs_the_acl_token(dev: DevCluster) -> None:
     assert status == 404
     status, text = await _nomad(dev, "PUT", "/v1/var/nomad/other", {"Items": {"a": "b"}})
     assert status == 400 and "reserved" in text
+
+
+async def test_an_engine_with_a_key_passes_its_check_refuses_strangers_and_serves_the_router(
+    dev: DevCluster, example_catalog: Catalog
+) -> None:
+    """The control plane's Variable write, the job's template, the sim's --api-key, the router's header."""
+    from llmgw.core import engine_keys
+    from llmgw.core.conventions import ENGINE_SERVICE
+    from llmgw.core.records import Endpoint, HealthStatus
+    from llmgw.gateway.settings import RouterSettings
+    from llmgw.gateway.upstream import Upstream
+
+    keys = engine_keys.EngineKeys("c" * 48)
+    renderer = Renderer(dev_render_settings(engine_api_keys=True), _policy())
+    rendered = renderer.render(
+        example_catalog, ReplicaRequest("sim-chat", 0, "0"), catalog_hash=catalog_digest(example_catalog)
+    )
+    key = keys.for_replica(rendered.job_id)
+    assert key not in rendered.hcl
+    async with NomadClient(NomadConnection(address=dev.nomad_addr, token=dev.nomad_token)) as client:
+        # What the executor does before registering: the job's own variable, no ACL policy.
+        await client.put_variable(engine_keys.variable_path(rendered.job_id), {engine_keys.KEY_ITEM: key})
+        await client.register(await client.parse_hcl(rendered.hcl))
+        stored = await client.job(rendered.job_id)
+    assert key not in str(stored)
+
+    async def passing() -> Any:
+        async with (
+            aiohttp.ClientSession(headers={"X-Consul-Token": dev.consul_token}) as session,
+            session.get(f"{dev.consul_addr}/v1/health/service/{ENGINE_SERVICE}?passing=1") as resp,
+        ):
+            entries = await resp.json()
+        ours = [e for e in entries if e["Service"]["Meta"].get("llmgw_job") == rendered.job_id]
+        return ours[0]["Service"] if ours else None
+
+    # The Consul check (GET /health) needs no key: the replica turns healthy.
+    service = await _until(passing, 30, "the keyed engine passing its health check")
+    base = f"http://{service['Address']}:{service['Port']}"
+    body = {"model": "sim-chat", "prompt": "hi", "max_tokens": 1}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{base}/v1/completions", json=body) as resp:
+            assert resp.status == 401 and await resp.json() == {"error": "Unauthorized"}
+        async with session.post(
+            f"{base}/v1/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {keys.for_replica('other')}"},
+        ) as resp:
+            assert resp.status == 401
+    endpoint = Endpoint(
+        service_id=service["ID"], node="n", model="sim-chat", model_slug="sim-chat", replica=rendered.job_id,
+        alloc_id="a", address=service["Address"], port=service["Port"], engine="sim", profile=0,
+        simulated=True, status=HealthStatus.PASSING,
+    )  # fmt: skip
+    upstream = Upstream(RouterSettings(), keys)
+    await upstream.start()
+    try:
+        response = await upstream.send(endpoint, "/v1/completions", json.dumps(body).encode(), "req-1")
+        assert response.status == 200
+        assert json.loads(await upstream.read_body(response))["choices"]
+    finally:
+        await upstream.close()
+    assert dev.nomad is not None
+    logs = "".join(p.read_text(errors="replace") for p in dev.nomad.alloc_root("x").parent.rglob("*.0"))
+    assert key not in logs
