@@ -54,6 +54,7 @@ CLIENT_LOW_WATER = 16 * 1024
 DRAIN_POLL = 0.005
 _USAGE_OBJECT = (b'"usage":{', b'"usage": {')
 _JSON = "application/json"
+UNAUTHORIZED = 401
 
 
 def http_chunk(data: bytes) -> bytes:
@@ -109,9 +110,17 @@ class Upstream:
             # reached any other way answers 401.
             key = self._engine_keys.for_replica(endpoint.replica)
             headers = (*headers, ("Authorization", f"Bearer {key}"))
+        hook = on_head
+        if on_head is not None:
+            given = on_head
+
+            def hook(response: EngineResponse) -> None:
+                if response.status != UNAUTHORIZED:  # never relayed: see below
+                    given(response)
+
         try:
-            return await self._session.post(
-                endpoint.address, endpoint.port, path, headers, body, on_head=on_head
+            response = await self._session.post(
+                endpoint.address, endpoint.port, path, headers, body, on_head=hook
             )
         except ConnectFailed as exc:
             raise AttemptFailed(Failure.CONNECT, str(exc)) from None
@@ -126,6 +135,17 @@ class Upstream:
             raise AttemptFailed(Failure.UNAVAILABLE, f"the engine dropped a new connection: {exc}") from None
         except MalformedAnswer as exc:  # an answer that is not HTTP
             raise AttemptFailed(Failure.UNAVAILABLE, f"malformed answer: {exc}") from None
+        if response.status == UNAUTHORIZED:
+            # The router authenticates clients itself and never forwards their credentials,
+            # so an engine's 401 is about the router's engine key: the endpoint is unusable
+            # to this router (retried elsewhere), never the client's error.
+            response.close()
+            raise AttemptFailed(
+                Failure.UNAVAILABLE,
+                f"the engine of {endpoint.replica} refused the router's engine key (401): set the same "
+                "LLMGW_ENGINE_KEY_SECRET on every router and control plane",
+            )
+        return response
 
     async def read_body(self, response: EngineResponse) -> bytes:
         """The whole body of a non-streamed answer, bounded in size and idle time; the
