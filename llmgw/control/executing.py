@@ -183,6 +183,8 @@ class Executor:
     async def _stop(self, action: StopReplica) -> Outcome:
         existing = await self._call(self._nomad.job(action.job_id))
         if existing is None:
+            if self._engine_keys is not None:  # a job purged by hand leaves its key behind
+                await self._call(self._nomad.delete_variable(engine_keys.variable_path(action.job_id)))
             return Done(action)  # already gone
         if not is_managed(existing):
             return Failed(action, f"job {action.job_id} does not carry llmgw's meta; llmgw leaves it alone")

@@ -315,7 +315,8 @@ class TaskRunner:
         return changed
 
     def _report_missing(self, missing: tmpl.VariableMissing) -> None:
-        message = f"Missing: {missing}"[:-1] + f".{self.ar.host.store.region})"
+        region = self.ar.host.store.region
+        message = f"Missing: nomad.var.block({missing.path}@{missing.namespace}.{region})"
         if not self.state.events or self.state.events[-1].get("DisplayMessage") != message:
             self.event("Template", message)
             self.ar.report()
