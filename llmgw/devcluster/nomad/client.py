@@ -156,6 +156,8 @@ async def fetch_dependency(
     agent: ConsulAgent | None, data: _ConsulData, dep: tmpl.Dependency, *, index: int = 0, wait_s: float = 0
 ) -> int:
     """Fetch one dependency into ``data``; returns Consul's index for the next blocking call."""
+    if isinstance(dep, tmpl.VarQuery):
+        return 0  # read in process when the template renders: nothing to fetch
     if agent is None:
         if isinstance(dep, tmpl.ServiceQuery):
             data.services[dep] = []
@@ -556,7 +558,7 @@ class TaskRunner:
     # -- templates ------------------------------------------------------
 
     async def _watch_templates(self) -> None:
-        """Re-render when Consul data changes; apply change_mode."""
+        """Re-render when Consul data or a Nomad variable changes; apply change_mode."""
         assert self.data is not None
         agent = self.ar.host.consul_for(self.ar.alloc.node_id)
         wait_s = 30.0
@@ -564,14 +566,18 @@ class TaskRunner:
             deps = set().union(*(t.used for t in self.templates))
             if not deps:
                 return
-            watches = {
+            watches: set[asyncio.Task[Any]] = {
                 asyncio.create_task(
                     fetch_dependency(
                         agent, self.data, dep, index=self.data.indexes.get(dep, 0) or 1, wait_s=wait_s
                     )
                 )
                 for dep in deps
+                if not isinstance(dep, tmpl.VarQuery)
             }
+            if any(isinstance(dep, tmpl.VarQuery) for dep in deps):
+                # Nomad's template runner watches its variables as it watches Consul.
+                watches.add(asyncio.create_task(self.ar.host.variables.wait_change(wait_s)))
             try:
                 done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
             finally:

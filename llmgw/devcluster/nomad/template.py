@@ -79,7 +79,15 @@ class KeyQuery:
     key: str
 
 
-Dependency = ServiceQuery | KeyQuery
+@dataclass(frozen=True)
+class VarQuery:
+    """A ``nomadVar`` read: watched so that a changed variable re-renders the template."""
+
+    path: str
+    namespace: str | None = None
+
+
+Dependency = ServiceQuery | KeyQuery | VarQuery
 
 
 class DataSource(Protocol):
@@ -455,6 +463,7 @@ class _Exec:
 
     def f_nomad_var(self, ref: str) -> dict[str, str]:
         path, _, namespace = str(ref).partition("@")
+        self.used.add(VarQuery(path, namespace or None))
         items = self.data.variable(path, namespace or None)
         if items is None:
             raise VariableMissing(path, namespace or "default")

@@ -16,11 +16,13 @@ A policy's ``Rules`` is parsed only as far as variables go:
 ``namespace "<ns>" { variables { path "<glob>" { capabilities = [...] } } }``;
 anything else in it is refused with a message naming what the stand-in reads.
 
-Must not: do I/O.
+Must not: do I/O (``wait_change`` only waits on an event the writes set).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fnmatch
 import re
 from dataclasses import dataclass, field
@@ -231,6 +233,17 @@ class Variables:
         self.items: dict[tuple[str, str], Variable] = {}
         self.policies: dict[str, Policy] = {}
         self.index = 1
+        self._changed = asyncio.Event()
+
+    def _wrote(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_change(self, seconds: float) -> None:
+        """Return at the next write or after ``seconds`` (a template's watch of its variables)."""
+        changed = self._changed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), seconds)
 
     def get(self, namespace: str, path: str) -> Variable | None:
         return self.items.get((namespace, check_path(path)))
@@ -249,6 +262,7 @@ class Variables:
         created_at = current.create_time if current else now_ns
         variable = Variable(namespace, path, dict(items), created, self.index, created_at, now_ns)
         self.items[(namespace, path)] = variable
+        self._wrote()
         return variable
 
     def delete(self, namespace: str, path: str, cas: int | None = None) -> None:
@@ -258,6 +272,7 @@ class Variables:
             raise CasConflict(current)
         self.index += 1
         self.items.pop((namespace, path), None)
+        self._wrote()
 
     def put_policy(self, policy: Policy) -> None:
         self.policies[policy.name] = policy

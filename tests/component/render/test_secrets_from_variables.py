@@ -284,3 +284,38 @@ async def test_an_engine_with_a_key_passes_its_check_refuses_strangers_and_serve
     assert dev.nomad is not None
     logs = "".join(p.read_text(errors="replace") for p in dev.nomad.alloc_root("x").parent.rglob("*.0"))
     assert key not in logs
+
+
+async def test_a_rotated_token_re_renders_and_restarts_the_engine_with_it(
+    dev: DevCluster, example_catalog: Catalog
+) -> None:
+    rendered = _render(example_catalog)
+    await _put_token(dev)
+    await _attach_policy(dev, rendered.job_id)
+    await _register(dev, rendered.hcl)
+
+    async def running_engine() -> Any:
+        task = _engine(dev, rendered.job_id)
+        return task if task is not None and task.proc is not None and task.state.state == "running" else None
+
+    task = await _until(running_engine, 30, "the engine running")
+    first_pid = task.proc.pid
+    rotated = "hf_r0tatedT0ken"
+    status, text = await _nomad(
+        dev,
+        "PUT",
+        f"/v1/var/{VARIABLE}",
+        {"Namespace": "default", "Path": VARIABLE, "Items": {"HF_TOKEN": rotated}},
+    )
+    assert status == 200, text
+
+    async def restarted_with_the_new_token() -> bool:
+        proc = task.proc
+        return (
+            proc is not None
+            and proc.pid != first_pid
+            and task.state.state == "running"
+            and _environ(proc.pid).get("HF_TOKEN") == rotated
+        )
+
+    await _until(restarted_with_the_new_token, 30, "the engine restarted with the rotated token")
