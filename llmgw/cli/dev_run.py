@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import shlex
 import sys
 from dataclasses import replace
@@ -42,6 +43,7 @@ from llmgw.control.metrics_server import MetricsListenerSettings
 from llmgw.core import routing
 from llmgw.core.catalog import Catalog, Engine, GuardErrorPolicy, Model, ScalingMode
 from llmgw.core.catalog import Role as ModelRole
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
@@ -188,7 +190,10 @@ async def _dev(
                 {"CONSUL_HTTP_ADDR": cluster.consul_addr, "CONSUL_HTTP_TOKEN": cluster.consul_token}
             ),
             policy=policy,
-            render=dev_render_settings(),
+            # Every replica's engine requires its own key, as in a cluster with
+            # LLMGW_ENGINE_KEY_SECRET set: the control plane and the router share this one.
+            render=replace(dev_render_settings(), engine_api_keys=True),
+            engine_keys=EngineKeys(secrets.token_hex(32)),
             control=dev_control_settings(),
             # LLMGW_ROUTER_* tune the router as for serve; dev listens on loopback without keys.
             router=replace(

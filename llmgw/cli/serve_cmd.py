@@ -39,7 +39,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default *), LLMGW_NODE_POOL, LLMGW_NODE_COMMAND (how nodes run llmgw, default llmgw), "
         "LLMGW_MIRROR_URL, LLMGW_ALLOWED_IMAGES, LLMGW_TRUSTED_IMAGE_DIGESTS, "
         "LLMGW_IMAGE_VLLM/_SGLANG/_LLAMACPP, "
-        "LLMGW_MODEL_CACHE_DIR and LLMGW_TEMPLATES. The control plane serves its own /metrics and "
+        "LLMGW_MODEL_CACHE_DIR, LLMGW_TEMPLATES and LLMGW_HF_TOKEN_VARIABLE (the Nomad Variable engines "
+        "read HF_TOKEN from). With LLMGW_ENGINE_KEY_SECRET (environment only, the same on every "
+        "instance) each replica's engine requires its own API key, which routers send. "
+        "The control plane serves its own /metrics and "
         "/health on --control-metrics-host/--control-metrics-port. The catalog is the one applied "
         "in Consul (llmgw ctl apply). ops/README.md says how to deploy it. Exit 0 stopped, 1 an "
         "invalid --catalog, 2 usage or settings that cannot run.",

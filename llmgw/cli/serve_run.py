@@ -22,6 +22,7 @@ from llmgw.cli.catalog_cmd import load_catalog_file
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.control import ControlSettings, lost_node_problem
 from llmgw.control.metrics_server import MetricsListenerSettings
+from llmgw.core.engine_keys import EngineKeySecretError, engine_keys_from_env
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError
 from llmgw.render.settings import RenderSettingsError, render_settings_from_env
 from llmgw.settings import ConsulConnection, NomadConnection, SettingsError
@@ -42,9 +43,10 @@ def run_serve(args: argparse.Namespace) -> int:
         router = RouterSettings.from_env_and_args(os.environ, args)
         admin = AdminSettings.from_env_and_args(os.environ, args)
         render = render_settings_from_env(os.environ)
+        engine_keys = engine_keys_from_env(dict(os.environ))
     except (
         SettingsError, RouterSettingsError, AdminSettingsError, RenderSettingsError,
-        event_loop.EventLoopError,
+        EngineKeySecretError, event_loop.EventLoopError,
     ) as exc:  # fmt: skip
         print(f"llmgw serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -78,6 +80,7 @@ def run_serve(args: argparse.Namespace) -> int:
         router=router,
         admin=admin,
         control_metrics=MetricsListenerSettings(args.control_metrics_host, args.control_metrics_port),
+        engine_keys=engine_keys,
     )
     return event_loop.run(_run(settings, catalog_text), loop)
 

@@ -36,6 +36,7 @@ from llmgw.control.commands import ModelCommandStore, OperatorCommands
 from llmgw.control.metrics_server import MetricsListener, MetricsListenerSettings
 from llmgw.control.wiring import control_deps
 from llmgw.core.catalog import SecurityPolicy
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.records import CatalogVersion
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.ports import RouterDeps
@@ -69,6 +70,10 @@ class ServiceSettings:
     instance_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{time.time_ns() % 10**9}")
     # The leader lock's timings; None: ElectionSettings' defaults (tests shorten them).
     election: ElectionSettings | None = None
+    # The engines' API keys (LLMGW_ENGINE_KEY_SECRET): the control plane writes each
+    # replica's into its job's Nomad Variable, routers send it. The renderer's
+    # engine_api_keys must be on with it (the jobs then require a key).
+    engine_keys: EngineKeys | None = field(default=None, repr=False)
 
 
 async def publish_catalog(consul: ConsulClient, text: str, *, applied_by: str) -> CatalogVersion | None:
@@ -148,6 +153,7 @@ class Services:
                 instance_id=s.instance_id,
                 policy=s.policy,
                 election=s.election,
+                engine_keys=s.engine_keys,
             )
             plane = ControlPlane(s.control, deps)
             await plane.start()
@@ -195,6 +201,7 @@ class Services:
                 unavailable=UnavailableStore(consul).watch(),
                 api_keys=None if router_settings.no_auth else ApiKeyStore(consul).watch(),
                 demand=DemandPublisher(consul, router_settings.resolved_router_id()),
+                engine_keys=s.engine_keys,
             )
             router = RouterServer(router_settings, deps_router, policy=s.policy)
             await router.start()

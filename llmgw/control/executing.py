@@ -33,7 +33,9 @@ from llmgw.control.observing import is_managed
 from llmgw.control.ports import JSON, Clock, CommandsPort, DrainMarksPort, JobRenderer, LeaderPort, NomadPort
 from llmgw.control.settings import ControlSettings
 from llmgw.core import conventions as c
+from llmgw.core import engine_keys
 from llmgw.core.catalog import Catalog
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.planning import (
     Action,
     Candidate,
@@ -94,8 +96,10 @@ class Executor:
         clock: Clock,
         metrics: ControlMetrics,
         commands: CommandsPort | None = None,
+        engine_keys: EngineKeys | None = None,
     ) -> None:
         self._nomad = nomad
+        self._engine_keys = engine_keys
         self._commands = commands
         self._renderer = renderer
         self._marks = marks
@@ -189,6 +193,14 @@ class Executor:
                     refused.append(f"{where}: {plan.explanation}")
                 continue
             self._check_leader()
+            if self._engine_keys is not None:
+                # Before the job exists, so its engine task finds its key when it starts.
+                await self._call(
+                    self._nomad.put_variable(
+                        engine_keys.variable_path(action.job_id),
+                        {engine_keys.KEY_ITEM: self._engine_keys.for_replica(action.job_id)},
+                    )
+                )
             registered = await self._call(self._nomad.register(job))
             # Nomad's only word on what it ignores or doubts in a job (the plan and the
             # register run the same checks; a register may add a policy's): kept in the status.
@@ -204,11 +216,15 @@ class Executor:
     async def _stop(self, action: StopReplica) -> Outcome:
         existing = await self._call(self._nomad.job(action.job_id))
         if existing is None:
+            if self._engine_keys is not None:  # a job purged by hand leaves its key behind
+                await self._call(self._nomad.delete_variable(engine_keys.variable_path(action.job_id)))
             return Done(action)  # already gone
         if not is_managed(existing):
             return Failed(action, f"job {action.job_id} does not carry llmgw's meta; llmgw leaves it alone")
         self._check_leader()
         await self._call(self._nomad.deregister(action.job_id, purge=True))
+        if self._engine_keys is not None:
+            await self._call(self._nomad.delete_variable(engine_keys.variable_path(action.job_id)))
         return Done(action)
 
     async def _mark(self, action: MarkDraining) -> Outcome:

@@ -44,6 +44,7 @@ from llmgw.control.ports import (
 from llmgw.control.reconciling import CatalogReader, Reconciler, Trigger
 from llmgw.control.settings import ControlSettings
 from llmgw.core.catalog import SecurityPolicy
+from llmgw.core.engine_keys import EngineKeys
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class ControlDeps:
     # Where the leader tells routers which models it cannot serve now (llmgw/unavailable).
     # None: routers are not told (they wait for loads, as without a control plane).
     unavailable: UnavailableSink | None = None
+    # Each replica's engine API key, written into its job's Nomad Variable before the job
+    # is registered (llmgw.core.engine_keys). None: engines run without keys.
+    engine_keys: EngineKeys | None = None
 
 
 class ControlPlane:
@@ -92,6 +96,7 @@ class ControlPlane:
             deps.clock,
             deps.metrics,
             commands=deps.command_writer,
+            engine_keys=deps.engine_keys,
         )
         self.catalog = CatalogReader(deps.catalog, deps.renderer, deps.policy, settings)
         self.reconciler: Reconciler | None = None  # the current term's, while leading

@@ -40,6 +40,7 @@ from llmgw.control.ports import JSON
 from llmgw.control.settings import ControlSettings
 from llmgw.core import conventions as c
 from llmgw.core.catalog import Catalog, SecurityPolicy
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.names import slug
 from llmgw.core.planning import (
     EMPTY_STATE,
@@ -179,6 +180,8 @@ class FakeCluster:
         self.nodes: dict[str, SimNode] = {}
         self.jobs: dict[str, SimJob] = {}
         self.allocs: dict[str, SimAlloc] = {}
+        # Nomad Variables the control plane wrote (a replica's engine key), by path.
+        self.variables: dict[str, dict[str, str]] = {}
         self.index = 1
         self.events: list[tuple[int, JSON]] = []
         # Nomad before 1.7.5 (hashicorp/nomad#19903) emits no JobDeregistered event when a
@@ -972,6 +975,14 @@ class FakeNomad:
         self._enter("deregister", job_id)
         self.cluster.deregister(job_id, purge)
 
+    async def put_variable(self, path: str, items: Mapping[str, str]) -> None:
+        self._enter("put_variable", path)
+        self.cluster.variables[path] = dict(items)
+
+    async def delete_variable(self, path: str) -> None:
+        self._enter("delete_variable", path)
+        self.cluster.variables.pop(path, None)
+
     async def jobs(self, *, prefix: str | None = None) -> FakePage:
         self._enter("jobs", prefix or "")
         return FakePage(self.cluster.jobs_json(prefix), self.cluster.index)
@@ -1245,6 +1256,7 @@ class ControlHarness:
         marks: FakeDrainMarks | None = None,
         commands: FakeCommands | None = None,
         instance_id: str = "control-1",
+        engine_keys: EngineKeys | None = None,
     ) -> None:
         self.clock = clock or ManualClock()
         self.cluster = cluster or FakeCluster(start=self.clock.now)
@@ -1276,6 +1288,7 @@ class ControlHarness:
             probe=self.probe,
             commands=self.commands.watch,
             command_writer=self.commands,
+            engine_keys=engine_keys,
         )
         self.plane = ControlPlane(self.settings, self.deps)
         self._versions = 1

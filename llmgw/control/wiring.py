@@ -28,6 +28,7 @@ from llmgw.control.metrics import ControlMetrics
 from llmgw.control.plane import ControlDeps
 from llmgw.control.ports import InFlightProbe, NoProbe
 from llmgw.core.catalog import SecurityPolicy
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.render import Renderer
 
 
@@ -41,6 +42,7 @@ def control_deps(
     election: ElectionSettings | None = None,
     probe: InFlightProbe | None = None,
     metrics: ControlMetrics | None = None,
+    engine_keys: EngineKeys | None = None,
 ) -> ControlDeps:
     """The ports of one control-plane instance (``instance_id`` names it in the leader lock)."""
     marks = DrainingMarks(consul)
@@ -62,5 +64,6 @@ def control_deps(
         metrics=metrics or ControlMetrics(),
         commands=commands.watch(),
         command_writer=commands,
+        engine_keys=engine_keys,
         unavailable=UnavailableStore(consul),
     )

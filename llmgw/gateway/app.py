@@ -89,7 +89,7 @@ def create_app(
         load=lambda model: (gates.running(model), gates.queued(model)),
         on_published=lambda ok: metrics.demand_reports.labels("ok" if ok else "failed").inc(),
     )
-    upstream = Upstream(settings)
+    upstream = Upstream(settings, deps.engine_keys)
     dispatcher = Dispatcher(settings, book, upstream, demand, metrics)
     context = RouterContext(
         settings=settings,

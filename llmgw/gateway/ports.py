@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.records import (
     ApiKeyRecord,
     CatalogVersion,
@@ -166,3 +167,7 @@ class RouterDeps:
     )
     demand: DemandSink = field(default_factory=NoDemandSink)
     clock: Clock = field(default_factory=SystemClock)
+    # The engines' API keys (derived per replica from the cluster secret the control plane
+    # shares, llmgw.core.engine_keys), sent to each engine as Authorization: Bearer.
+    # None: the engines run without keys.
+    engine_keys: EngineKeys | None = None

@@ -31,6 +31,7 @@ from enum import StrEnum
 
 from aiohttp import web
 
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.records import Endpoint
 from llmgw.core.routing import Failure
 from llmgw.gateway.settings import RouterSettings
@@ -53,6 +54,7 @@ CLIENT_LOW_WATER = 16 * 1024
 DRAIN_POLL = 0.005
 _USAGE_OBJECT = (b'"usage":{', b'"usage": {')
 _JSON = "application/json"
+UNAUTHORIZED = 401
 
 
 def http_chunk(data: bytes) -> bytes:
@@ -72,8 +74,9 @@ class UpstreamBroken(Exception):
 
 
 class Upstream:
-    def __init__(self, settings: RouterSettings) -> None:
+    def __init__(self, settings: RouterSettings, engine_keys: EngineKeys | None = None) -> None:
         self._settings = settings
+        self._engine_keys = engine_keys
         self._session: EnginePool | None = None
 
     async def start(self) -> None:
@@ -101,10 +104,23 @@ class Upstream:
         """POST ``body`` and return once the response head arrived (any status);
         ``on_head`` as ``EnginePool.post``'s."""
         assert self._session is not None, "Upstream.start() was not awaited"
-        headers = (("Content-Type", _JSON), ("x-request-id", request_id))
+        headers: tuple[tuple[str, str], ...] = (("Content-Type", _JSON), ("x-request-id", request_id))
+        if self._engine_keys is not None:
+            # The replica's own key (its job id is the endpoint's replica): an engine port
+            # reached any other way answers 401.
+            key = self._engine_keys.for_replica(endpoint.replica)
+            headers = (*headers, ("Authorization", f"Bearer {key}"))
+        hook = on_head
+        if on_head is not None:
+            given = on_head
+
+            def hook(response: EngineResponse) -> None:
+                if response.status != UNAUTHORIZED:  # never relayed: see below
+                    given(response)
+
         try:
-            return await self._session.post(
-                endpoint.address, endpoint.port, path, headers, body, on_head=on_head
+            response = await self._session.post(
+                endpoint.address, endpoint.port, path, headers, body, on_head=hook
             )
         except ConnectFailed as exc:
             raise AttemptFailed(Failure.CONNECT, str(exc)) from None
@@ -119,6 +135,17 @@ class Upstream:
             raise AttemptFailed(Failure.UNAVAILABLE, f"the engine dropped a new connection: {exc}") from None
         except MalformedAnswer as exc:  # an answer that is not HTTP
             raise AttemptFailed(Failure.UNAVAILABLE, f"malformed answer: {exc}") from None
+        if response.status == UNAUTHORIZED:
+            # The router authenticates clients itself and never forwards their credentials,
+            # so an engine's 401 is about the router's engine key: the endpoint is unusable
+            # to this router (retried elsewhere), never the client's error.
+            response.close()
+            raise AttemptFailed(
+                Failure.UNAVAILABLE,
+                f"the engine of {endpoint.replica} refused the router's engine key (401): set the same "
+                "LLMGW_ENGINE_KEY_SECRET on every router and control plane",
+            )
+        return response
 
     async def read_body(self, response: EngineResponse) -> bytes:
         """The whole body of a non-streamed answer, bounded in size and idle time; the

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.core import conventions as c
+from llmgw.core import engine_keys
 from llmgw.core.catalog import Catalog, Engine, MirrorSource, Profile, allowlist_refusals, parse_source
 from llmgw.core.catalog.sources import FileUrlSource
 from llmgw.core.durations import format_duration
@@ -37,6 +38,8 @@ MODEL_CACHE_VOLUME = "model-cache"
 MODEL_CACHE_IN_CONTAINER = "/llmgw-cache"
 HUB_CACHE_ENV = {"HF_HUB_CACHE": f"{MODEL_CACHE_IN_CONTAINER}/hub"}
 HUB_DOWNLOADING_ENGINES = frozenset({Engine.VLLM, Engine.SGLANG})
+# The Nomad Variable item an operator stores the Hugging Face token under.
+HF_TOKEN_ITEM = "HF_TOKEN"  # noqa: S105 - the name of an item, not a token
 
 
 class RenderError(Exception):
@@ -115,9 +118,16 @@ def build_context(
         raise RenderError(f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric")
     llmgw_command = _runtime_words(settings.llmgw_command)
     files, fetch, artifact = _model_files(request.model, profile, settings, llmgw_command)
+    api_key = Runtime(f"${{{engine_keys.KEY_ENV}}}") if settings.engine_api_keys else None
     launched = launch(
         profile,
-        LaunchContext(served_name=request.model, model=files, llmgw_command=llmgw_command, roles=model.roles),
+        LaunchContext(
+            served_name=request.model,
+            model=files,
+            llmgw_command=llmgw_command,
+            roles=model.roles,
+            api_key=api_key,
+        ),
     )
     cpu, memory = DEFAULT_RESOURCES[profile.engine]
     if profile.resources is not None:
@@ -325,7 +335,42 @@ def _group(
         "ranks_template": None,
         "fetch": fetch,
         "artifact": artifact,
+        "secret_templates": _secret_templates(settings, job_id, serves_api=rank.serves_api),
     }
+
+
+def _secret_templates(settings: RenderSettings, job_id: str, *, serves_api: bool) -> list[dict[str, str]]:
+    """Secrets Nomad renders into the engine's environment from Variables: never in the job's text.
+
+    Each is a ``template`` with ``env = true`` under ``secrets/`` (the task's directory
+    Nomad keeps out of the allocation's shared directory and of ``nomad alloc fs``'s
+    reach for other tasks), read through the task's workload identity; a variable that
+    does not exist keeps the task pending until it is written.
+    """
+    templates: list[dict[str, str]] = []
+    if settings.hf_token_variable is not None:
+        templates.append(
+            {
+                "destination": "secrets/hf-token.env",
+                "data": (
+                    f'{{{{ with nomadVar "{settings.hf_token_variable}" }}}}'
+                    f"{HF_TOKEN_ITEM}={{{{ .{HF_TOKEN_ITEM} }}}}{{{{ end }}}}\n"
+                ),
+            }
+        )
+    if settings.engine_api_keys and serves_api:
+        # The job's own variable: its workload identity reads it without any ACL policy.
+        path = engine_keys.variable_path(job_id)
+        templates.append(
+            {
+                "destination": "secrets/engine-key.env",
+                "data": (
+                    f'{{{{ with nomadVar "{path}" }}}}'
+                    f"{engine_keys.KEY_ENV}={{{{ .{engine_keys.KEY_ITEM} }}}}{{{{ end }}}}\n"
+                ),
+            }
+        )
+    return templates
 
 
 def _wait(

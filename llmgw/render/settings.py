@@ -7,6 +7,7 @@ timings). Read from ``LLMGW_*`` environment variables and flags by the CLI.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -117,6 +118,16 @@ class RenderSettings:
     # /dev/shm of an engine container (NCCL, the engines' worker processes) instead of
     # host IPC; None is DEFAULT_SHM_MB's, the size each engine's docs give.
     shm_size_mb: int | None = None
+    # The Nomad Variable (path, in the job's namespace) whose item HF_TOKEN every engine task
+    # reads through its workload identity (a `template` with nomadVar, into its environment),
+    # for gated Hugging Face models. The token itself is never in the catalog, the job or
+    # this setting. None: no engine gets a token. The jobs' identity needs an ACL policy
+    # for the path (ops/README.md, "Gated models").
+    hf_token_variable: str | None = None
+    # Rank 0's engine requires an API key, read from its job's own Nomad Variable
+    # (nomad/jobs/<job id>, which the control plane writes before registering the job;
+    # see llmgw.core.engine_keys). On when LLMGW_ENGINE_KEY_SECRET is set.
+    engine_api_keys: bool = False
 
     @property
     def allowlists(self) -> ClusterAllowlists:
@@ -134,6 +145,26 @@ class RenderSettings:
 
 class RenderSettingsError(ValueError):
     """A rendering setting from the environment cannot be used; the message names it."""
+
+
+# Nomad's rule for a variable path (nomad/structs/variables.go): it is written into a
+# template's nomadVar call, so nothing else may be in it.
+_VARIABLE_PATH = re.compile(r"^[a-zA-Z0-9\-_~/]{1,128}$")
+
+
+def parse_variable_path(name: str, value: str) -> str:
+    """A Nomad Variable path from a setting; RenderSettingsError naming ``name`` otherwise."""
+    path = value.strip().strip("/")
+    if not _VARIABLE_PATH.fullmatch(path) or "//" in path:
+        raise RenderSettingsError(
+            f"{name}: {value!r} is not a Nomad Variable path (letters, digits, -_~/, at most 128)"
+        )
+    if path.startswith("nomad/"):
+        raise RenderSettingsError(
+            f"{name}: {path!r} is under nomad/, which Nomad reserves for per-job variables; "
+            "name a path of your own, such as llmgw/hf-token"
+        )
+    return path
 
 
 # Engine image overrides: LLMGW_IMAGE_VLLM, LLMGW_IMAGE_SGLANG, LLMGW_IMAGE_LLAMACPP.
@@ -169,6 +200,7 @@ def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
     except ValueError as exc:
         raise RenderSettingsError(f"LLMGW_NODE_COMMAND: {exc}") from None
     templates = environ.get("LLMGW_TEMPLATES")
+    hf_token = environ.get("LLMGW_HF_TOKEN_VARIABLE", "").strip()
     settings = RenderSettings(
         templates_dir=Path(templates) if templates else None,
         datacenters=tuple(d for d in environ.get("LLMGW_DATACENTERS", "*").split(",") if d) or ("*",),
@@ -184,6 +216,8 @@ def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
         # Set but empty: no cache volume (a cluster whose clients declare none).
         model_cache_volume=environ.get("LLMGW_MODEL_CACHE_VOLUME", DEFAULT_MODEL_CACHE_VOLUME) or None,
         trusted_image_digests=trusted,
+        hf_token_variable=parse_variable_path("LLMGW_HF_TOKEN_VARIABLE", hf_token) if hf_token else None,
+        engine_api_keys=bool(environ.get("LLMGW_ENGINE_KEY_SECRET", "").strip()),
     )
     for engine in images:
         refusal = settings.default_image_refusal(engine)

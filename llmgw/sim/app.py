@@ -13,6 +13,8 @@ or keep state outside the `SimState` it stores under `STATE`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -162,7 +164,9 @@ def create_app(settings: SimSettings, deps: SimDeps | None = None) -> web.Applic
         created=int(time.time()),
         fingerprint=openai_api.system_fingerprint(settings.served_name),
     )
-    app = web.Application(middlewares=[_error_envelope, _track_in_flight], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(
+        middlewares=[_require_api_key, _error_envelope, _track_in_flight], client_max_size=MAX_BODY_BYTES
+    )
     app[STATE] = state
     app.router.add_get("/health", _health)
     app.router.add_get("/sim/stats", _stats)
@@ -182,6 +186,23 @@ def create_app(settings: SimSettings, deps: SimDeps | None = None) -> web.Applic
 # ---------------------------------------------------------------- middlewares
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _require_api_key(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """vLLM's ``AuthenticationMiddleware`` (vllm/entrypoints/openai/api_server.py, 0.10.2 and
+    0.11.0): with a key, a path under /v1 needs ``Authorization: Bearer <key>`` (OPTIONS
+    excepted) or is answered 401 ``{"error": "Unauthorized"}``; other paths stay open."""
+    key = request.app[STATE].settings.api_key
+    if key is None or request.method == "OPTIONS" or not request.path.startswith("/v1"):
+        return await handler(request)
+    scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+    expected = hashlib.sha256(key.encode()).digest()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        hashlib.sha256(sent.encode()).digest(), expected
+    ):
+        return web.json_response({"error": "Unauthorized"}, status=401)
+    return await handler(request)
 
 
 @web.middleware

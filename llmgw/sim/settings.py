@@ -100,6 +100,9 @@ class SimSettings:
     join_backoff_max: float = 2.0
     # How often a worker rereads --head-file while it is missing or empty.
     head_file_poll_interval: float = 0.25
+    # As vLLM's --api-key: every /v1/* request must carry "Authorization: Bearer <key>";
+    # /health, /metrics and the rest stay open. None serves without a key.
+    api_key: str | None = field(default=None, repr=False)  # repr: never print a secret
     faults: FaultSettings = field(default_factory=FaultSettings)
 
     @property
@@ -155,6 +158,12 @@ _FLAGS: tuple[Flag, ...] = (
     _flag("--rank", "rank", int, "rank of this process in its replica (0 is the head)"),
     _flag("--world-size", "world_size", int, "number of ranks in the replica"),
     _flag("--head", "head", str, "HOST:PORT of the head (rank 0), for workers"),
+    _flag(
+        "--api-key",
+        "api_key",
+        lambda raw: raw or None,
+        "key every /v1/* request must send as Authorization: Bearer (as vLLM's --api-key)",
+    ),
     _flag("--head-file", "head_file", Path, "file holding the head's HOST:PORT (polled; may start empty)"),
     _flag("--join-timeout", "join_timeout", float, "seconds for the replica to assemble"),
     _flag("--heartbeat-interval", "heartbeat_interval", float, "seconds between head heartbeats"),

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -48,6 +49,7 @@ from llmgw.control import ControlPlane, ControlSettings, control_deps
 from llmgw.control.metrics_server import MetricsListenerSettings
 from llmgw.core import conventions as c
 from llmgw.core.catalog import SecurityPolicy, load_catalog
+from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.records import DrainMark, Endpoint
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.consul import ConsulSettings
@@ -427,7 +429,9 @@ class Stack:
         self.policy = policy
         self.election = election
         self.control_settings = e2e_control_settings()
-        self.render_settings = dev_render_settings()
+        # Engines require their replica's key, as under llmgw dev: every e2e request exercises it.
+        self.render_settings = replace(dev_render_settings(), engine_api_keys=True)
+        self.engine_keys = EngineKeys(secrets.token_hex(32))
         config = DevClusterConfig(
             nomad=StandInConfig(nodes=node_specs, heartbeat_grace_s=1.0),
             consul=CONSUL,
@@ -490,6 +494,7 @@ class Stack:
             control_metrics=MetricsListenerSettings("127.0.0.1", 0),
             instance_id=instance_id,
             election=self.election,
+            engine_keys=self.engine_keys,
         )
         return replace(settings, **overrides)
 
@@ -524,6 +529,7 @@ class Stack:
             instance_id=name,
             policy=self.policy,
             election=self.election,
+            engine_keys=self.engine_keys,
         )
         deps = replace(
             deps,

@@ -201,6 +201,19 @@ class NomadClient:
             "DELETE", f"/v1/job/{_segment(job_id)}", params={"purge": purge}, not_found_ok=True
         )
 
+    # --- variables ----------------------------------------------------------------------------
+
+    async def put_variable(self, path: str, items: Mapping[str, str]) -> None:
+        """Write a Nomad Variable (``PUT /v1/var/<path>``), in the connection's namespace."""
+        body: JSON = {"Path": path, "Items": dict(items)}
+        if self._connection.namespace:
+            body["Namespace"] = self._connection.namespace
+        await self._request("PUT", f"/v1/var/{quote(path, safe='/')}", body=body)
+
+    async def delete_variable(self, path: str) -> None:
+        """Delete a Nomad Variable; already gone counts as done."""
+        await self._request("DELETE", f"/v1/var/{quote(path, safe='/')}", not_found_ok=True)
+
     async def jobs(
         self, *, prefix: str | None = None, index: int | None = None, wait_s: float | None = None
     ) -> Page:

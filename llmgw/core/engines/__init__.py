@@ -14,6 +14,8 @@ unescaped, while every catalog value is escaped.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llmgw.core.catalog.model import Engine, Profile
 from llmgw.core.engines.base import (
     Launch,
@@ -45,10 +47,30 @@ def launch(profile: Profile, context: LaunchContext) -> Launch:
     """The ranks of one replica of ``profile``, each with its commands."""
     match profile.engine:
         case Engine.VLLM:
-            return launch_vllm(profile, context)
+            launched = launch_vllm(profile, context)
         case Engine.SGLANG:
-            return launch_sglang(profile, context)
+            launched = launch_sglang(profile, context)
         case Engine.LLAMACPP:
-            return launch_llamacpp(profile, context)
+            launched = launch_llamacpp(profile, context)
         case Engine.SIM:
-            return launch_sim(profile, context)
+            launched = launch_sim(profile, context)
+    return with_api_key(launched, context.api_key)
+
+
+def with_api_key(launched: Launch, api_key: Runtime | None) -> Launch:
+    """Rank 0's engine (the one serving the API) with ``--api-key``, last on its command line.
+
+    The same flag on every engine at the pinned releases: vLLM's ``--api-key`` (guards
+    /v1/* only), SGLang's ``--api-key`` (every path but /health* and /metrics*) and
+    llama-server's ``--api-key`` (every path but /health, /v1/health, /models, /v1/models,
+    /api/tags and /). The security policy refuses it in a catalog's args.
+    """
+    if api_key is None:
+        return launched
+    ranks = tuple(
+        replace(rank, serve=replace(rank.serve, argv=(*rank.serve.argv, "--api-key", api_key)))
+        if rank.serves_api
+        else rank
+        for rank in launched.ranks
+    )
+    return replace(launched, ranks=ranks)

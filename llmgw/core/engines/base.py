@@ -115,6 +115,10 @@ class LaunchContext:
     # In the container, the engine listens on all interfaces of the host network
     # namespace; the simulator binds the address Nomad gave its port.
     container_listen_host: str = "0.0.0.0"  # noqa: S104 - the engine's port is Nomad's to expose
+    # The API key rank 0's engine requires of every client (``--api-key``; vLLM, SGLang and
+    # llama-server all take it): Nomad interpolates it from the task's environment, where a
+    # template put it from a Variable (see llmgw.core.engine_keys). None: no key.
+    api_key: Runtime | None = None
 
 
 def numbers(*values: int) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ from llmgw.devcluster.nomad.consul_http import ConsulAgent, ConsulError, Registr
 from llmgw.devcluster.nomad.processes import ProcessTable, signal_number
 from llmgw.devcluster.nomad.state import AllocRecord, Store, TaskStateRecord, now_ns
 from llmgw.devcluster.nomad.taskenv import TaskEnv, build_env
+from llmgw.devcluster.nomad.variables import Variables, Workload
 
 JSON = dict[str, Any]
 NS = 1_000_000_000
@@ -44,6 +46,7 @@ class ClientHost(Protocol):
     store: Store
     procs: ProcessTable
     config: StandInConfig
+    variables: Variables
 
     def consul_for(self, node_id: str) -> ConsulAgent | None: ...
     def alloc_root(self, alloc_id: str) -> Path: ...
@@ -123,8 +126,13 @@ def parse_env_file(text: str) -> dict[str, str]:
 class _ConsulData:
     """The DataSource templates render against: fetched Consul answers plus the task env."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        variable: Callable[[str, str | None], dict[str, str] | None] | None = None,
+    ) -> None:
         self.env_vars = env
+        self._variable = variable
         self.services: dict[tmpl.ServiceQuery, list[JSON]] = {}
         self.keys: dict[str, tuple[bool, str]] = {}
         self.indexes: dict[tmpl.Dependency, int] = {}
@@ -138,11 +146,18 @@ class _ConsulData:
     def env(self, name: str) -> str:
         return self.env_vars.get(name, os.environ.get(name, ""))
 
+    def variable(self, path: str, namespace: str | None) -> dict[str, str] | None:
+        if self._variable is None:
+            raise tmpl.VariableDenied(f"nomadVar {path!r}: this task has no workload identity")
+        return self._variable(path, namespace)
+
 
 async def fetch_dependency(
     agent: ConsulAgent | None, data: _ConsulData, dep: tmpl.Dependency, *, index: int = 0, wait_s: float = 0
 ) -> int:
     """Fetch one dependency into ``data``; returns Consul's index for the next blocking call."""
+    if isinstance(dep, tmpl.VarQuery):
+        return 0  # read in process when the template renders: nothing to fetch
     if agent is None:
         if isinstance(dep, tmpl.ServiceQuery):
             data.services[dep] = []
@@ -254,9 +269,25 @@ class TaskRunner:
         agent = self.ar.host.consul_for(self.ar.alloc.node_id)
         changed = False
         for template in self.templates:
-            for _ in range(20):
+            attempts = 0
+            while attempts < 20:
+                attempts += 1
                 try:
                     result = tmpl.render(template.nodes, self.data)
+                except tmpl.VariableMissing as missing:
+                    # consul-template blocks until the variable exists; the task stays pending
+                    # and Nomad's template hook reports what it waits for.
+                    if not block:
+                        break
+                    self._report_missing(missing)
+                    attempts = 0
+                    try:
+                        await asyncio.wait_for(
+                            self.kill_requested.wait(), self.ar.host.config.template_retry_s
+                        )
+                        return changed
+                    except TimeoutError:
+                        continue
                 except tmpl.NotReady:
                     if not block:
                         break
@@ -285,6 +316,28 @@ class TaskRunner:
                 break
         return changed
 
+    def _report_missing(self, missing: tmpl.VariableMissing) -> None:
+        region = self.ar.host.store.region
+        message = f"Missing: nomad.var.block({missing.path}@{missing.namespace}.{region})"
+        if not self.state.events or self.state.events[-1].get("DisplayMessage") != message:
+            self.event("Template", message)
+            self.ar.report()
+
+    def _read_variable(self, path: str, namespace: str | None) -> dict[str, str] | None:
+        """A variable as this task's workload identity reads it (Nomad's implicit and attached policies)."""
+        job_namespace = str(self.ar.alloc.job.get("Namespace") or "default")
+        job_id = str(self.ar.alloc.job.get("ID") or "")
+        who = Workload(job_namespace, job_id, self.ar.alloc.task_group, self.name)
+        wanted = namespace or job_namespace
+        variables = self.ar.host.variables
+        if wanted != job_namespace or not variables.workload_may_read(who, path.strip("/")):
+            raise tmpl.VariableDenied(
+                f"nomad.var.block({path}@{wanted}.{self.ar.host.store.region}): "
+                "Unexpected response code: 403 (Permission denied)"
+            )
+        found = variables.get(wanted, path)
+        return None if found is None else dict(found.items)
+
     def _template_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
         for template in self.templates:
@@ -309,7 +362,7 @@ class TaskRunner:
         try:
             env = self._build_env()
             self._prepare_templates(env)
-            self.data = _ConsulData(dict(env.env))
+            self.data = _ConsulData(dict(env.env), self._read_variable)
             await self._render_all(block=True)
         except (tmpl.TemplateError, OSError, ConsulError) as exc:
             message = f"Template failed: {exc}"
@@ -505,7 +558,7 @@ class TaskRunner:
     # -- templates ------------------------------------------------------
 
     async def _watch_templates(self) -> None:
-        """Re-render when Consul data changes; apply change_mode."""
+        """Re-render when Consul data or a Nomad variable changes; apply change_mode."""
         assert self.data is not None
         agent = self.ar.host.consul_for(self.ar.alloc.node_id)
         wait_s = 30.0
@@ -513,14 +566,18 @@ class TaskRunner:
             deps = set().union(*(t.used for t in self.templates))
             if not deps:
                 return
-            watches = {
+            watches: set[asyncio.Task[Any]] = {
                 asyncio.create_task(
                     fetch_dependency(
                         agent, self.data, dep, index=self.data.indexes.get(dep, 0) or 1, wait_s=wait_s
                     )
                 )
                 for dep in deps
+                if not isinstance(dep, tmpl.VarQuery)
             }
+            if any(isinstance(dep, tmpl.VarQuery) for dep in deps):
+                # Nomad's template runner watches its variables as it watches Consul.
+                watches.add(asyncio.create_task(self.ar.host.variables.wait_change(wait_s)))
             try:
                 done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
             finally:

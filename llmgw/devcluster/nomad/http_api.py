@@ -29,7 +29,8 @@ from llmgw.devcluster.nomad.apishape import decode_lenient, fill, strict_problem
 from llmgw.devcluster.nomad.events import SubscriptionDropped, filter_events, parse_topics
 from llmgw.devcluster.nomad.jobcanon import JobInvalid
 from llmgw.devcluster.nomad.standin import NOMAD_VERSION, BadRequest, NomadStandIn, NotFound
-from llmgw.devcluster.nomad.state import NAMESPACE
+from llmgw.devcluster.nomad.state import NAMESPACE, now_ns
+from llmgw.devcluster.nomad.variables import CasConflict, VariableProblem, parse_policy
 from llmgw.http_server import listener_log
 
 JSON = dict[str, Any]
@@ -128,7 +129,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
     except NotFound as exc:
         return _error(404, str(exc))
-    except (BadRequest, JobInvalid) as exc:
+    except (BadRequest, JobInvalid, VariableProblem) as exc:
         return _error(400, str(exc))
 
 
@@ -610,6 +611,79 @@ async def event_stream(request: web.Request) -> web.StreamResponse:
 
 
 # ---------------------------------------------------------------------------
+# Variables (command/agent/variable_endpoint.go) and workload ACL policies
+
+
+def _var_namespace(request: web.Request) -> str:
+    return request.query.get("namespace") or NAMESPACE
+
+
+def _cas(request: web.Request) -> int | None:
+    raw = request.query.get("cas")
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise BadRequest(f"Invalid cas: {exc}") from exc
+
+
+async def variable_get(request: web.Request) -> web.Response:
+    standin = _standin(request)
+    found = standin.variables.get(_var_namespace(request), request.match_info["path"])
+    if found is None:
+        raise NotFound("variable not found")
+    return _json(found.json(), index=found.modify_index)
+
+
+async def variable_put(request: web.Request) -> web.Response:
+    standin = _standin(request)
+    body = await _body(request, "Variable")
+    path = request.match_info["path"]
+    if body.get("Path") and str(body["Path"]).strip("/") != path.strip("/"):
+        raise BadRequest("variable path in the body does not match the URL")
+    raw_items = body.get("Items")
+    items = {str(k): str(v) for k, v in raw_items.items()} if isinstance(raw_items, dict) else {}
+    namespace = str(body.get("Namespace") or _var_namespace(request))
+    try:
+        variable = standin.variables.put(namespace, path, items, now_ns(), cas=_cas(request))
+    except CasConflict as conflict:
+        return _json(conflict.current.json() if conflict.current else None, status=409)
+    return _json(variable.json(), index=variable.modify_index)
+
+
+async def variable_delete(request: web.Request) -> web.Response:
+    standin = _standin(request)
+    try:
+        standin.variables.delete(_var_namespace(request), request.match_info["path"], cas=_cas(request))
+    except CasConflict as conflict:
+        return _json(conflict.current.json() if conflict.current else None, status=409)
+    return web.Response(status=200, headers={"X-Nomad-Index": str(standin.variables.index)})
+
+
+async def acl_policy_put(request: web.Request) -> web.Response:
+    standin = _standin(request)
+    body = await _body(request, "ACLPolicy")
+    name = request.match_info["name"]
+    if body.get("Name") and body["Name"] != name:
+        raise BadRequest("ACL policy name does not match request path")
+    standin.variables.put_policy(parse_policy(name, body))
+    return web.Response(status=200)
+
+
+async def acl_policy_get(request: web.Request) -> web.Response:
+    policy = _standin(request).variables.policies.get(request.match_info["name"])
+    if policy is None:
+        raise NotFound("ACL policy not found")
+    return _json(policy.json())
+
+
+async def acl_policy_delete(request: web.Request) -> web.Response:
+    _standin(request).variables.policies.pop(request.match_info["name"], None)
+    return web.Response(status=200)
+
+
+# ---------------------------------------------------------------------------
 # Dev-only faults (real Nomad has no /_dev/ paths)
 
 
@@ -682,6 +756,14 @@ def create_app(standin: NomadStandIn) -> web.Application:
     r.add_get("/v1/client/fs/logs/{alloc_id}", fs_logs)
     r.add_get("/v1/client/fs/cat/{alloc_id}", fs_cat)
     r.add_get("/v1/event/stream", event_stream)
+    r.add_get("/v1/var/{path:.+}", variable_get)
+    r.add_put("/v1/var/{path:.+}", variable_put)
+    r.add_post("/v1/var/{path:.+}", variable_put)
+    r.add_delete("/v1/var/{path:.+}", variable_delete)
+    r.add_put("/v1/acl/policy/{name}", acl_policy_put)
+    r.add_post("/v1/acl/policy/{name}", acl_policy_put)
+    r.add_get("/v1/acl/policy/{name}", acl_policy_get)
+    r.add_delete("/v1/acl/policy/{name}", acl_policy_delete)
     r.add_post("/_dev/node/{node_id}/fail", dev_fail_node)
     r.add_post("/_dev/node/{node_id}/restore", dev_restore_node)
     r.add_post("/_dev/alloc/{alloc_id}/crash", dev_crash_task)

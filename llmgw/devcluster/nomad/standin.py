@@ -53,6 +53,7 @@ from llmgw.devcluster.nomad.state import (
     now_ns,
 )
 from llmgw.devcluster.nomad.taskenv import node_values
+from llmgw.devcluster.nomad.variables import Variables
 
 JSON = dict[str, Any]
 NS = 1_000_000_000
@@ -127,6 +128,8 @@ class NomadStandIn:
         self.broker = EventBroker(self.config.event_buffer_size)
         self.store = Store(self.broker, self.config.region)
         self.procs = ProcessTable()
+        # Nomad Variables and the ACL policies attached to workloads (what nomadVar reads).
+        self.variables = Variables()
         self.scheduler = Scheduler(self.store, free_port, now_ns)
         self.runners: dict[str, AllocRunner] = {}
         self.http_addr = "127.0.0.1:4646"  # set by the server once bound

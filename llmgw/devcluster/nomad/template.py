@@ -5,7 +5,9 @@ with ``{{-``/``-}}`` trimming and comments, ``if``/``else if``/``else``/``end``,
 ``range`` (with ``$i, $x :=``) and ``with`` (both with ``else``), variables,
 pipelines, parentheses, fields such as ``.Address`` ``.Port`` ``.ServiceMeta.k`` — and
 the functions ``service`` (``"name"``, ``"tag.name"``, ``"name|any"``,
-``"name|passing,warning"``), ``key``, ``keyOrDefault``, ``env``, ``len``, ``index``,
+``"name|passing,warning"``), ``key``, ``keyOrDefault``, ``nomadVar`` (``"path"``,
+``"path@namespace"``: the variable's items, read as the task's workload identity),
+``env``, ``len``, ``index``,
 ``eq ne lt le gt ge and or not``, ``join``, ``split``, ``contains``, ``printf``,
 ``print``, ``toLower``, ``toUpper``, ``trimSpace``, ``replaceAll``, ``parseInt``,
 ``toJSON``.
@@ -13,7 +15,9 @@ the functions ``service`` (``"name"``, ``"tag.name"``, ``"name|any"``,
 Rendering is synchronous: lookups go through a ``DataSource``; an unknown dependency
 is recorded (``Render.missing``) so the caller can fetch it and render again. A
 ``service`` with no healthy instance renders empty (as Nomad does); a missing ``key``
-keeps the template unrendered (consul-template blocks on it).
+keeps the template unrendered (consul-template blocks on it); so does a missing
+``nomadVar`` (``VariableMissing``), while one the workload may not read is an error
+(``VariableDenied``).
 
 Anything else is a ``TemplateError`` naming what is unsupported.
 
@@ -35,6 +39,19 @@ class TemplateError(Exception):
 
 class NotReady(Exception):
     """A dependency is not available yet (a ``key`` that does not exist)."""
+
+
+class VariableMissing(NotReady):
+    """A ``nomadVar`` path with no variable: consul-template waits for it to be written."""
+
+    def __init__(self, path: str, namespace: str) -> None:
+        super().__init__(f"nomad.var.block({path}@{namespace})")
+        self.path = path
+        self.namespace = namespace
+
+
+class VariableDenied(TemplateError):
+    """A ``nomadVar`` path the task's workload identity may not read (Nomad answers 403)."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +79,24 @@ class KeyQuery:
     key: str
 
 
-Dependency = ServiceQuery | KeyQuery
+@dataclass(frozen=True)
+class VarQuery:
+    """A ``nomadVar`` read: watched so that a changed variable re-renders the template."""
+
+    path: str
+    namespace: str | None = None
+
+
+Dependency = ServiceQuery | KeyQuery | VarQuery
 
 
 class DataSource(Protocol):
     def service(self, query: ServiceQuery) -> list[dict[str, Any]] | None: ...
     def key(self, key: str) -> tuple[bool, str] | None: ...  # (exists, value); None = not fetched
     def env(self, name: str) -> str: ...
+    # A Nomad variable's items; None when it does not exist. Raises VariableDenied when the
+    # workload may not read it. namespace None is the task's own.
+    def variable(self, path: str, namespace: str | None) -> dict[str, str] | None: ...
 
 
 class Record(dict[str, Any]):
@@ -377,6 +405,7 @@ class _Exec:
             "service": self.f_service,
             "key": self.f_key,
             "keyOrDefault": self.f_key_or_default,
+            "nomadVar": self.f_nomad_var,
             "env": lambda name: self.data.env(str(name)),
             "len": lambda v: len(v) if v is not None else 0,
             "index": self.f_index,
@@ -431,6 +460,14 @@ class _Exec:
         if found is None or not found[0]:
             return str(default)
         return found[1]
+
+    def f_nomad_var(self, ref: str) -> dict[str, str]:
+        path, _, namespace = str(ref).partition("@")
+        self.used.add(VarQuery(path, namespace or None))
+        items = self.data.variable(path, namespace or None)
+        if items is None:
+            raise VariableMissing(path, namespace or "default")
+        return dict(items)
 
     @staticmethod
     def f_index(container: Any, *keys: Any) -> Any:

@@ -47,6 +47,11 @@ def test_unusable_connection_settings_name_their_variable() -> None:
     assert result.returncode == 2 and "NOMAD_ADDR" in result.stderr and "Traceback" not in result.stderr
     result = serve(LLMGW_ALLOWED_IMAGES="not a ref")
     assert result.returncode == 2 and "LLMGW_ALLOWED_IMAGES" in result.stderr
+    result = serve(LLMGW_ENGINE_KEY_SECRET="short")
+    assert result.returncode == 2 and "LLMGW_ENGINE_KEY_SECRET must be at least 32" in result.stderr
+    assert "short" not in result.stderr.replace("LLMGW_ENGINE_KEY_SECRET", "")  # the secret is not echoed
+    result = serve(LLMGW_HF_TOKEN_VARIABLE="nomad/jobs/x")
+    assert result.returncode == 2 and "LLMGW_HF_TOKEN_VARIABLE" in result.stderr
 
 
 def test_the_long_running_commands_run_on_uvloop_unless_told_otherwise() -> None:

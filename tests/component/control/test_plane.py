@@ -275,3 +275,33 @@ async def test_the_executor_is_idempotent_and_leaves_foreign_jobs_alone(
         )
         assert h.nomad.called("deregister") == []
         assert type(outcomes[0]).__name__ == ("Done" if gone else "Failed")
+
+
+async def test_each_replica_gets_its_engine_key_in_its_own_variable_before_it_is_registered(
+    test_policy: SecurityPolicy,
+) -> None:
+    from llmgw.core.engine_keys import EngineKeys, variable_path
+
+    keys = EngineKeys("s" * 32)
+    async with harness(test_policy, engine_keys=keys) as h:
+        await h.advance(20)
+        jobs = h.nomad.called("register")
+        assert len(jobs) == 2
+        for job_id in jobs:
+            path = variable_path(job_id)
+            assert h.cluster.variables[path] == {"engine_api_key": keys.for_replica(job_id)}
+            # Written first: the job's engine task reads it when it starts.
+            order = [
+                (m, a) for m, a in h.nomad.calls if (m, a) in {("put_variable", path), ("register", job_id)}
+            ]
+            assert order == [("put_variable", path), ("register", job_id)]
+        assert len({h.cluster.variables[variable_path(j)]["engine_api_key"] for j in jobs}) == 2
+        h.apply_catalog(CATALOG.replace("min: 2, max: 2", "min: 0, max: 2"))
+        await h.advance(120)
+        stopped = h.nomad.called("deregister")
+        assert stopped
+        for job_id in stopped:
+            assert variable_path(job_id) not in h.cluster.variables
+            assert h.nomad.called("delete_variable") and variable_path(job_id) in h.nomad.called(
+                "delete_variable"
+            )

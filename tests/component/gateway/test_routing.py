@@ -315,3 +315,43 @@ async def test_an_engine_that_drops_new_connections_is_left_for_another_endpoint
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_the_router_sends_each_replica_its_engine_key_and_never_relays_an_engines_401(
+    cluster: Cluster, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    from dataclasses import replace
+
+    from llmgw.core.engine_keys import EngineKeys
+    from llmgw.gateway.app import RouterServer
+
+    from .conftest import router_settings
+
+    keys = EngineKeys("r" * 40)
+    # First in order (tried first): a replica keyed from another secret, as when a router
+    # and the control plane are set differently. Its 401 sends the request on.
+    stranger = await cluster.add_sim("sim-chat", api_key=EngineKeys("x" * 40).for_replica("sim-chat-r0"))
+    good = await cluster.add_sim("sim-chat", api_key=keys.for_replica(f"sim-chat-r{len(cluster.engines)}"))
+    router = RouterServer(router_settings(), replace(cluster.deps(), engine_keys=keys))
+    await router.start()
+    try:
+        client = openai_for(router)
+        for _ in range(4):
+            answer = await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=2)
+            assert answer.choices[0].message.content
+        assert (await good.stats(http))["requests_total"] == 4
+        assert (await stranger.stats(http))["requests_total"] == 0
+    finally:
+        await router.stop()
+    # A router without the secret: an engine's 401 is not the client's error.
+    cluster.remove(good)
+    keyless = RouterServer(router_settings(), cluster.deps())
+    await keyless.start()
+    try:
+        with pytest.raises(openai.APIStatusError) as raised:
+            await openai_for(keyless).chat.completions.create(
+                model="sim-chat", messages=MESSAGES, max_tokens=2
+            )
+        assert raised.value.status_code in (502, 503), raised.value
+    finally:
+        await keyless.stop()

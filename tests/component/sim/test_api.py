@@ -301,3 +301,32 @@ async def test_a_judge_sim_answers_safe_or_unsafe_and_completions_stay_greek(
     assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "unsafe"
     completion = await client.completions.create(model=TEST_MODEL, prompt="forbidden fruit", max_tokens=3)
     assert _is_greek(completion.choices[0].text)  # a judge is a chat model; completions are unchanged
+
+
+async def test_api_key_guards_v1_as_vllm_does_and_leaves_health_and_metrics_open(
+    start_server: StartServer, http: aiohttp.ClientSession
+) -> None:
+    """vLLM's AuthenticationMiddleware: /v1/* needs the Bearer key, 401 {"error": "Unauthorized"}."""
+    from dataclasses import replace
+
+    server = await start_server(replace(fast_settings(), api_key="k-123"))
+    body = {"model": TEST_MODEL, "prompt": "x", "max_tokens": 1}
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "Basic k-123"},
+        {"Authorization": "k-123"},
+    ):
+        async with http.post(server.make_url("/v1/completions"), json=body, headers=headers) as response:
+            assert response.status == 401, headers
+            assert await response.json() == {"error": "Unauthorized"}
+        async with http.get(server.make_url("/v1/models"), headers=headers) as response:
+            assert response.status == 401
+    async with http.post(
+        server.make_url("/v1/completions"), json=body, headers={"Authorization": "Bearer k-123"}
+    ) as response:
+        assert response.status == 200
+    # What vLLM leaves open: /health (the Consul check needs no key) and /metrics.
+    for path in ("/health", "/metrics"):
+        async with http.get(server.make_url(path)) as response:
+            assert response.status in (200, 503), path

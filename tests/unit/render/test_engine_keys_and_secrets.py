@@ -1,0 +1,108 @@
+"""Secrets reach engines only through Nomad: what the rendered jobs say, and what they never hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgw.core.catalog import SecurityPolicy, load_catalog
+from llmgw.core.engine_keys import EngineKeys, EngineKeySecretError, engine_keys_from_env, variable_path
+from llmgw.render import Renderer, RenderSettings, ReplicaRequest
+from llmgw.render.settings import RenderSettingsError, render_settings_from_env
+
+ENGINES = {
+    "vllm": "{engine: vllm, source: org/m, tp: 8, pp: 2, nodes: 2}",
+    "sglang": "{engine: sglang, source: org/m, tp: 8, nodes: 2}",
+    "llamacpp": "{engine: llamacpp, source: 'https://files.example.com/m.gguf'}",
+    "sim": "{engine: sim, tp: 16, nodes: 2}",
+}
+
+
+def _groups(engine: str, settings: RenderSettings, policy: SecurityPolicy) -> tuple[str, list[dict]]:  # type: ignore[type-arg]
+    text = f"models:\n  m:\n    profiles: [{ENGINES[engine]}]\n"
+    catalog = load_catalog(text, filename="c", policy=policy).catalog
+    assert catalog is not None
+    renderer = Renderer(settings, policy)
+    fabric = "f" if "nodes: 2" in ENGINES[engine] else None
+    rendered = renderer.render(catalog, ReplicaRequest("m", 0, "r1", fabric), catalog_hash="h")
+    return rendered.hcl, renderer.check(rendered, model="m")["TaskGroups"]
+
+
+def _engine_task(group: dict) -> dict:  # type: ignore[type-arg]
+    return next(t for t in group["Tasks"] if t["Name"] == "engine")
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_rank_0_requires_the_key_its_own_variable_holds(engine: str, shipped_policy: SecurityPolicy) -> None:
+    hcl, groups = _groups(engine, RenderSettings(engine_api_keys=True), shipped_policy)
+    job_id = "llmgw-" + hcl.split('job "llmgw-', 1)[1].split('"', 1)[0]
+    rank0 = _engine_task(groups[0])
+    args = rank0["Config"]["args"]
+    assert args[-2:] == ["--api-key", "${LLMGW_ENGINE_API_KEY}"]
+    [template] = [t for t in rank0["Templates"] if t["DestPath"] == "secrets/engine-key.env"]
+    assert template["Envvars"] is True
+    assert template["EmbeddedTmpl"] == (
+        f'{{{{ with nomadVar "{variable_path(job_id)}" }}}}'
+        "LLMGW_ENGINE_API_KEY={{ .engine_api_key }}{{ end }}\n"
+    )
+    for worker in groups[1:]:
+        task = _engine_task(worker)
+        assert "--api-key" not in task["Config"]["args"]
+        assert not [t for t in task.get("Templates") or [] if "engine-key" in t["DestPath"]]
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_without_keys_or_token_no_secret_template_is_rendered(
+    engine: str, shipped_policy: SecurityPolicy
+) -> None:
+    hcl = _groups(engine, RenderSettings(), shipped_policy)[0]
+    assert "nomadVar" not in hcl and "--api-key" not in hcl
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_every_rank_reads_hf_token_from_the_operators_variable(
+    engine: str, shipped_policy: SecurityPolicy
+) -> None:
+    _hcl, groups = _groups(engine, RenderSettings(hf_token_variable="llmgw/hf-token"), shipped_policy)
+    for group in groups:
+        [template] = [t for t in _engine_task(group)["Templates"] if t["DestPath"] == "secrets/hf-token.env"]
+        assert (
+            template["EmbeddedTmpl"]
+            == '{{ with nomadVar "llmgw/hf-token" }}HF_TOKEN={{ .HF_TOKEN }}{{ end }}\n'
+        )
+        assert template["Envvars"] is True
+        assert "HF_TOKEN" not in (_engine_task(group).get("Env") or {})
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ('llmgw/hf" }}{{ env "HOME', "is not a Nomad Variable path"),
+        ("nomad/jobs/x", "Nomad reserves"),
+        ("a//b", "is not a Nomad Variable path"),
+        ("x" * 129, "is not a Nomad Variable path"),
+    ],
+)
+def test_the_token_variable_setting_refuses_what_is_not_a_path(value: str, words: str) -> None:
+    with pytest.raises(RenderSettingsError, match=words):
+        render_settings_from_env({"LLMGW_HF_TOKEN_VARIABLE": value})
+
+
+def test_the_settings_come_from_the_environment() -> None:
+    settings = render_settings_from_env(
+        {"LLMGW_HF_TOKEN_VARIABLE": "/llmgw/hf-token/", "LLMGW_ENGINE_KEY_SECRET": "x" * 40}
+    )
+    assert settings.hf_token_variable == "llmgw/hf-token"
+    assert settings.engine_api_keys
+    assert not render_settings_from_env({}).engine_api_keys
+
+
+def test_keys_are_per_replica_derived_and_the_secret_is_never_shown() -> None:
+    keys = EngineKeys("k" * 32)
+    assert keys.for_replica("llmgw-a-1") == keys.for_replica("llmgw-a-1")
+    assert keys.for_replica("llmgw-a-1") != keys.for_replica("llmgw-a-2")
+    assert keys.for_replica("llmgw-a-1") != EngineKeys("j" * 32).for_replica("llmgw-a-1")
+    assert "k" * 32 not in repr(keys)
+    with pytest.raises(EngineKeySecretError, match="at least 32"):
+        EngineKeys("short")
+    assert engine_keys_from_env({}) is None
+    assert engine_keys_from_env({"LLMGW_ENGINE_KEY_SECRET": "k" * 32}) == keys
