@@ -168,6 +168,16 @@ def _flags_of_audit(engine: str, entries: Sequence[Mapping[str, Any]]) -> list[d
     return flags
 
 
+# Image tags the audit in ../shared does not name, between the same two commits it read.
+# llama.cpp's image build numbers count commits (``b<git rev-list --count HEAD>``,
+# .github/workflows/docker.yml): b6795 (October 2025, the default image llmgw renders, see
+# llmgw/render/DESIGN.md) lies after 4227c9be (August 2025, llama-cpp-python 0.3.16) and
+# before 49bfddec (2026, llama-cpp-python 0.3.17), as b6700 does.
+EXTRA_IMAGE_TAG_BRACKETS: dict[str, dict[str, list[str]]] = {
+    "llamacpp": {"server-cuda-b6795": ["4227c9be", "49bfddec"]},
+}
+
+
 def tables_from_shared(shared_engines: Path) -> dict[str, dict[str, Any]]:
     """The vendored tables, built from ../shared/engines (engine -> JSON document)."""
     out: dict[str, dict[str, Any]] = {}
@@ -189,9 +199,10 @@ def tables_from_shared(shared_engines: Path) -> dict[str, dict[str, Any]]:
             "how_read": audit["how_read"],
             "releases": releases,
         }
-        if "image_tag_brackets" in audit:
+        brackets = {**audit.get("image_tag_brackets", {}), **EXTRA_IMAGE_TAG_BRACKETS.get(engine, {})}
+        if brackets:
             # A tag between two known commits: a flag is known only if both have it.
-            document["image_tag_brackets"] = audit["image_tag_brackets"]
+            document["image_tag_brackets"] = brackets
         if "ray_start" in audit:
             ray = audit["ray_start"]
             document["ray_start"] = {

@@ -36,8 +36,10 @@ PROGRAMS: dict[Engine, tuple[str, ...]] = {
     Engine.LLAMACPP: ("/app/llama-server",),
 }
 RAY_START = ("ray", "start")
-# Images whose release tables are vendored, beside the defaults: the example catalog's pin.
-EXTRA_IMAGES: dict[Engine, tuple[str, ...]] = {Engine.VLLM: ("vllm/vllm-openai:v0.10.2",)}
+# Images whose release tables are vendored, beside the defaults. vLLM 0.10.2's table stays
+# vendored (the audit read it), but its image is below vLLM's minimum release and renders
+# nothing (llmgw/core/catalog/images.py).
+EXTRA_IMAGES: dict[Engine, tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True)
