@@ -80,7 +80,9 @@ def view(*facts: AllocationFact, gone: frozenset[str] = frozenset()) -> NomadVie
         ),
     ],
 )
-def test_vouch(endpoint: Endpoint, facts: list[AllocationFact], gone: frozenset[str], expected: Vouch) -> None:
+def test_vouch(
+    endpoint: Endpoint, facts: list[AllocationFact], gone: frozenset[str], expected: Vouch
+) -> None:
     assert vouch(endpoint, view(*facts, gone=gone), current=True) is expected
 
 
