@@ -204,7 +204,9 @@ class AllocationWatch:
                     async for batch in self._nomad.events(TOPICS, index=self._index + 1):
                         self._apply(batch)
                         self._last_success_at = loop.time()
-                continue  # the stream ended: read afresh and reopen at once
+                # The stream ended (a server restarting): read afresh and reopen, not in a busy loop.
+                await asyncio.sleep(self._settings.retry_initial)
+                continue
             except TimeoutError:
                 continue  # the periodic full read
             except asyncio.CancelledError:
@@ -230,7 +232,10 @@ class AllocationWatch:
             if str(raw.get("Status") or "") in _GONE_NODE_STATUSES
         }
         self._allocs, self._nodes_gone = allocs, gone
-        self._index = max(allocs_page.index, nodes_page.index)
+        # The stream resumes after the OLDER of the two reads: a change between them is
+        # replayed (each event carries its object whole, and they come in order) rather
+        # than missed.
+        self._index = min(allocs_page.index, nodes_page.index)
         self._publish()
 
     def _apply(self, batch: EventBatch) -> None:
