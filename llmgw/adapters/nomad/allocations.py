@@ -126,6 +126,7 @@ class AllocationWatch:
         self._allocs: dict[str, AllocationFact] = {}
         self._nodes_gone: set[str] = set()
         self._index = 0
+        self._read_index: dict[str, int] = {}  # by topic: the index of the last full read's table
         self._latest: NomadView | None = None
         self._generation = 0
         self._healthy = False
@@ -232,9 +233,10 @@ class AllocationWatch:
             if str(raw.get("Status") or "") in _GONE_NODE_STATUSES
         }
         self._allocs, self._nodes_gone = allocs, gone
-        # The stream resumes after the OLDER of the two reads: a change between them is
-        # replayed (each event carries its object whole, and they come in order) rather
-        # than missed.
+        # The stream resumes after the OLDER of the two reads, so a change between them is
+        # not missed; what each read already holds is not applied again (an older state
+        # of an allocation, even for a moment, could be routed to).
+        self._read_index = {"Allocation": allocs_page.index, "Node": nodes_page.index}
         self._index = min(allocs_page.index, nodes_page.index)
         self._publish()
 
@@ -243,6 +245,8 @@ class AllocationWatch:
             return  # Nomad re-sends its newest batch to a stream opened past it
         for event in batch.events:
             topic, payload = event.get("Topic"), event.get("Payload") or {}
+            if batch.index <= self._read_index.get(str(topic), 0):
+                continue  # the full read already holds it
             if topic == "Allocation":
                 raw = payload.get("Allocation") or {}
                 if not str(raw.get("JobID", "")).startswith(JOB_PREFIX):

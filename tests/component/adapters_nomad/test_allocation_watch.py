@@ -150,6 +150,39 @@ async def test_a_broken_stream_keeps_the_last_view_says_so_and_reads_whole_again
         await watch.stop()
 
 
+async def test_the_stream_resumes_after_the_older_read_and_skips_what_each_read_holds() -> None:
+    nomad = FakeNomad()
+    nomad.alloc_list = [alloc("a1", "failed")]  # read at index 10
+    watch = AllocationWatch(nomad, FAST)
+    original_nodes = nomad.nodes
+
+    async def older_nodes(**kwargs: Any) -> Page:
+        page = await original_nodes(**kwargs)
+        return Page(page.items, 5)  # the node table last changed at 5
+
+    nomad.nodes = older_nodes  # type: ignore[method-assign]
+    await watch.start()
+    try:
+        await until(lambda: watch.healthy)
+        assert nomad.opened_at == [6]  # nothing between the two reads is missed
+        generation = watch.generation
+        # Replayed from the buffer: a8 is older than the allocation read (it already says
+        # a1 failed) and is skipped; the node event at 9 is newer than the node read.
+        await nomad.streams.put(alloc_event(8, alloc("a1", "running")))
+        node = {
+            "Topic": "Node",
+            "Type": "NodeStreamEvent",
+            "Payload": {"Node": {"ID": "n9", "Status": "down"}},
+        }
+        await nomad.streams.put(EventBatch(9, [node]))
+        view = await watch.wait_changed(generation)
+        assert view.allocations["a1"].client_status == "failed"
+        assert view.nodes_gone == frozenset({"n9"})
+        assert watch.generation == generation + 1  # the skipped batch published nothing
+    finally:
+        await watch.stop()
+
+
 def test_an_allocation_without_its_ids_is_refused_and_old_style_networks_count() -> None:
     with pytest.raises(ValueError, match="without ID or JobID"):
         parse_allocation({"ID": "a1"})
