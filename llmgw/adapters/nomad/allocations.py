@@ -2,8 +2,9 @@
 
 Owns :class:`AllocationWatch`, a watched ``NomadView`` kept by one background task:
 a full read (``GET /v1/allocations?resources=true`` and ``GET /v1/nodes``), then
-Nomad's event stream (topics ``Allocation`` and ``Node``) from that read's index + 1,
-each batch applied and published at once; after a broken or silent stream a backoff,
+Nomad's event stream (topics ``Allocation`` and ``Node``) after the older of the two
+reads' indexes (what a read already holds is skipped), each batch applied and
+published at once; after a broken or silent stream a backoff,
 a full read again and the stream from there, as the control plane's observing loop
 does (``llmgw.control.observing``: Nomad silently starts at its oldest retained
 batch when the index asked for has left its buffer). A periodic full read repairs
