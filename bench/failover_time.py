@@ -15,6 +15,16 @@ does) and times, from that moment:
 - ``registered``: the rebuilt replica's job is registered;
 - ``healthy``: its engine passes its Consul check (start, ``load_seconds``, check interval).
 
+Beside them, the router's reaction (a router runs in the same process, following Nomad as
+``llmgw serve`` wires it): ``router ms`` is the time from Nomad's first event that took the
+failed replica's serving allocation out of ``running`` (unknown with its node, or its
+task restarting when a multi-node replica lost a peer; its ``ModifyTime``, stamped at
+the commit) to the
+router's book no longer routing to it (Nomad's word, ``routing.vouch``), in milliseconds
+of the router's own wall clock; ``consul out`` is when the router's Consul snapshot first
+showed the endpoint not passing (the Consul stand-in fails the node's agent with the node,
+at once, which a real cluster's gossip takes seconds to notice).
+
 ``lost -> registered`` is the control plane's own time for the rebuild (the pass that
 judges it: render, plan, register; no backoff); the rest is bounded by the configured
 graces, printed above the table. Each
@@ -42,8 +52,13 @@ from llmgw.cli.dev_run import dev_control_settings, dev_render_settings
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog
 from llmgw.control import ControlPlane, ControlSettings
 from llmgw.core import conventions as c
+from llmgw.core.records import Endpoint
+from llmgw.core.routing import Vouch
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig
+from llmgw.gateway.book import EndpointBook
+from llmgw.gateway.context import CONTEXT
+from llmgw.gateway.settings import RouterSettings
 from llmgw.render import RenderSettings
 from llmgw.settings import ConsulConnection, NomadConnection
 
@@ -77,6 +92,62 @@ class Run:
     passes: int
     decide_mean: float | None
     decide_max_below: float | None  # the histogram bucket the slowest decide fell in
+    router_reaction: float | None = None  # seconds from Nomad's event to the router not routing there
+    consul_out: float | None = None  # seconds after the failure the router's Consul view dropped it
+
+
+class RouterReaction:
+    """Times one replica leaving the router: Nomad's event (its allocation's ModifyTime in the
+    stream) against the router's wall clock at the book change that took it away."""
+
+    def __init__(self, nomad: NomadClient, book: EndpointBook, job: str) -> None:
+        self._nomad = nomad
+        self._book = book
+        self._job = job
+        self.event_at: float | None = None  # unix seconds, Nomad's stamp
+        self.dropped_at: float | None = None  # unix seconds, the router's clock
+        self.consul_out_at: float | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._events()), asyncio.create_task(self._book_changes())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @property
+    def reaction(self) -> float | None:
+        if self.event_at is None or self.dropped_at is None:
+            return None
+        return self.dropped_at - self.event_at
+
+    def _mine(self) -> list[Endpoint]:
+        return [e for e in self._book.endpoints() if e.replica == self._job]
+
+    async def _events(self) -> None:
+        # The allocations behind the replica's endpoints (rank 0's: the one that serves).
+        serving = {e.alloc_id for e in self._mine()}
+        index = (await self._nomad.allocations()).index + 1
+        async for batch in self._nomad.events(["Allocation"], index=index):
+            for event in batch.events:
+                alloc = event["Payload"]["Allocation"]
+                taken = alloc["ClientStatus"] != "running" or alloc["DesiredStatus"] != "run"
+                if alloc["ID"] in serving and taken and self.event_at is None:
+                    self.event_at = alloc["ModifyTime"] / 1e9
+
+    async def _book_changes(self) -> None:
+        while self.dropped_at is None or self.consul_out_at is None:
+            await self._book.wait_changed()
+            now = time.time()
+            mine = self._mine()
+            if self.dropped_at is None and any(
+                self._book.vouch_of(e) not in (None, Vouch.ROUTE) for e in mine
+            ):
+                self.dropped_at = now
+            if self.consul_out_at is None and not any(e.passing for e in mine):
+                self.consul_out_at = now
 
 
 async def jobs_of(nomad: NomadClient, model: str) -> dict[str, set[str]]:
@@ -140,13 +211,22 @@ async def wait_steady(nomad: NomadClient, consul: ConsulClient, model: str, with
 
 
 async def one_failover(
-    cluster: DevCluster, nomad: NomadClient, consul: ConsulClient, plane: ControlPlane, model: str
+    cluster: DevCluster,
+    nomad: NomadClient,
+    consul: ConsulClient,
+    plane: ControlPlane,
+    model: str,
+    book: EndpointBook,
 ) -> Run:
     assert cluster.nomad is not None
     job = await wait_steady(nomad, consul, model, 120)
     node_id = sorted((await jobs_of(nomad, model))[job])[0]
     sum0, count0, buckets0 = decide_histogram(plane)
     lost0 = lost_count(plane)
+    router = RouterReaction(nomad, book, job)
+    router.start()
+    await asyncio.sleep(0.2)  # the bench's event stream is open before the fault
+    failed_at = time.time()
     t0 = time.monotonic()
     await cluster.nomad.fail_node(node_id)
     down = stopped = lost = registered = healthy = None
@@ -168,6 +248,7 @@ async def one_failover(
             healthy = now
         await asyncio.sleep(POLL)
     sum1, count1, buckets1 = decide_histogram(plane)
+    await router.stop()
     await cluster.nomad.restore_node(node_id)
     passes = int(count1 - count0)
     # Cumulative buckets: the slowest decide fell in the smallest bucket that holds every pass.
@@ -182,6 +263,8 @@ async def one_failover(
         passes,
         (sum1 - sum0) / passes if passes else None,
         min(holds_all) if holds_all else None,
+        router.reaction,
+        None if router.consul_out_at is None else router.consul_out_at - failed_at,
     )
 
 
@@ -230,7 +313,8 @@ async def bench(args: argparse.Namespace) -> None:
         config = DevClusterConfig(nomad=nomad_config, state_dir=Path(tmp) / "nomad")
         async with DevCluster(config) as cluster:
             settings = ServiceSettings(
-                role=Role.CONTROL_PLANE,
+                role=Role.ALL,  # the control plane and a router that follows Nomad
+                router=RouterSettings(host="127.0.0.1", port=0, no_auth=True, router_id="bench"),
                 nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token),
                 consul=ConsulConnection.from_env(
                     {"CONSUL_HTTP_ADDR": cluster.consul_addr, "CONSUL_HTTP_TOKEN": cluster.consul_token}
@@ -246,11 +330,15 @@ async def bench(args: argparse.Namespace) -> None:
                 NomadClient(settings.nomad) as nomad,
             ):
                 assert services.consul is not None and services.control is not None
+                assert services.router is not None
+                book = services.router.app[CONTEXT].book
                 await publish_catalog(services.consul, CATALOG, applied_by="bench")
                 runs: list[Run] = []
                 for i in range(args.runs):
                     for model in ("sim-one", "sim-two"):
-                        run = await one_failover(cluster, nomad, services.consul, services.control, model)
+                        run = await one_failover(
+                            cluster, nomad, services.consul, services.control, model, book
+                        )
                         runs.append(run)
                         print(
                             f"  run {i + 1} {model}: rebuilt replica healthy after {show(run.healthy)} s",
@@ -260,6 +348,7 @@ async def bench(args: argparse.Namespace) -> None:
     header = (
         f"{'model':<8} {'down':>6} {'stopped':>8} {'lost':>6} {'registered':>11} {'healthy':>8} "
         f"{'llmgw lost->reg':>16} {'passes':>7} {'decide mean':>12} {'decide max':>11}"
+        f" {'router ms':>10} {'consul out':>11}"
     )
     print("seconds after the node failed:")
     print(header)
@@ -274,7 +363,8 @@ async def bench(args: argparse.Namespace) -> None:
             "<= " + show(r.decide_max_below, 1000, 1) + " ms",
         )
         decide = f"{mean:>12} {slowest:>11}"
-        print(f"{r.model:<8} {times} {show(own, digits=2):>16} {r.passes:>7} {decide}")
+        router = f"{show(r.router_reaction, 1000, 1):>10} {show(r.consul_out):>11}"
+        print(f"{r.model:<8} {times} {show(own, digits=2):>16} {r.passes:>7} {decide} {router}")
     for model in ("sim-one", "sim-two"):
         mine = [r for r in runs if r.model == model and r.registered is not None and r.healthy is not None]
         if mine:

@@ -114,8 +114,11 @@ job "llmgw" {
         destination = "secrets/llmgw.env"
         env         = true
         data        = <<-EOT
+          NOMAD_ADDR=https://nomad.service.consul:4646
+          NOMAD_CACERT=/usr/local/share/ca-certificates/nomad-ca.crt
           CONSUL_HTTP_ADDR=127.0.0.1:8500
           {{ with nomadVar "nomad/jobs/llmgw" }}
+          NOMAD_TOKEN={{ .router_nomad_token }}
           CONSUL_HTTP_TOKEN={{ .router_consul_token }}
           {{ end }}
         EOT

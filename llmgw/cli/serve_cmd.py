@@ -52,7 +52,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=ROLES,
         default=ROLES[0],
         help="all: control plane, admin API and router in one process; control-plane: the control "
-        "plane and its admin API; router: the router only (default all)",
+        "plane and its admin API; router: the router only, which reads Consul and follows Nomad's "
+        "allocations too (NOMAD_TOKEN: read-job on llmgw's namespace and node read, see "
+        "ops/README.md) (default all)",
     )
     parser.add_argument(
         "--catalog",

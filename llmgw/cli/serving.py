@@ -29,7 +29,7 @@ from llmgw.adapters.consul import (
     UnavailableStore,
     watch_endpoints,
 )
-from llmgw.adapters.nomad import NomadClient
+from llmgw.adapters.nomad import AllocationWatch, NomadClient
 from llmgw.admin import AdminDeps, AdminListener, AdminSettings, CommandReceipt, start_admin
 from llmgw.control import ControlPlane, ControlSettings, ControlSettingsError, lost_node_problem
 from llmgw.control.commands import ModelCommandStore, OperatorCommands
@@ -194,6 +194,10 @@ class Services:
                 self.admin = admin
         if s.role in (Role.ALL, Role.ROUTER):
             router_settings = s.router
+            # The router's own Nomad client: it follows allocations with a read token
+            # (ops/README.md), and its stream must not share the control plane's fate.
+            router_nomad = NomadClient(s.nomad)
+            self._stack.push_async_callback(router_nomad.close)
             deps_router = RouterDeps(
                 endpoints=watch_endpoints(consul),
                 catalog=CatalogStore(consul).watch(),
@@ -202,6 +206,7 @@ class Services:
                 api_keys=None if router_settings.no_auth else ApiKeyStore(consul).watch(),
                 demand=DemandPublisher(consul, router_settings.resolved_router_id()),
                 engine_keys=s.engine_keys,
+                allocations=AllocationWatch(router_nomad),
             )
             router = RouterServer(router_settings, deps_router, policy=s.policy)
             await router.start()

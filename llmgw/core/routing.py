@@ -9,6 +9,11 @@ happened upstream), asks here, and acts.
 Must not: do I/O, read a clock (callers pass ``now`` where time matters), import
 asyncio or aiohttp, or hold state between calls.
 
+Whether an endpoint Consul lists may be sent anything at all is ``vouch``: Consul's
+health says an engine is ready, Nomad's allocations say it is a real one (an
+allocation of an llmgw job, running, at that address) and take it away or hold it
+back the moment it stops, fails or loses its node.
+
 The four answers when nothing serves are deliberately different, because clients
 (and people) act differently on each:
 
@@ -26,13 +31,16 @@ The four answers when nothing serves are deliberately different, because clients
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from llmgw.core.catalog import Catalog, Model, Role, ScalingMode
 from llmgw.core.durations import format_utc
-from llmgw.core.records import Unavailability, UnavailableModel
+from llmgw.core.names import slug
+from llmgw.core.planning import JOB_PREFIX
+from llmgw.core.records import Endpoint, Unavailability, UnavailableModel
 
 # --- which API a request came to, and which models may answer it ----------------------------------
 
@@ -211,6 +219,99 @@ def choose_endpoint(candidates: Iterable[Candidate], avoid: Collection[str], tur
     if not tied:
         return None
     return tied[turn % len(tied)]
+
+
+# --- whether Nomad vouches for an endpoint ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationFact:
+    """What Nomad says of one allocation of an llmgw job, as far as routing needs it."""
+
+    alloc_id: str
+    job_id: str
+    node_id: str
+    client_status: str  # Nomad's ClientStatus: pending, running, complete, failed, lost, unknown
+    desired_run: bool  # DesiredStatus is "run" (not "stop" or "evict")
+    # (host IP, port) of every port Nomad allocated it: where Nomad registers its services.
+    addresses: frozenset[tuple[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class NomadView:
+    """The allocations of llmgw's jobs and the nodes that are gone, as of Nomad's ``index``."""
+
+    allocations: Mapping[str, AllocationFact]  # by allocation id
+    nodes_gone: frozenset[str]  # ids of nodes down, disconnected or deregistered
+    index: int
+
+
+class Vouch(StrEnum):
+    """Nomad's word on one Consul endpoint. Only ``ROUTE`` is sent new requests."""
+
+    ROUTE = "route"  # a running allocation of its job, at its address, on a live node
+    STOPPING = "stopping"  # its allocation is told to stop: no new requests from now on
+    GONE = "gone"  # its allocation stopped, failed, was lost, or its node is down or disconnected
+    STARTING = "starting"  # its allocation is not running yet (or is restarting its task)
+    UNMATCHED = "unmatched"  # no allocation of an llmgw job matches it: forged or stale, ignored
+    UNVERIFIED = "unverified"  # Nomad's view is missing or stale: a new endpoint waits
+
+
+_GONE_STATUSES = frozenset({"complete", "failed", "lost", "unknown"})
+
+
+def canonical_address(address: str) -> str:
+    """An IP address in one spelling (``::1`` and ``0:0::1`` are the same host); a name as
+    given, lower-cased."""
+    try:
+        return ipaddress.ip_address(address).compressed
+    except ValueError:
+        return address.lower()
+
+
+def named_consistently(endpoint: Endpoint) -> bool:
+    """The registration's names agree with each other: its slug is its model's, and its
+    job is a replica job of that model (``llmgw-<slug>-<replica>``)."""
+    return (
+        bool(endpoint.alloc_id)
+        and endpoint.model_slug == slug(endpoint.model)
+        and endpoint.replica.startswith(f"{JOB_PREFIX}{endpoint.model_slug}-")
+    )
+
+
+def vouch(endpoint: Endpoint, view: NomadView | None, *, current: bool) -> Vouch:
+    """Whether Nomad vouches for ``endpoint``, a Consul registration of the engine service.
+
+    Consul's catalog is written by whatever holds a token that may register the
+    service; Nomad's allocations are what the control plane started. So an endpoint
+    is routable only when Nomad shows an allocation with the registration's
+    allocation id (``nomad_alloc_id`` in its meta), of the job the registration names,
+    with a port at the registration's address and port (Nomad registers a service at
+    its port's host IP and value), running, told to run, on a node that is not gone.
+
+    ``current`` is False while Nomad cannot be reached: the last view still takes
+    away (a failed allocation stays failed) and still vouches for what it knew, but
+    an endpoint it does not know waits (``UNVERIFIED``) instead of being ignored as
+    forged: no allocation can start without Nomad anyway.
+    """
+    if not named_consistently(endpoint):
+        return Vouch.UNMATCHED
+    if view is None:
+        return Vouch.UNVERIFIED
+    fact = view.allocations.get(endpoint.alloc_id)
+    if (
+        fact is None
+        or fact.job_id != endpoint.replica
+        or (canonical_address(endpoint.address), endpoint.port) not in fact.addresses
+    ):
+        return Vouch.UNMATCHED if current else Vouch.UNVERIFIED
+    if fact.node_id in view.nodes_gone or fact.client_status in _GONE_STATUSES:
+        return Vouch.GONE
+    if not fact.desired_run:
+        return Vouch.STOPPING
+    if fact.client_status != "running":
+        return Vouch.STARTING
+    return Vouch.ROUTE
 
 
 # --- retrying -----------------------------------------------------------------------------------

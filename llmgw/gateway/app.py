@@ -32,7 +32,9 @@ from llmgw.bundled import read_security_policy
 from llmgw.cancellation import cancel_and_wait
 from llmgw.core.addresses import url_of
 from llmgw.core.catalog import SecurityPolicy
-from llmgw.core.records import ApiKeyRecord, CatalogVersion, DrainMark, UnavailableModels
+from llmgw.core.conventions import ENGINE_SERVICE
+from llmgw.core.records import ApiKeyRecord, CatalogVersion, DrainMark, Endpoint, UnavailableModels
+from llmgw.core.routing import NomadView, Vouch
 from llmgw.gateway import handlers, middlewares
 from llmgw.gateway.book import EndpointBook
 from llmgw.gateway.catalogs import CatalogHolder
@@ -76,7 +78,29 @@ def create_app(
         )
 
     metrics = RouterMetrics()
-    book = EndpointBook(deps.clock.wall, settings.unavailable_stale_after, suspect_for=settings.suspect_for)
+
+    def unmatched(endpoint: Endpoint) -> None:
+        metrics.endpoints_ignored.inc()
+        log.warning(
+            "ignoring Consul service %r (model %r, %s:%d, allocation %r): Nomad shows no running "
+            "allocation of job %r at that address; a forged or stale registration of %s is never "
+            "sent a request (see ops/README.md for the Consul ACLs that keep it out)",
+            endpoint.service_id,
+            endpoint.model,
+            endpoint.address,
+            endpoint.port,
+            endpoint.alloc_id,
+            endpoint.replica,
+            ENGINE_SERVICE,
+        )
+
+    book = EndpointBook(
+        deps.clock.wall,
+        settings.unavailable_stale_after,
+        suspect_for=settings.suspect_for,
+        nomad_checked=deps.allocations is not None,
+        on_unmatched=unmatched,
+    )
     gates = ModelGates(
         settings.max_concurrency_per_model, settings.max_queue_per_model, settings.queue_timeout,
         settings.queue_retry_after,
@@ -137,6 +161,14 @@ def _gauges(context: RouterContext) -> Gauges:
         names = catalog.models if catalog is not None else {}
         return {name: context.gates.queued(name) for name in names if context.gates.queued(name)}
 
+    def held_back(endpoint: Endpoint) -> str | None:
+        vouch = context.book.vouch_of(endpoint)
+        return None if vouch is None or vouch is Vouch.ROUTE else str(vouch)
+
+    def nomad() -> WatchHealth | None:
+        w = context.deps.allocations
+        return None if w is None else WatchHealth("nomad", w.healthy, w.last_success_at, w.generation)
+
     return Gauges(
         endpoints=context.book.endpoints,
         in_flight=context.book.in_flight,
@@ -144,6 +176,8 @@ def _gauges(context: RouterContext) -> Gauges:
         queued=queued,
         watches=watches,
         now=lambda: asyncio.get_running_loop().time(),
+        held_back=held_back,
+        nomad=nomad,
     )
 
 
@@ -152,6 +186,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     deps = context.deps
     await context.upstream.start()
     watched: list[Watched[object]] = [w for _, w in context.watches()]
+    if deps.allocations is not None:
+        watched.append(deps.allocations)
     started: list[Watched[object]] = []
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -170,6 +206,15 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
                 _follow(deps.unavailable, lambda d: _apply_unavailable(context, d)), name="router:unavailable"
             ),
             asyncio.create_task(context.demand.run(), name="router:demand"),
+            *(
+                [
+                    asyncio.create_task(
+                        _follow_nomad(deps.allocations, context.book), name="router:nomad-allocations"
+                    )
+                ]
+                if deps.allocations is not None
+                else []
+            ),
             asyncio.create_task(_monitor_watches(context), name="router:watch-monitor"),
         ]
         if context.keys is not None and deps.api_keys is not None:
@@ -199,6 +244,19 @@ async def _follow(watched: Watched[T], apply: Callable[[T], None]) -> None:
             apply(value)
         except Exception:
             log.exception("applying a new %s value failed; keeping the previous one", watched.name)
+
+
+async def _follow_nomad(watched: Watched[NomadView], book: EndpointBook) -> None:
+    """Apply every new Nomad view with whether it is current (the watch publishes again
+    when it loses or regains Nomad, so a change of health is applied too)."""
+    generation = 0
+    while True:
+        view = await watched.wait_changed(generation)
+        generation = watched.generation
+        try:
+            book.set_nomad(view, current=watched.healthy)
+        except Exception:
+            log.exception("applying a new Nomad view failed; keeping the previous one")
 
 
 def _apply_draining(context: RouterContext, marks: Mapping[str, DrainMark]) -> None:
@@ -243,6 +301,21 @@ async def _monitor_watches(context: RouterContext) -> None:
             elif not was_healthy.get(label, True) and healthy:
                 log.info("Consul watch %s answers again", label)
             was_healthy[label] = healthy
+        nomad = context.deps.allocations
+        if nomad is not None:
+            healthy = nomad.healthy or (nomad.last_success_at is None and nomad.last_error is None)
+            if was_healthy.get("nomad", True) and not healthy:
+                since = nomad.last_success_at
+                age = "" if since is None else f" ({loop.time() - since:.0f}s old)"
+                log.warning(
+                    "Nomad's allocation stream is failing (%s); routing on the last view it gave%s: "
+                    "endpoints it vouched for keep serving, new ones wait until Nomad answers",
+                    nomad.last_error,
+                    age,
+                )
+            elif not was_healthy.get("nomad", True) and healthy:
+                log.info("Nomad's allocation stream answers again")
+            was_healthy["nomad"] = healthy
         await asyncio.sleep(WATCH_MONITOR_INTERVAL)
 
 

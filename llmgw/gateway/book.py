@@ -5,7 +5,11 @@ Owns: the current endpoint snapshot (replaced whole, never patched), the set of
 replicas marked draining, the endpoints that refused a connection lately (tried
 last for ``suspect_for`` seconds), the control plane's last word on the models it cannot
 serve now (``llmgw/unavailable``, trusted only while fresh and judged against the
-catalog routed by: ``records.unavailable_trusted``), the in-flight count per endpoint
+catalog routed by: ``records.unavailable_trusted``), Nomad's word on each endpoint
+(``routing.vouch``: only an endpoint whose allocation Nomad shows running at its
+address is routable; one whose allocation stops, fails or loses its node is taken
+away at the event, and a registration no allocation matches is ignored and reported
+once), the in-flight count per endpoint
 (kept across snapshots, so a request that started on an endpoint is released on
 it even after the endpoint left the snapshot), and the waiters for a change.
 
@@ -33,6 +37,7 @@ from llmgw.core.records import (
     UnavailableModels,
     unavailable_trusted,
 )
+from llmgw.core.routing import NomadView, Vouch
 
 
 class EndpointBook:
@@ -43,7 +48,20 @@ class EndpointBook:
         *,
         suspect_for: float = 10.0,
         monotonic: Callable[[], float] = time.monotonic,
+        nomad_checked: bool = False,
+        on_unmatched: Callable[[Endpoint], None] = lambda endpoint: None,
     ) -> None:
+        """``nomad_checked``: route only to endpoints Nomad vouches for (``set_nomad``);
+        False trusts Consul alone (a router without Nomad: tests, benchmarks).
+        ``on_unmatched`` is told once of each registration no allocation matches."""
+        self._nomad_checked = nomad_checked
+        self._on_unmatched = on_unmatched
+        self._nomad_view: NomadView | None = None
+        self._nomad_current = False
+        self._vouches: dict[str, Vouch] = {}  # by service id
+        # The service ids Nomad vouches for; None while Nomad is not checked.
+        self._routable: frozenset[str] | None = frozenset() if nomad_checked else None
+        self._reported_unmatched: set[str] = set()
         self._by_model: dict[str, tuple[Endpoint, ...]] = {}
         self._suspect_for = suspect_for
         self._monotonic = monotonic
@@ -69,11 +87,38 @@ class EndpointBook:
         # A stable order per model, so round-robin among equals is fair.
         self._by_model = {m: tuple(sorted(es, key=lambda e: e.service_id)) for m, es in by_model.items()}
         self.snapshot_index = snapshot.index
+        self._revouch()
         if self._suspect_until:  # forget suspects that left or served their time
             now = self._monotonic()
             present = {e.service_id for e in snapshot.endpoints}
             self._suspect_until = {k: t for k, t in self._suspect_until.items() if k in present and t > now}
         self._changed_now()
+
+    def set_nomad(self, view: NomadView | None, *, current: bool) -> None:
+        """Nomad's latest allocations and gone nodes; ``current`` False while Nomad cannot
+        be reached (the view is the last one it gave)."""
+        self._nomad_view = view
+        self._nomad_current = current
+        self._revouch()
+        self._changed_now()
+
+    def _revouch(self) -> None:
+        if not self._nomad_checked:
+            return
+        view, current = self._nomad_view, self._nomad_current
+        vouches = {e.service_id: routing.vouch(e, view, current=current) for e in self.endpoints()}
+        self._vouches = vouches
+        self._routable = frozenset(k for k, v in vouches.items() if v is Vouch.ROUTE)
+        unmatched = {k for k, v in vouches.items() if v is Vouch.UNMATCHED}
+        for endpoint in self.endpoints():
+            if endpoint.service_id in unmatched and endpoint.service_id not in self._reported_unmatched:
+                self._on_unmatched(endpoint)
+        # Remembered while it stays unmatched, so each is reported once, and the set stays small.
+        self._reported_unmatched = unmatched
+
+    def vouch_of(self, endpoint: Endpoint) -> Vouch | None:
+        """Nomad's word on ``endpoint``; None when Nomad is not checked."""
+        return self._vouches.get(endpoint.service_id) if self._nomad_checked else None
 
     def set_draining(self, replicas: Collection[str]) -> None:
         self._draining = frozenset(replicas)
@@ -102,13 +147,23 @@ class EndpointBook:
     # --- reading ---------------------------------------------------------------------------------
 
     def _usable(self, endpoint: Endpoint) -> bool:
-        return endpoint.passing and endpoint.replica not in self._draining
+        routable = self._routable
+        return (
+            endpoint.passing
+            and endpoint.replica not in self._draining
+            and (routable is None or endpoint.service_id in routable)
+        )
 
     def usable_count(self, model: str) -> int:
         draining = self._draining
+        routable = self._routable
         count = 0
         for endpoint in self._by_model.get(model, ()):  # a loop: this runs on every request
-            if endpoint.passing and endpoint.replica not in draining:
+            if (
+                endpoint.passing
+                and endpoint.replica not in draining
+                and (routable is None or endpoint.service_id in routable)
+            ):
                 count += 1
         return count
 

@@ -241,15 +241,23 @@ async def health(request: web.Request) -> web.StreamResponse:
             "last_error": watched.last_error,
         }
     endpoints = context.book.endpoints()
-    return web.json_response(
-        {
-            "status": "ok",
-            "catalog_version": context.catalogs.version,
-            "endpoints": len(endpoints),
-            "usable_endpoints": sum(context.book.usable_count(m) for m in {e.model for e in endpoints}),
-            "consul": watches,
+    body: dict[str, object] = {
+        "status": "ok",
+        "catalog_version": context.catalogs.version,
+        "endpoints": len(endpoints),
+        "usable_endpoints": sum(context.book.usable_count(m) for m in {e.model for e in endpoints}),
+        "consul": watches,
+    }
+    nomad = context.deps.allocations
+    if nomad is not None:
+        body["nomad"] = {
+            "healthy": nomad.healthy,
+            "age_seconds": None
+            if nomad.last_success_at is None or nomad.healthy
+            else round(now - nomad.last_success_at, 3),
+            "last_error": nomad.last_error,
         }
-    )
+    return web.json_response(body)
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:

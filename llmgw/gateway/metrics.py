@@ -81,6 +81,10 @@ class Gauges:
     queued: Callable[[], Mapping[str, int]]  # by model
     watches: Callable[[], tuple[WatchHealth, ...]]
     now: Callable[[], float]  # event-loop clock
+    # Nomad's word on an endpoint when it is not "route" ("gone", "stopping", ...), else None.
+    held_back: Callable[[Endpoint], str | None] = lambda endpoint: None
+    # The Nomad allocation watch's health; None when the router does not check Nomad.
+    nomad: Callable[[], WatchHealth | None] = lambda: None
 
 
 def rejection_reason(code: str | None) -> str:
@@ -111,7 +115,8 @@ class _ScrapeTime(Collector):
         for endpoint in g.endpoints():
             replica = (endpoint.model, endpoint.replica)
             outstanding[replica] = outstanding.get(replica, 0) + in_flight.get(endpoint.service_id, 0)
-            state = "draining" if g.draining(endpoint) else str(endpoint.status)
+            held = g.held_back(endpoint)
+            state = held if held is not None else "draining" if g.draining(endpoint) else str(endpoint.status)
             counts[(endpoint.model, state)] = counts.get((endpoint.model, state), 0) + 1
         for (model, replica_id), count in sorted(outstanding.items()):
             flight.add_metric([model, replica_id], count)
@@ -138,6 +143,20 @@ class _ScrapeTime(Collector):
                 age.add_metric([watch.name], max(0.0, now - watch.last_success_at))
         yield up
         yield age
+        nomad = g.nomad()
+        if nomad is not None:
+            yield GaugeMetricFamily(
+                PREFIX + "nomad_up",
+                "1 while the router follows Nomad's allocations (0: it routes on its last view, and "
+                "endpoints it had not verified wait)",
+                value=1.0 if nomad.healthy else 0.0,
+            )
+            if nomad.last_success_at is not None:
+                yield GaugeMetricFamily(
+                    PREFIX + "nomad_age_seconds",
+                    "Seconds since the router last heard from Nomad (an open, quiet stream counts as now)",
+                    value=0.0 if nomad.healthy else max(0.0, now - nomad.last_success_at),
+                )
 
 
 class RouterMetrics:
@@ -202,6 +221,12 @@ class RouterMetrics:
             PREFIX + "guard_seconds", "Latency the guard judge added, by verdict",
             ["policy", "verdict"], buckets=_LATENCY, registry=r,
         )  # fmt: skip
+        self.endpoints_ignored = Counter(
+            PREFIX + "endpoints_ignored",
+            "Consul registrations of the engine service that no allocation in Nomad matches "
+            "(forged, or left behind), each counted once",
+            registry=r,
+        )
         self.demand_reports = Counter(
             PREFIX + "demand_reports", "Demand reports sent to Consul, by result", ["result"], registry=r
         )

@@ -13,6 +13,8 @@ The Consul adapter satisfies them as it is:
 - ``UnavailableStore(client).watch()`` is a ``Watched[UnavailableModels | None]``;
 - ``DemandPublisher(client, router_id)`` is a ``DemandSink``.
 
+And the Nomad adapter's ``AllocationWatch(nomad_client)`` is a ``Watched[NomadView]``.
+
 Must not: import an adapter (the CLI wires them) or aiohttp.
 """
 
@@ -33,6 +35,7 @@ from llmgw.core.records import (
     EndpointSnapshot,
     UnavailableModels,
 )
+from llmgw.core.routing import NomadView
 
 T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")
@@ -166,6 +169,11 @@ class RouterDeps:
         default_factory=lambda: FixedValue[UnavailableModels | None](None, "unavailable")
     )
     demand: DemandSink = field(default_factory=NoDemandSink)
+    # Nomad's allocations of llmgw's jobs and its gone nodes: an endpoint is routed to
+    # only while Nomad vouches for it (``routing.vouch``). None trusts Consul alone: a
+    # router with no Nomad (a benchmark, a test); ``llmgw serve`` and ``llmgw dev``
+    # always give one.
+    allocations: Watched[NomadView] | None = None
     clock: Clock = field(default_factory=SystemClock)
     # The engines' API keys (derived per replica from the cluster secret the control plane
     # shares, llmgw.core.engine_keys), sent to each engine as Authorization: Bearer.

@@ -56,6 +56,7 @@ from llmgw.devcluster.consul import ConsulSettings
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig
 from llmgw.devcluster.partition import TcpProxy
 from llmgw.devcluster.timing import real_defaults
+from llmgw.gateway.app import RouterServer
 from llmgw.gateway.settings import RouterSettings
 from llmgw.render import Renderer
 from llmgw.settings import ConsulConnection, NomadConnection
@@ -444,6 +445,7 @@ class Stack:
         self.consul: ConsulClient
         self.nomad: NomadClient
         self.router_url = ""
+        self.router: RouterServer | None = None  # the router Services started (its book, metrics)
 
     async def __aenter__(self) -> Stack:
         try:
@@ -460,6 +462,7 @@ class Stack:
                 )
             )
             assert router.router is not None
+            self.router = router.router
             self.router_url = router.router.url
             self._stack.push_async_callback(self._stop_instances)
         except BaseException:
