@@ -22,7 +22,9 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ from llmgw.core.catalog import Engine
 from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
+from llmgw.devcluster.nomad.config import GPU_NODE_DOCKER, DockerPlugin
 from llmgw.gateway.settings import RouterSettings
 from llmgw.render import RenderSettings
 from llmgw.settings import ConsulConnection, NomadConnection
@@ -67,12 +70,50 @@ def write_secret(path: Path, secret: str) -> None:
     os.replace(temporary, path)
 
 
-def dev_nodes(args: argparse.Namespace) -> tuple[NodeSpec, ...]:
+# Names the llama-server binary that runs llama.cpp's server images on dev's nodes
+# (else the first llama-server on PATH; scripts/build-llama-server builds one).
+LLAMA_SERVER_ENV = "LLMGW_LLAMA_SERVER"
+
+
+def local_llama_server(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The llama-server dev's nodes run for llama.cpp's images: $LLMGW_LLAMA_SERVER, else PATH's."""
+    named = environ.get(LLAMA_SERVER_ENV, "").strip()
+    if named:
+        return named
+    return shutil.which("llama-server", path=environ.get("PATH"))
+
+
+def dev_docker(llama_server: str | None) -> DockerPlugin:
+    """Dev's nodes as ops/README.md sets up a GPU client, with a local llama-server for llama.cpp."""
+    return replace(GPU_NODE_DOCKER, llama_server=llama_server)
+
+
+def dev_nodes(args: argparse.Namespace, llama_server: str | None = None) -> tuple[NodeSpec, ...]:
     # One fabric, so a two-node replica fits anywhere and can be rebuilt on any two nodes.
     return tuple(
-        NodeSpec(name=f"gpu-{i}", gpus=args.gpus, gpu_model=args.gpu_model, fabric="fabric-a")
+        NodeSpec(
+            name=f"gpu-{i}",
+            gpus=args.gpus,
+            gpu_model=args.gpu_model,
+            fabric="fabric-a",
+            docker=dev_docker(llama_server),
+        )
         for i in range(1, args.nodes + 1)
     )
+
+
+def artifact_files(pairs: list[str]) -> dict[str, str]:
+    """``--artifact URL=FILE`` pairs: the local copies the stand-in's nodes use for those URLs."""
+    files: dict[str, str] = {}
+    for pair in pairs:
+        url, sep, file = pair.partition("=")
+        if not sep or not url or not file:
+            raise ValueError(f"--artifact {pair!r}: write URL=FILE (the source URL, then the local file)")
+        path = Path(file).expanduser().resolve()
+        if not path.is_file():
+            raise ValueError(f"--artifact {pair!r}: {path} is not a file")
+        files[url] = str(path)
+    return files
 
 
 def dev_render_settings() -> RenderSettings:
@@ -128,7 +169,12 @@ def run_dev(args: argparse.Namespace) -> int:
             print(f"llmgw dev: --cluster {args.cluster}: {exc}", file=sys.stderr)
             return EXIT_USAGE
     else:
-        nomad_config = StandInConfig(nodes=dev_nodes(args))
+        nomad_config = StandInConfig(nodes=dev_nodes(args, local_llama_server()))
+    try:
+        nomad_config = replace(nomad_config, artifact_files=artifact_files(args.artifact or []))
+    except ValueError as exc:
+        print(f"llmgw dev: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     text = catalog_path.read_text(encoding="utf-8")
     args.state_dir = args.state_dir.resolve()
     args.state_dir.mkdir(parents=True, exist_ok=True)

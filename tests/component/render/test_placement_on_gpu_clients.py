@@ -24,7 +24,7 @@ from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.consul import ConsulSettings
 from llmgw.devcluster.nomad import StandInConfig
 from llmgw.devcluster.nomad.config import GPU_NODE_DOCKER, DockerPlugin, real_gpu_nodes
-from llmgw.devcluster.nomad.docker import NOT_RUNNABLE_IN_DEV
+from llmgw.devcluster.nomad.docker import pull_failure
 from llmgw.render import Renderer, RenderSettings, ReplicaRequest
 from llmgw.settings import NomadConnection
 
@@ -63,11 +63,14 @@ def _catalog(text: str) -> Catalog:
     return catalog
 
 
-async def _cluster(tmp_path: Path, docker: DockerPlugin) -> DevCluster:
+async def _cluster(
+    tmp_path: Path, docker: DockerPlugin, artifact_files: dict[str, str] | None = None
+) -> DevCluster:
     cluster = DevCluster(
         DevClusterConfig(
             nomad=StandInConfig(
                 nodes=real_gpu_nodes(3, docker=docker),
+                artifact_files=artifact_files or {},
                 strict=True,
                 heartbeat_grace_s=0.5,
                 event_heartbeat_s=1.0,
@@ -152,8 +155,8 @@ def _python_nomad(dev: DevCluster) -> nomad.Nomad:
     return nomad.Nomad(host=address.hostname, port=address.port, timeout=10, token=dev.nomad_token)
 
 
-async def _failed_engine_event(dev: DevCluster, job_id: str) -> str:
-    """The Driver Failure message of the job's engine task, once its allocation failed."""
+async def _failed_engine_events(dev: DevCluster, job_id: str) -> list[dict[str, object]]:
+    """The task events of the job's engine task, once its allocation failed."""
     looker = _python_nomad(dev)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -161,15 +164,55 @@ async def _failed_engine_event(dev: DevCluster, job_id: str) -> str:
             if stub["ClientStatus"] != "failed":
                 continue
             alloc = await asyncio.to_thread(looker.allocation.get_allocation, stub["ID"])
-            events = alloc["TaskStates"]["engine"]["Events"]
-            # Not restarted: the driver's start error is unrecoverable.
-            assert events[-1]["Type"] == "Not Restarting", events
-            assert events[-1]["DisplayMessage"] == "Error was unrecoverable", events
-            for event in events:
-                if event["Type"] == "Driver Failure":
-                    return str(event["DisplayMessage"])
+            return list(alloc["TaskStates"]["engine"]["Events"])
         await asyncio.sleep(0.1)
     raise AssertionError(f"no failed engine allocation of {job_id} within 30s")
+
+
+async def _failed_engine_event(dev: DevCluster, job_id: str) -> str:
+    """The Driver Failure message of the job's engine task, once its allocation failed."""
+    events = await _failed_engine_events(dev, job_id)
+    # Not restarted: the driver's start error is unrecoverable.
+    assert events[-1]["Type"] == "Not Restarting", events
+    assert events[-1]["DisplayMessage"] == "Error was unrecoverable", events
+    for event in events:
+        if event["Type"] == "Driver Failure":
+            return str(event["DisplayMessage"])
+    raise AssertionError(f"no Driver Failure among {events}")
+
+
+async def test_a_gguf_artifact_is_copied_from_the_local_file_dev_names_else_its_download_fails(
+    tmp_path: Path, example_catalog: Catalog
+) -> None:
+    rendered = _renderer().render(
+        example_catalog,
+        ReplicaRequest("qwen2.5-7b-gguf", 0, "0"),
+        catalog_hash=catalog_digest(example_catalog),
+    )
+    url = str(example_catalog.models["qwen2.5-7b-gguf"].profiles[0].source)
+    gguf = tmp_path / "qwen.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    for index, files in enumerate(({}, {url: str(gguf)})):
+        cluster = await _cluster(tmp_path / str(index), GPU_NODE_DOCKER, files)
+        try:
+            async with NomadClient(
+                NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token)
+            ) as client:
+                await client.register(await client.parse_hcl(rendered.hcl))
+            if not files:
+                events = await _failed_engine_events(cluster, rendered.job_id)
+                assert events[-1]["Type"] == "Failed Artifact Download", events
+                assert str(events[-1]["DisplayMessage"]).startswith(f'failed to download artifact "{url}": ')
+                assert "llmgw dev --artifact URL=FILE" in str(events[-1]["DisplayMessage"])
+            else:
+                # Copied where the task's artifact block puts it; then the image (no local
+                # llama-server on these nodes) is not pulled.
+                image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b6700"
+                assert await _failed_engine_event(cluster, rendered.job_id) == pull_failure(image)
+                [copied] = (tmp_path / "1" / "nomad").rglob("local/model.gguf")
+                assert copied.read_bytes() == gguf.read_bytes()
+        finally:
+            await cluster.stop()
 
 
 DOCKER_JOB = """
@@ -191,7 +234,9 @@ job "ipc" {
 async def test_host_ipc_fails_the_allocation_with_the_docker_drivers_message(tmp_path: Path) -> None:
     cluster = await _cluster(tmp_path, GPU_NODE_DOCKER)  # no allowed_modes, as a default client
     try:
-        async with NomadClient(NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token)) as client:
+        async with NomadClient(
+            NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token)
+        ) as client:
             await client.register(await client.parse_hcl(DOCKER_JOB))
         message = await _failed_engine_event(cluster, "ipc")
         assert message == (
@@ -202,12 +247,19 @@ async def test_host_ipc_fails_the_allocation_with_the_docker_drivers_message(tmp
         await cluster.stop()
 
 
-async def test_a_rendered_engine_passes_the_drivers_checks_and_is_reported_not_runnable_in_dev(
+async def test_a_rendered_engine_passes_the_drivers_checks_and_its_image_is_not_pulled_in_dev(
     gpu_cluster: DevCluster, example_catalog: Catalog
 ) -> None:
     rendered = _renderer().render(
         example_catalog, ReplicaRequest("llama-3.1-70b", 0, "0"), catalog_hash=catalog_digest(example_catalog)
     )
-    async with NomadClient(NomadConnection(address=gpu_cluster.nomad_addr, token=gpu_cluster.nomad_token)) as client:
-        await client.register(await client.parse_hcl(rendered.hcl))
-    assert await _failed_engine_event(gpu_cluster, rendered.job_id) == NOT_RUNNABLE_IN_DEV
+    async with NomadClient(
+        NomadConnection(address=gpu_cluster.nomad_addr, token=gpu_cluster.nomad_token)
+    ) as client:
+        job = await client.parse_hcl(rendered.hcl)
+        await client.register(job)
+    message = await _failed_engine_event(gpu_cluster, rendered.job_id)
+    [engine] = [t for t in job["TaskGroups"][0]["Tasks"] if t["Name"] == "engine"]
+    image = engine["Config"]["image"]
+    assert message == pull_failure(image)
+    assert message.startswith(f"Failed to pull `{image}`: ")
