@@ -155,7 +155,7 @@ async def start_sim(token_rate: float, max_tokens: int) -> tuple[asyncio.subproc
 
 
 async def start_router(
-    engine_port: int, loop: str, *, stages: str | None = None
+    engine_port: int, loop: str, *, stages: str | None = None, engine: str = "sim"
 ) -> tuple[asyncio.subprocess.Process, int]:
     return await _start(
         [
@@ -164,6 +164,8 @@ async def start_router(
             "--serve-router",
             "--engine-port",
             str(engine_port),
+            "--engine",
+            engine,
             "--router-loop",
             loop,
         ],
@@ -650,7 +652,7 @@ async def main(args: argparse.Namespace) -> None:
 # --- the router process -----------------------------------------------------------------------------
 
 
-async def serve_router(engine_port: int) -> None:
+async def serve_router(engine_port: int, engine: str = "sim") -> None:
     from llmgw.core.names import slug
     from llmgw.core.records import CatalogVersion, Endpoint, EndpointSnapshot, HealthStatus
     from llmgw.gateway.app import RouterServer
@@ -659,7 +661,8 @@ async def serve_router(engine_port: int) -> None:
 
     endpoint = Endpoint(
         service_id="bench-0", node="local", model=MODEL, model_slug=slug(MODEL), replica="bench-r0",
-        alloc_id="", address="127.0.0.1", port=engine_port, engine="sim", profile=0, simulated=True,
+        alloc_id="", address="127.0.0.1", port=engine_port, engine=engine, profile=0,
+        simulated=engine == "sim",
         status=HealthStatus.PASSING,
     )  # fmt: skip
     deps = RouterDeps(
@@ -712,6 +715,7 @@ def parse_args() -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--serve-router", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine-port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--engine", default="sim", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
@@ -725,6 +729,6 @@ if __name__ == "__main__":
             loop = event_loop.resolve(arguments.router_loop)
         except event_loop.EventLoopError as exc:
             sys.exit(str(exc))
-        event_loop.run(serve_router(arguments.engine_port), loop)
+        event_loop.run(serve_router(arguments.engine_port, arguments.engine), loop)
     else:
         asyncio.run(main(arguments))
