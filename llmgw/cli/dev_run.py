@@ -41,11 +41,11 @@ from llmgw.cli.serve_run import configure_logging
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.control import ControlSettings
 from llmgw.control.metrics_server import MetricsListenerSettings
-from llmgw.core.catalog import Engine
+from llmgw.core.catalog import Catalog, Engine
 from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
-from llmgw.devcluster.nomad.config import GPU_NODE_DOCKER, DockerPlugin
+from llmgw.devcluster.nomad.config import DockerPlugin
 from llmgw.gateway.settings import RouterSettings
 from llmgw.render import RenderSettings
 from llmgw.settings import ConsulConnection, NomadConnection
@@ -83,23 +83,35 @@ def local_llama_server(environ: Mapping[str, str] = os.environ) -> str | None:
     return shutil.which("llama-server", path=environ.get("PATH"))
 
 
-def dev_docker(llama_server: str | None) -> DockerPlugin:
-    """Dev's nodes as ops/README.md sets up a GPU client, with a local llama-server for llama.cpp."""
-    return replace(GPU_NODE_DOCKER, llama_server=llama_server)
+def cpu_docker(llama_server: str | None) -> DockerPlugin:
+    """A CPU node's docker plugin: host paths allowed (the mirror's model cache), no NVIDIA runtime."""
+    return DockerPlugin(volumes_enabled=True, llama_server=llama_server)
 
 
-def dev_nodes(args: argparse.Namespace, llama_server: str | None = None) -> tuple[NodeSpec, ...]:
+def wants_cpu_node(catalog: Catalog) -> bool:
+    """Whether a llama.cpp profile of the catalog runs without GPUs (``gpus_per_node: 0``)."""
+    return any(
+        profile.engine is Engine.LLAMACPP and profile.gpus_per_node == 0
+        for model in catalog.models.values()
+        for profile in model.profiles
+    )
+
+
+def dev_nodes(
+    args: argparse.Namespace, *, cpu_nodes: int = 0, llama_server: str | None = None
+) -> tuple[NodeSpec, ...]:
     # One fabric, so a two-node replica fits anywhere and can be rebuilt on any two nodes.
-    return tuple(
-        NodeSpec(
-            name=f"gpu-{i}",
-            gpus=args.gpus,
-            gpu_model=args.gpu_model,
-            fabric="fabric-a",
-            docker=dev_docker(llama_server),
-        )
+    gpu = tuple(
+        NodeSpec(name=f"gpu-{i}", gpus=args.gpus, gpu_model=args.gpu_model, fabric="fabric-a")
         for i in range(1, args.nodes + 1)
     )
+    # A laptop's CPU for llama.cpp profiles without GPUs: llama.cpp's server image runs there
+    # as the local llama-server (or fails its pull, as on a node without the image).
+    cpu = tuple(
+        NodeSpec(name=f"cpu-{i}", gpus=0, fabric="fabric-a", docker=cpu_docker(llama_server))
+        for i in range(1, cpu_nodes + 1)
+    )
+    return gpu + cpu
 
 
 def artifact_files(pairs: list[str]) -> dict[str, str]:
@@ -169,7 +181,10 @@ def run_dev(args: argparse.Namespace) -> int:
             print(f"llmgw dev: --cluster {args.cluster}: {exc}", file=sys.stderr)
             return EXIT_USAGE
     else:
-        nomad_config = StandInConfig(nodes=dev_nodes(args, local_llama_server()))
+        cpu_nodes = 1 if wants_cpu_node(loaded.catalog) else 0
+        nomad_config = StandInConfig(
+            nodes=dev_nodes(args, cpu_nodes=cpu_nodes, llama_server=local_llama_server())
+        )
     try:
         nomad_config = replace(nomad_config, artifact_files=artifact_files(args.artifact or []))
     except ValueError as exc:
@@ -260,7 +275,7 @@ def _banner(
     state_dir: Path,
 ) -> None:
     nodes = config.nodes
-    gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes}
+    gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes if n.gpus} or {"no"}
     consul_hostport = consul.split("://", 1)[-1]
     nomad_token_file = shlex.quote(str(state_dir / NOMAD_TOKEN_FILE))
     consul_token_file = shlex.quote(str(state_dir / CONSUL_TOKEN_FILE))
