@@ -21,7 +21,9 @@ plugin configuration, in the driver's order and words:
 A task that passes these checks runs only where the node has a local stand-in for its
 image: llama.cpp's server images (``ghcr.io/ggml-org/llama.cpp:server*``, whose
 entrypoint is ``/app/llama-server``, ``.devops/cuda.Dockerfile``) run the node's
-``DockerPlugin.llama_server`` binary as the container's process (``ContainerRun``:
+``DockerPlugin.llama_server`` binary as the container's process (or the host's
+``/bin/sh`` for an entrypoint that execs the server after computing its arguments;
+``ContainerRun``:
 the paths Nomad mounts, ``/local``, ``/secrets``, ``/alloc`` and the ``volumes``
 binds, translated to the host paths behind them; host networking). Any other image
 fails as a pull the daemon cannot do fails (``createImage``: "Failed to pull `<image>`:
@@ -45,6 +47,9 @@ JSON = dict[str, Any]
 # ``server-cuda``, ``server-cuda-b6700``, ``server-vulkan``, ... ; their entrypoint.
 LLAMACPP_IMAGE_REPOSITORY = "ghcr.io/ggml-org/llama.cpp"
 LLAMACPP_ENTRYPOINT = "/app/llama-server"
+# What of the image the stand-in provides: its server (the local binary) and a POSIX shell
+# (the host's), which a job may run first to compute the server's arguments.
+IMAGE_PROGRAMS = frozenset({LLAMACPP_ENTRYPOINT, "/bin/sh"})
 # The directories Nomad's docker driver mounts into every container (drivers/docker/driver.go,
 # createContainerConfig: alloc dir, task local/ and secrets/ at these paths).
 ALLOC_MOUNT = "/alloc"
@@ -121,17 +126,18 @@ def container_run(
     if plugin.llama_server is None or not is_llamacpp_server_image(image):
         return None
     entrypoint = _strings(config.get("entrypoint")) or [LLAMACPP_ENTRYPOINT]
-    if entrypoint[0] != LLAMACPP_ENTRYPOINT:
+    if entrypoint[0] not in IMAGE_PROGRAMS:
         return None
     mounts = _mounts(config, task_dir, alloc_dir)
-    words = [*entrypoint[1:], *_strings(config.get("args"))]
-    argv = [plugin.llama_server]
+    words = [*entrypoint, *_strings(config.get("args"))]
+    argv: list[str] = []
     for index, word in enumerate(words):
         if word == "0.0.0.0" and index > 0 and words[index - 1] == "--host":  # noqa: S104
             # Host networking on a machine whose every node is loopback: all interfaces would
             # expose the engine beyond this machine, so it listens where Nomad's port is.
             word = node_address
-        argv.append(host_path(word, mounts))
+        # The image's server, wherever it is named (the entrypoint, or a word a shell execs).
+        argv.append(plugin.llama_server if word == LLAMACPP_ENTRYPOINT else host_path(word, mounts))
     container_env = {
         **{key: host_path(value, mounts) for key, value in env.items()},
         # Inside the container Nomad points these at the mounts (taskenv, SetDriverNetwork...).

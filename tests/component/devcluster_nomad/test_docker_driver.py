@@ -179,3 +179,17 @@ def test_the_plugins_refusals_come_before_the_pull() -> None:
         DockerPlugin(volumes_enabled=True), config, gpus=False, task_dir=TASK_DIR, alloc_dir=ALLOC_DIR
     )
     assert message is not None and message.endswith('cannot apply "ipc_mode" configuration')
+
+
+def test_a_shell_entrypoint_that_execs_the_server_runs_the_local_binary() -> None:
+    # As a mirror source's job reads its GGUF path from a file, then becomes the server.
+    plugin = DockerPlugin(llama_server="/opt/bin/llama-server")
+    config = {
+        **LLAMACPP_CONFIG,
+        "entrypoint": ["/bin/sh"],
+        "args": ["-c", 'exec "$@" --model "$(cat "$1")"', "llama-server", "/alloc/path", "/app/llama-server"],
+    }
+    run = container_run(plugin, config, {}, task_dir=TASK_DIR, alloc_dir=ALLOC_DIR, node_address="127.0.0.1")
+    assert run is not None
+    assert run.argv[:3] == ["/bin/sh", "-c", 'exec "$@" --model "$(cat "$1")"']
+    assert run.argv[3:] == ["llama-server", f"{ALLOC_DIR}/alloc/path", "/opt/bin/llama-server"]
