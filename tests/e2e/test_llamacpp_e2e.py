@@ -123,6 +123,12 @@ def engine_urls(dev: RunningDev, model: str) -> list[str]:
     ]
 
 
+def serving(dev: RunningDev) -> set[str]:
+    """The models the router's /v1/models lists as serving."""
+    with urllib.request.urlopen(f"{dev.base_url}/models", timeout=5) as response:
+        return {m["id"] for m in json.load(response)["data"] if m["llmgw"]["state"] == "serving"}
+
+
 def metric(url: str, name: str) -> float:
     with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
         for line in response.read().decode().splitlines():
@@ -189,7 +195,11 @@ def real_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDev]:
             os.environ["LLMGW_LLAMA_SERVER"] = previous
     try:
         for model in ("tiny-llama", "tiny-embed"):
-            eventually(lambda m=model: engine_urls(dev, m) or None, 90, f"{model} serving")  # type: ignore[misc]
+            eventually(lambda m=model: engine_urls(dev, m) or None, 90, f"{model} passing in Consul")  # type: ignore[misc]
+        # ... and in the router's view, which follows Consul.
+        eventually(
+            lambda: serving(dev) >= {"tiny-llama", "tiny-embed", "sim-chat"} or None, 30, "the router serving"
+        )
         yield dev
     finally:
         if dev.process.poll() is None:
