@@ -11,7 +11,10 @@ token p50/p99 and what the router adds to it (medians over the rounds, with thei
 llama-server is ``$LLMGW_LLAMA_SERVER``, else ``llama-server`` on PATH, else the one
 ``scripts/build-llama-server`` cached; it listens on 127.0.0.1 with one slot per client.
 A real engine's time per token varies with the machine's load more than the simulator's,
-so its ratio is the noisier figure. Prints figures; asserts nothing.
+so its ratio is the noisier figure. llama-server closes its connection after a streamed
+answer, so the load generator opens one per request to it (direct and through the router
+alike; the router itself copes with the closed connections: it reports no failures). Prints
+figures; asserts nothing.
 
     .venv/bin/python bench/real_engine.py                    # 4 clients, 32 tokens, 5 rounds of 3 s
     .venv/bin/python bench/real_engine.py --concurrency 2 --rounds 3 --seconds 2
@@ -85,7 +88,10 @@ async def compare(
     router, router_port = await start_router(port, args.router_loop, engine=kind)
     try:
         print(f"\n== {name} ==")
-        return report(await measure(args, {"direct": port, "router": router_port}, stream=True), stream=True)
+        targets = {"direct": port, "router": router_port}
+        # llama-server closes a connection after a streamed answer: clients open one per
+        # request, to both targets alike.
+        return report(await measure(args, targets, stream=True, force_close=kind != "sim"), stream=True)
     finally:
         await _stop(router)
         await _stop(engine)

@@ -310,6 +310,7 @@ async def load(
     max_tokens: int,
     stream: bool,
     spread: float = 0.0,
+    force_close: bool = False,
 ) -> Run:
     """``concurrency`` clients, each sending its next request when its last one ended, for
     ``seconds``. Their first requests are spread over ``spread`` seconds so arrivals are
@@ -321,7 +322,9 @@ async def load(
          "max_tokens": max_tokens, "stream": stream}
     ).encode()  # fmt: skip
     headers = {"Content-Type": "application/json"}
-    connector = aiohttp.TCPConnector(limit=0)
+    # force_close: a connection per request, for an engine that closes one after a stream
+    # (llama-server does), where reusing it would count as a failure.
+    connector = aiohttp.TCPConnector(limit=0, force_close=force_close)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         stop_at = loop.time() + seconds
@@ -513,7 +516,7 @@ def _us(value: float | None) -> str:
 
 
 async def measure(
-    args: argparse.Namespace, targets: dict[str, int], *, stream: bool
+    args: argparse.Namespace, targets: dict[str, int], *, stream: bool, force_close: bool = False
 ) -> list[dict[str, Figures]]:
     """Warm every target up, then ``args.rounds`` rounds; each round runs every target
     once, in an order rotated from round to round so that none is always first."""
@@ -522,6 +525,7 @@ async def measure(
         await load(
             name, f"http://127.0.0.1:{targets[name]}", concurrency=args.concurrency, seconds=args.warmup,
             max_tokens=args.max_tokens, stream=stream, spread=args.max_tokens / args.token_rate / 2,
+            force_close=force_close,
         )  # fmt: skip
     rounds: list[dict[str, Figures]] = []
     for index in range(args.rounds):
@@ -531,6 +535,7 @@ async def measure(
             run = await load(
                 name, f"http://127.0.0.1:{targets[name]}", concurrency=args.concurrency, seconds=args.seconds,
                 max_tokens=args.max_tokens, stream=stream, spread=args.max_tokens / args.token_rate,
+                force_close=force_close,
             )  # fmt: skip
             results[name] = figures_of(run)
         rounds.append({name: results[name] for name in names})
