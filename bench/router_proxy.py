@@ -155,7 +155,7 @@ async def start_sim(token_rate: float, max_tokens: int) -> tuple[asyncio.subproc
 
 
 async def start_router(
-    engine_port: int, loop: str, *, stages: str | None = None
+    engine_port: int, loop: str, *, stages: str | None = None, engine: str = "sim"
 ) -> tuple[asyncio.subprocess.Process, int]:
     return await _start(
         [
@@ -164,6 +164,8 @@ async def start_router(
             "--serve-router",
             "--engine-port",
             str(engine_port),
+            "--engine",
+            engine,
             "--router-loop",
             loop,
         ],
@@ -308,6 +310,7 @@ async def load(
     max_tokens: int,
     stream: bool,
     spread: float = 0.0,
+    force_close: bool = False,
 ) -> Run:
     """``concurrency`` clients, each sending its next request when its last one ended, for
     ``seconds``. Their first requests are spread over ``spread`` seconds so arrivals are
@@ -319,7 +322,9 @@ async def load(
          "max_tokens": max_tokens, "stream": stream}
     ).encode()  # fmt: skip
     headers = {"Content-Type": "application/json"}
-    connector = aiohttp.TCPConnector(limit=0)
+    # force_close: a connection per request, for an engine that closes one after a stream
+    # (llama-server does), where reusing it would count as a failure.
+    connector = aiohttp.TCPConnector(limit=0, force_close=force_close)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         stop_at = loop.time() + seconds
@@ -511,7 +516,7 @@ def _us(value: float | None) -> str:
 
 
 async def measure(
-    args: argparse.Namespace, targets: dict[str, int], *, stream: bool
+    args: argparse.Namespace, targets: dict[str, int], *, stream: bool, force_close: bool = False
 ) -> list[dict[str, Figures]]:
     """Warm every target up, then ``args.rounds`` rounds; each round runs every target
     once, in an order rotated from round to round so that none is always first."""
@@ -520,6 +525,7 @@ async def measure(
         await load(
             name, f"http://127.0.0.1:{targets[name]}", concurrency=args.concurrency, seconds=args.warmup,
             max_tokens=args.max_tokens, stream=stream, spread=args.max_tokens / args.token_rate / 2,
+            force_close=force_close,
         )  # fmt: skip
     rounds: list[dict[str, Figures]] = []
     for index in range(args.rounds):
@@ -529,6 +535,7 @@ async def measure(
             run = await load(
                 name, f"http://127.0.0.1:{targets[name]}", concurrency=args.concurrency, seconds=args.seconds,
                 max_tokens=args.max_tokens, stream=stream, spread=args.max_tokens / args.token_rate,
+                force_close=force_close,
             )  # fmt: skip
             results[name] = figures_of(run)
         rounds.append({name: results[name] for name in names})
@@ -650,7 +657,7 @@ async def main(args: argparse.Namespace) -> None:
 # --- the router process -----------------------------------------------------------------------------
 
 
-async def serve_router(engine_port: int) -> None:
+async def serve_router(engine_port: int, engine: str = "sim") -> None:
     from llmgw.core.names import slug
     from llmgw.core.records import CatalogVersion, Endpoint, EndpointSnapshot, HealthStatus
     from llmgw.gateway.app import RouterServer
@@ -659,7 +666,8 @@ async def serve_router(engine_port: int) -> None:
 
     endpoint = Endpoint(
         service_id="bench-0", node="local", model=MODEL, model_slug=slug(MODEL), replica="bench-r0",
-        alloc_id="", address="127.0.0.1", port=engine_port, engine="sim", profile=0, simulated=True,
+        alloc_id="", address="127.0.0.1", port=engine_port, engine=engine, profile=0,
+        simulated=engine == "sim",
         status=HealthStatus.PASSING,
     )  # fmt: skip
     deps = RouterDeps(
@@ -712,6 +720,7 @@ def parse_args() -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--serve-router", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine-port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--engine", default="sim", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
@@ -725,6 +734,6 @@ if __name__ == "__main__":
             loop = event_loop.resolve(arguments.router_loop)
         except event_loop.EventLoopError as exc:
             sys.exit(str(exc))
-        event_loop.run(serve_router(arguments.engine_port), loop)
+        event_loop.run(serve_router(arguments.engine_port, arguments.engine), loop)
     else:
         asyncio.run(main(arguments))

@@ -57,7 +57,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "export lines for NOMAD_ADDR, NOMAD_TOKEN, CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN: the "
         "stand-ins run with ACLs on and answer only requests with their token (kept in --state-dir, "
         "readable by you only, while llmgw dev runs), so the nomad and consul CLIs and llmgw status "
-        "work. Only simulated (sim) profiles run: there is no GPU and no docker. The router listens "
+        "work. Simulated (sim) profiles run, and llama.cpp profiles run a local llama-server "
+        "($LLMGW_LLAMA_SERVER, else llama-server on PATH) on the CPU; other engines' images are "
+        "not pulled. The router listens "
         "on loopback without API keys; LLMGW_ROUTER_* tune it as for serve. Ctrl-C stops everything "
         "and leaves no process behind. With a FAULT subcommand, act on the llmgw dev already running "
         "from this folder instead (exit 3 when none is). Exit 0 stopped, 1 an invalid catalog, 2 usage.",
@@ -85,6 +87,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         help="YAML describing the nodes, instead of --nodes/--gpus/--gpu-model "
         "(StandInConfig's fields: llmgw/devcluster/DESIGN.md)",
+    )
+    parser.add_argument(
+        "--artifact",
+        action="append",
+        metavar="URL=FILE",
+        help="serve this catalog source URL from a local file (the nodes download nothing in dev): "
+        "a llama.cpp profile's GGUF on your disk; repeatable",
     )
     parser.add_argument(
         "--state-dir",

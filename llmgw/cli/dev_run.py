@@ -23,7 +23,9 @@ import logging
 import os
 import secrets
 import shlex
+import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
+from llmgw.devcluster.nomad.config import DockerPlugin
 from llmgw.gateway.settings import RouterSettings
 from llmgw.render import RenderSettings
 from llmgw.settings import ConsulConnection, NomadConnection
@@ -71,12 +74,62 @@ def write_secret(path: Path, secret: str) -> None:
     os.replace(temporary, path)
 
 
-def dev_nodes(args: argparse.Namespace) -> tuple[NodeSpec, ...]:
+# Names the llama-server binary that runs llama.cpp's server images on dev's nodes
+# (else the first llama-server on PATH; scripts/build-llama-server builds one).
+LLAMA_SERVER_ENV = "LLMGW_LLAMA_SERVER"
+
+
+def local_llama_server(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The llama-server dev's nodes run for llama.cpp's images: $LLMGW_LLAMA_SERVER, else PATH's."""
+    named = environ.get(LLAMA_SERVER_ENV, "").strip()
+    if named:
+        return named
+    return shutil.which("llama-server", path=environ.get("PATH"))
+
+
+def cpu_docker(llama_server: str | None) -> DockerPlugin:
+    """A CPU node's docker plugin: host paths allowed (the mirror's model cache), no NVIDIA runtime."""
+    return DockerPlugin(volumes_enabled=True, llama_server=llama_server)
+
+
+def wants_cpu_node(catalog: Catalog) -> bool:
+    """Whether a llama.cpp profile of the catalog runs without GPUs (``gpus_per_node: 0``)."""
+    return any(
+        profile.engine is Engine.LLAMACPP and profile.gpus_per_node == 0
+        for model in catalog.models.values()
+        for profile in model.profiles
+    )
+
+
+def dev_nodes(
+    args: argparse.Namespace, *, cpu_nodes: int = 0, llama_server: str | None = None
+) -> tuple[NodeSpec, ...]:
     # One fabric, so a two-node replica fits anywhere and can be rebuilt on any two nodes.
-    return tuple(
+    gpu = tuple(
         NodeSpec(name=f"gpu-{i}", gpus=args.gpus, gpu_model=args.gpu_model, fabric="fabric-a")
         for i in range(1, args.nodes + 1)
     )
+    # A laptop's CPU for llama.cpp profiles without GPUs: llama.cpp's server image runs there
+    # as the local llama-server (or fails its pull, as on a node without the image).
+    cpu = tuple(
+        NodeSpec(name=f"cpu-{i}", gpus=0, fabric="fabric-a", docker=cpu_docker(llama_server))
+        for i in range(1, cpu_nodes + 1)
+    )
+    return gpu + cpu
+
+
+def artifact_files(pairs: list[str]) -> dict[str, str]:
+    """``--artifact URL=FILE`` pairs: the local copies the stand-in's nodes use for those URLs."""
+    files: dict[str, str] = {}
+    for pair in pairs:
+        url, sep, file = pair.partition("=")
+        if not sep or not url or not file:
+            raise ValueError(f"--artifact {pair!r}: write URL=FILE (the source URL, then the local file)")
+        path = Path(file).expanduser().resolve()
+        if not path.is_file():
+            raise ValueError(f"--artifact {pair!r}: {path} is not a file")
+        files[url] = str(path)
+    return files
 
 
 def dev_render_settings() -> RenderSettings:
@@ -164,7 +217,15 @@ def run_dev(args: argparse.Namespace) -> int:
             print(f"llmgw dev: --cluster {args.cluster}: {exc}", file=sys.stderr)
             return EXIT_USAGE
     else:
-        nomad_config = StandInConfig(nodes=dev_nodes(args))
+        cpu_nodes = 1 if wants_cpu_node(loaded.catalog) else 0
+        nomad_config = StandInConfig(
+            nodes=dev_nodes(args, cpu_nodes=cpu_nodes, llama_server=local_llama_server())
+        )
+    try:
+        nomad_config = replace(nomad_config, artifact_files=artifact_files(args.artifact or []))
+    except ValueError as exc:
+        print(f"llmgw dev: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     text = catalog_path.read_text(encoding="utf-8")
     args.state_dir = args.state_dir.resolve()
     args.state_dir.mkdir(parents=True, exist_ok=True)
@@ -261,7 +322,7 @@ def _banner(
     hint: str | None,
 ) -> None:
     nodes = config.nodes
-    gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes}
+    gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes if n.gpus} or {"no"}
     consul_hostport = consul.split("://", 1)[-1]
     nomad_token_file = shlex.quote(str(state_dir / NOMAD_TOKEN_FILE))
     consul_token_file = shlex.quote(str(state_dir / CONSUL_TOKEN_FILE))

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -345,6 +346,39 @@ class TaskRunner:
                 env.update(parse_env_file(template.rendered))
         return env
 
+    def _fetch_artifacts(self) -> bool:
+        """The artifact hook (before templates): copies of the local files dev names, or a failure."""
+        artifacts = list(self.task.get("Artifacts") or [])
+        if not artifacts:
+            return True
+        self.event("Downloading Artifacts", "Client is downloading artifacts")
+        self.ar.report()
+        env = self._build_env()
+        for artifact in artifacts:
+            source = env.interpolate(str(artifact.get("GetterSource") or ""))
+            local = self.ar.host.config.artifact_files.get(source)
+            try:
+                if local is None:
+                    raise OSError(
+                        "the dev stand-in downloads nothing; name a local copy of this file "
+                        "(llmgw dev --artifact URL=FILE)"
+                    )
+                dest = (
+                    self.task_dir / env.interpolate(str(artifact.get("RelativeDest") or "local/"))
+                ).resolve()
+                if not dest.is_relative_to(self.task_dir.resolve()):
+                    raise OSError(f"artifact destination {dest} escapes the task directory")
+                if str(artifact.get("GetterMode") or "any") != "file":
+                    dest = dest / Path(local).name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(local, dest)
+            except OSError as exc:
+                # client/allocrunner/taskrunner/artifact_hook.go: the hook's error and event.
+                message = f"failed to download artifact {source!r}: {exc}".replace("'", '"', 2)
+                self.event("Failed Artifact Download", message, DownloadError=message, FailsTask=True)
+                return False
+        return True
+
     # -- running --------------------------------------------------------
 
     async def run(self) -> None:
@@ -359,6 +393,9 @@ class TaskRunner:
         self.event("Task Setup", "Building Task Directory", Message="Building Task Directory")
         self.ar.report()
         policy = self.task.get("RestartPolicy") or self.ar.group.get("RestartPolicy") or {}
+        if not self._fetch_artifacts():
+            self.set_state("dead", failed=True)
+            return
         try:
             env = self._build_env()
             self._prepare_templates(env)
@@ -462,8 +499,10 @@ class TaskRunner:
         config = env.interpolate_any(self.task.get("Config") or {})
         driver = str(self.task.get("Driver") or "")
         plugin = host.store.nodes[self.ar.alloc.node_id].spec.docker
+        process_env = env.env
         if driver == "docker" and plugin is not None:
-            # Checked as the docker driver checks it, then refused: dev runs no containers.
+            # Checked as the docker driver checks it; run only where the node has a local
+            # binary for the image (llama.cpp's server), else failed as an image pull fails.
             message = docker.start_failure(
                 plugin,
                 config,
@@ -471,26 +510,41 @@ class TaskRunner:
                 task_dir=str(self.task_dir),
                 alloc_dir=str(self.ar.root),
             )
-            self.event("Driver Failure", message, DriverError=message, FailsTask=True)
-            # StartTask's error is not recoverable: no restart (client/.../restarts/restarts.go).
-            unrecoverable = "Error was unrecoverable"
-            self.event("Not Restarting", unrecoverable, RestartReason=unrecoverable, FailsTask=True)
-            return None
-        if driver != "raw_exec":
+            run = docker.container_run(
+                plugin,
+                config,
+                env.env,
+                task_dir=str(self.task_dir),
+                alloc_dir=str(self.ar.root),
+                node_address=host.node_values(self.ar.alloc.node_id).get(
+                    "attr.unique.network.ip-address", "127.0.0.1"
+                ),
+            )
+            if message is not None or run is None:
+                message = message or docker.pull_failure(str(config.get("image") or ""))
+                self.event("Driver Failure", message, DriverError=message, FailsTask=True)
+                # StartTask's error is not recoverable: no restart (client/.../restarts/restarts.go).
+                unrecoverable = "Error was unrecoverable"
+                self.event("Not Restarting", unrecoverable, RestartReason=unrecoverable, FailsTask=True)
+                return None
+            argv = run.argv
+            process_env = run.env
+        elif driver != "raw_exec":
             message = f"driver {driver!r} is not available in the dev stand-in"
             self.event("Driver Failure", message, DriverError=message, FailsTask=True)
             return None
-        command = str(config.get("command") or "")
-        args = [str(a) for a in (config.get("args") or [])]
-        if not command:
-            message = "missing command for raw_exec driver"
-            self.event("Driver Failure", message, DriverError=message, FailsTask=True)
-            return None
+        else:
+            command = str(config.get("command") or "")
+            if not command:
+                message = "missing command for raw_exec driver"
+                self.event("Driver Failure", message, DriverError=message, FailsTask=True)
+                return None
+            argv = [command, *(str(a) for a in (config.get("args") or []))]
         logs = self.ar.root / "alloc" / "logs"
         try:
             proc = await host.procs.spawn(
-                [command, *args],
-                env.env,
+                argv,
+                process_env,
                 self.task_dir,
                 logs / f"{self.name}.stdout.0",
                 logs / f"{self.name}.stderr.0",

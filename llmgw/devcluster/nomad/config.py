@@ -55,6 +55,9 @@ class DockerPlugin:
     nvidia_runtime: str = "nvidia"
     daemon_runtimes: tuple[str, ...] = ("io.containerd.runc.v2", "runc")
     version: str = "27.5.1"
+    # The local llama-server binary that stands in for llama.cpp's server images on this
+    # node (the stand-in runs no containers); None: those images cannot be pulled here.
+    llama_server: str | None = None
 
 
 # A GPU node set up as ops/README.md's checklist says: the NVIDIA runtime registered
@@ -89,8 +92,9 @@ class NodeSpec:
     """One simulated Nomad client node.
 
     ``docker`` set makes the node fingerprint the docker driver with that plugin
-    config (the stand-in validates docker tasks against it, then reports them not
-    runnable in dev); ``raw_exec`` is the raw_exec plugin's ``enabled``.
+    config (the stand-in validates docker tasks against it, then runs llama.cpp's
+    server images with its local ``llama_server`` and fails other images' pulls);
+    ``raw_exec`` is the raw_exec plugin's ``enabled``.
     """
 
     name: str
@@ -185,6 +189,9 @@ class StandInConfig:
     template_retry_s: float = 1.0
     # How long a stopped task may take to exit after SIGKILL before we give up waiting.
     kill_grace_s: float = 5.0
+    # The node's artifact fetcher downloads nothing in dev: an artifact whose source URL is
+    # a key here is copied from that local file (go-getter's "file" mode); others fail.
+    artifact_files: dict[str, str] = field(default_factory=dict)
 
     def with_overrides(self, **changes: Any) -> StandInConfig:
         return replace(self, **changes)

