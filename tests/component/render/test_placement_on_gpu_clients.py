@@ -204,7 +204,7 @@ async def test_a_gguf_artifact_is_copied_from_the_local_file_dev_names_else_its_
     gguf = tmp_path / "qwen.gguf"
     gguf.write_bytes(b"GGUF" + bytes(60))
     for index, files in enumerate(({}, {url: str(gguf)})):
-        cluster = await _cluster(tmp_path / str(index), GPU_NODE_DOCKER, files)
+        cluster = await _cluster(tmp_path / str(index), GPU_NODE_DOCKER, artifact_files=files)
         try:
             async with NomadClient(
                 NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token)
