@@ -162,15 +162,20 @@ def dev_control_settings() -> ControlSettings:
     return ControlSettings(planning=planning)
 
 
-def _runs_on_dev(model: Model) -> bool:
-    """The stand-ins start it: a sim profile (nothing else runs without GPUs and docker),
-    and a scaling stanza that is not off."""
+def _runs_on_dev(model: Model, *, llama_server: bool) -> bool:
+    """The stand-ins start it: a sim profile, or with a local llama-server a llama.cpp
+    profile without GPUs (the CPU node runs it; nothing else runs without GPUs and
+    docker), and a scaling stanza that is not off."""
     if model.scaling_mode in (ScalingMode.OFF, ScalingMode.UNSET):
         return False
-    return any(profile.engine is Engine.SIM for profile in model.profiles)
+    return any(
+        profile.engine is Engine.SIM
+        or (llama_server and profile.engine is Engine.LLAMACPP and profile.gpus_per_node == 0)
+        for profile in model.profiles
+    )
 
 
-def answering_model(catalog: Catalog) -> str | None:
+def answering_model(catalog: Catalog, *, llama_server: bool = False) -> str | None:
     """The chat model the banner's ``curl`` example names: one of ``catalog`` that
     answers on llmgw dev, or None when none does. It runs there itself, and every
     guard policy that screens it (or a model of its fallback chain) has a judge that
@@ -179,19 +184,20 @@ def answering_model(catalog: Catalog) -> str | None:
     those loaded on the first request; then the catalog's order."""
     candidates: list[tuple[bool, str]] = []
     for name, model in catalog.models.items():
-        if ModelRole.CHAT not in model.roles or not _runs_on_dev(model):
+        if ModelRole.CHAT not in model.roles or not _runs_on_dev(model, llama_server=llama_server):
             continue
         chain = routing.fallback_chain(catalog, name, routing.Api.CHAT)
         screened = [found[1] for m in chain if (found := catalog.guard_policy_for(m)) is not None]
-        if all(_judge_answers(catalog, policy.judge) or policy.on_error is GuardErrorPolicy.ALLOW
+        if all(_judge_answers(catalog, policy.judge, llama_server=llama_server)
+               or policy.on_error is GuardErrorPolicy.ALLOW
                for policy in screened):  # fmt: skip
             candidates.append((model.scaling_mode is not ScalingMode.KEEP_RUNNING, name))
     return min(candidates, key=lambda candidate: candidate[0])[1] if candidates else None
 
 
-def _judge_answers(catalog: Catalog, judge: str) -> bool:
+def _judge_answers(catalog: Catalog, judge: str, *, llama_server: bool) -> bool:
     resolved = catalog.resolve(judge)
-    return resolved is not None and _runs_on_dev(catalog.models[resolved])
+    return resolved is not None and _runs_on_dev(catalog.models[resolved], llama_server=llama_server)
 
 
 def run_dev(args: argparse.Namespace) -> int:
@@ -210,6 +216,7 @@ def run_dev(args: argparse.Namespace) -> int:
         print(diagnostic.format(), file=sys.stderr)
     if loaded.catalog is None:
         return EXIT_REJECTED
+    llama_server = local_llama_server()
     if args.cluster is not None:
         try:
             nomad_config = config_from_yaml(args.cluster.read_text(encoding="utf-8"))
@@ -218,9 +225,7 @@ def run_dev(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     else:
         cpu_nodes = 1 if wants_cpu_node(loaded.catalog) else 0
-        nomad_config = StandInConfig(
-            nodes=dev_nodes(args, cpu_nodes=cpu_nodes, llama_server=local_llama_server())
-        )
+        nomad_config = StandInConfig(nodes=dev_nodes(args, cpu_nodes=cpu_nodes, llama_server=llama_server))
     try:
         nomad_config = replace(nomad_config, artifact_files=artifact_files(args.artifact or []))
     except ValueError as exc:
@@ -229,7 +234,8 @@ def run_dev(args: argparse.Namespace) -> int:
     text = catalog_path.read_text(encoding="utf-8")
     args.state_dir = args.state_dir.resolve()
     args.state_dir.mkdir(parents=True, exist_ok=True)
-    hint = answering_model(loaded.catalog)
+    # A CPU node runs a local llama-server only when llmgw dev lays out the nodes itself.
+    hint = answering_model(loaded.catalog, llama_server=args.cluster is None and llama_server is not None)
     return event_loop.run(_dev(args, nomad_config, text, str(catalog_path), policy, hint), loop)
 
 

@@ -279,3 +279,23 @@ def test_artifact_pairs_name_a_url_and_an_existing_file(tmp_path: Path) -> None:
     ):
         with pytest.raises(ValueError, match=words):
             artifact_files([bad])
+
+
+def test_the_banner_names_a_local_gguf_model_when_a_llama_server_runs_it() -> None:
+    # `llmgw dev --catalog mine.yaml` with only a CPU llama.cpp model: with a local
+    # llama-server the CPU node serves it, so the curl line names it; without one nothing answers.
+    text = """
+models:
+  mine:
+    roles: [chat]
+    profiles: [{engine: llamacpp, source: "https://models.example.com/m.gguf", gpus_per_node: 0}]
+    scaling: {min: 1, max: 1}
+  on-gpus:
+    roles: [chat]
+    profiles: [{engine: llamacpp, source: "https://models.example.com/g.gguf", gpus_per_node: 1}]
+    scaling: {min: 1, max: 1}
+"""
+    loaded = load_catalog(text, filename="mine.yaml", policy=read_security_policy())
+    assert loaded.catalog is not None, [d.format() for d in loaded.diagnostics]
+    assert answering_model(loaded.catalog, llama_server=True) == "mine"
+    assert answering_model(loaded.catalog, llama_server=False) is None
