@@ -19,11 +19,15 @@ import shutil
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import openai
 import pytest
+
+from llmgw.core.conventions import META_JOB
+from llmgw.core.engine_keys import KEY_ITEM, variable_path
 
 from .conftest import RunningDev, start_dev
 from .tinygguf import write_llama
@@ -113,14 +117,30 @@ def consul(dev: RunningDev, path: str) -> Any:
         return json.load(response)
 
 
-def engine_urls(dev: RunningDev, model: str) -> list[str]:
+@dataclass(frozen=True)
+class Engine:
+    """One engine as a client that bypasses the router would reach it: its address, and
+    the replica's key (llmgw dev runs engines with keys), read from the job's own Nomad
+    Variable with the dev token, as the engine's task reads it."""
+
+    url: str
+    key: str
+
+    def headers(self) -> dict[str, str]:
+        return {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"}
+
+
+def engine_urls(dev: RunningDev, model: str) -> list[Engine]:
     """The passing engine endpoints of ``model`` as Consul lists them to the routers."""
     entries = consul(dev, "/v1/health/service/llmgw-engine?passing=1")
-    return [
-        f"http://{e['Service']['Address']}:{e['Service']['Port']}"
-        for e in entries
-        if e["Service"]["Meta"].get("llmgw_model") == model
-    ]
+    engines = []
+    for e in entries:
+        if e["Service"]["Meta"].get("llmgw_model") != model:
+            continue
+        job = e["Service"]["Meta"][META_JOB]
+        items = dev.nomad(f"/v1/var/{variable_path(job)}")["Items"]
+        engines.append(Engine(f"http://{e['Service']['Address']}:{e['Service']['Port']}", items[KEY_ITEM]))
+    return engines
 
 
 def serving(dev: RunningDev) -> set[str]:
@@ -129,28 +149,27 @@ def serving(dev: RunningDev) -> set[str]:
         return {m["id"] for m in json.load(response)["data"] if m["llmgw"]["state"] == "serving"}
 
 
-def metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+def metric(engine: Engine, name: str) -> float:
+    request = urllib.request.Request(f"{engine.url}/metrics", headers=engine.headers())
+    with urllib.request.urlopen(request, timeout=5) as response:
         for line in response.read().decode().splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])
-    raise AssertionError(f"{name} is not in {url}/metrics")
+    raise AssertionError(f"{name} is not in {engine.url}/metrics")
 
 
-def direct(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+def direct(engine: Engine, path: str, body: dict[str, Any]) -> dict[str, Any]:
     request = urllib.request.Request(
-        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        f"{engine.url}{path}", data=json.dumps(body).encode(), headers=engine.headers()
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         return dict(json.load(response))
 
 
-def direct_stream_text(url: str, body: dict[str, Any]) -> str:
+def direct_stream_text(engine: Engine, body: dict[str, Any]) -> str:
     """The content deltas of a streamed chat completion straight from the engine, joined."""
     request = urllib.request.Request(
-        f"{url}/v1/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        f"{engine.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=engine.headers()
     )
     parts: list[str] = []
     with urllib.request.urlopen(request, timeout=30) as response:

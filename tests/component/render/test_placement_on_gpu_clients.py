@@ -19,7 +19,7 @@ import pytest
 
 from llmgw.adapters.nomad import NomadClient
 from llmgw.bundled import read_security_policy
-from llmgw.core.catalog import Catalog, catalog_digest, load_catalog
+from llmgw.core.catalog import Catalog, Engine, catalog_digest, load_catalog
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.consul import ConsulSettings
 from llmgw.devcluster.nomad import StandInConfig
@@ -218,7 +218,7 @@ async def test_a_gguf_artifact_is_copied_from_the_local_file_dev_names_else_its_
             else:
                 # Copied where the task's artifact block puts it; then the image (no local
                 # llama-server on these nodes) is not pulled.
-                image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b6700"
+                image = _renderer().settings.images[Engine.LLAMACPP]
                 assert await _failed_engine_event(cluster, rendered.job_id) == pull_failure(image)
                 [copied] = (tmp_path / "1" / "nomad").rglob("local/model.gguf")
                 assert copied.read_bytes() == gguf.read_bytes()
