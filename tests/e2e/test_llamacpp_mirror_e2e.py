@@ -101,18 +101,33 @@ models:
 """
 
 
-async def engine_entries(stack: Stack, model: str) -> list[dict[str, Any]]:
-    """Consul's health entries of ``model``'s engine service, passing or not."""
+async def consul_get(stack: Stack, path: str, *, agent: str | None = None) -> Any:
+    """GET ``path`` from the Consul server, or from the agent of node ``agent``."""
+    base = stack.cluster.consul_addr if agent is None else stack.cluster.consul.agent_url(agent)
     async with (
         aiohttp.ClientSession() as http,
-        http.get(
-            f"{stack.cluster.consul_addr}/v1/health/service/{c.ENGINE_SERVICE}",
-            headers={"X-Consul-Token": stack.cluster.consul_token},
-        ) as response,
+        http.get(f"{base}{path}", headers={"X-Consul-Token": stack.cluster.consul_token}) as response,
     ):
         response.raise_for_status()
-        entries: list[dict[str, Any]] = await response.json()
+        return await response.json()
+
+
+async def engine_entries(stack: Stack, model: str) -> list[dict[str, Any]]:
+    """Consul's health entries of ``model``'s engine service, passing or not."""
+    entries: list[dict[str, Any]] = await consul_get(stack, f"/v1/health/service/{c.ENGINE_SERVICE}")
     return [e for e in entries if e["Service"]["Meta"].get(c.META_MODEL) == model]
+
+
+async def agent_check_output(stack: Stack, entry: dict[str, Any]) -> str:
+    """The last output of the service's checks as its node's agent ran them (the catalog
+    takes a change of output alone only every check_update_interval, 5 min)."""
+    service_id = entry["Service"]["ID"]
+    checks: dict[str, dict[str, Any]] = await consul_get(
+        stack, "/v1/agent/checks", agent=entry["Node"]["Node"]
+    )
+    return " ".join(
+        str(ch.get("Output") or "") for ch in checks.values() if ch.get("ServiceID") == service_id
+    )
 
 
 def url_of(entry: dict[str, Any]) -> str:
@@ -139,6 +154,10 @@ async def test_a_mirror_version_is_fetched_verified_and_loaded_by_llama_server(
             return next((e for e in await engine_entries(stack, "mirrored-llama") if passing(e)), None)
 
         entry = await eventually(passing_entry, 120, "mirrored-llama's llama-server passing in Consul")
+        # ... and in the router's view, which follows Consul.
+        assert stack.router is not None
+        book = stack.router.app[CONTEXT].book
+        await eventually(lambda: book.usable_count("mirrored-llama") == 1, 30, "the router routing to it")
         answer = await client(stack).chat.completions.create(
             model="mirrored-llama", messages=[{"role": "user", "content": "hello"}], max_tokens=8
         )
@@ -167,6 +186,7 @@ class Sample:
     at: float
     engine_health: int  # llama-server's own /health status
     consul_passing: bool
+    consul_output: str  # the engine check's last output, as the agent ran it
     router_usable: int  # endpoints of the model the router's book would route to
 
 
@@ -210,7 +230,10 @@ async def test_llama_server_is_kept_out_of_the_endpoint_set_while_it_answers_503
                         code = response.status
                 except aiohttp.ClientConnectionError:
                     code = 0  # not listening yet
-                samples.append(Sample(time.monotonic(), code, passing(entries[0]), book.usable_count(model)))
+                outputs = await agent_check_output(stack, entries[0])
+                samples.append(
+                    Sample(time.monotonic(), code, passing(entries[0]), outputs, book.usable_count(model))
+                )
             await asyncio.sleep(0.1)
 
     async def ask() -> None:
@@ -231,10 +254,12 @@ async def test_llama_server_is_kept_out_of_the_endpoint_set_while_it_answers_503
             await eventually(
                 lambda: any(s.engine_health == 503 for s in samples), 120, "llama-server loading"
             )
-            # Ask through the router while it loads, until an answer comes.
-            while not asked or asked[-1].status != 200:
-                await ask()
-                await asyncio.sleep(0.3)
+            # Ask through the router while it loads, until an answer comes (the deadline only
+            # bounds a hang).
+            async with asyncio.timeout(120):
+                while not asked or asked[-1].status != 200:
+                    await ask()
+                    await asyncio.sleep(0.3)
             await eventually(lambda: samples[-1].router_usable == 1, 10, "the router routing to it")
         finally:
             watcher.cancel()
@@ -247,10 +272,12 @@ async def test_llama_server_is_kept_out_of_the_endpoint_set_while_it_answers_503
     assert loaded_at - loading[0].at >= 2, [
         (round(s.at - loading[0].at, 1), s.engine_health) for s in samples
     ]
-    # While llama-server said 503, Consul did not pass it and the router had nothing to route to.
+    # While llama-server said 503, Consul did not pass it and the router had nothing to route to;
+    # Consul's check got the engine's own answer (an HTTP check's output: the status, then the body).
     for sample in loading:
         assert not sample.consul_passing, sample
         assert sample.router_usable == 0, sample
+    assert any("503" in s.consul_output and "Loading model" in s.consul_output for s in loading), loading
     # Requests sent while it loaded were answered by the router itself, never by the engine (no
     # try reached it: the router counted no retry): a model kept running whose replica is not
     # passing yet gets 503 no_healthy_replica with Retry-After (gateway/DESIGN.md, "Nothing
