@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 import openai
 import pytest
 
+from llmgw.core import engine_keys
+
 from .conftest import RunningDev, start_dev
 from .tinygguf import write_llama
 
@@ -115,12 +117,26 @@ def consul(dev: RunningDev, path: str) -> Any:
 
 def engine_urls(dev: RunningDev, model: str) -> list[str]:
     """The passing engine endpoints of ``model`` as Consul lists them to the routers."""
+    return list(engines(dev, model))
+
+
+def engines(dev: RunningDev, model: str) -> dict[str, str]:
+    """URL -> the engine's API key, for the passing engines of ``model``: llmgw dev runs every
+    engine with its replica's own key, read here from the job's Nomad Variable as an
+    operator with the Nomad token would."""
     entries = consul(dev, "/v1/health/service/llmgw-engine?passing=1")
-    return [
-        f"http://{e['Service']['Address']}:{e['Service']['Port']}"
+    return {
+        f"http://{e['Service']['Address']}:{e['Service']['Port']}": engine_key(
+            dev, e["Service"]["Meta"]["llmgw_job"]
+        )
         for e in entries
         if e["Service"]["Meta"].get("llmgw_model") == model
-    ]
+    }
+
+
+def engine_key(dev: RunningDev, job_id: str) -> str:
+    variable = dev.nomad(f"/v1/var/{engine_keys.variable_path(job_id)}")
+    return str(variable["Items"][engine_keys.KEY_ITEM])
 
 
 def serving(dev: RunningDev) -> set[str]:
@@ -129,28 +145,31 @@ def serving(dev: RunningDev) -> set[str]:
         return {m["id"] for m in json.load(response)["data"] if m["llmgw"]["state"] == "serving"}
 
 
-def metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+def metric(url: str, key: str, name: str) -> float:
+    request = urllib.request.Request(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=5) as response:
         for line in response.read().decode().splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])
     raise AssertionError(f"{name} is not in {url}/metrics")
 
 
-def direct(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+def direct(url: str, key: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     request = urllib.request.Request(
-        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        f"{url}{path}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         return dict(json.load(response))
 
 
-def direct_stream_text(url: str, body: dict[str, Any]) -> str:
+def direct_stream_text(url: str, key: str, body: dict[str, Any]) -> str:
     """The content deltas of a streamed chat completion straight from the engine, joined."""
     request = urllib.request.Request(
         f"{url}/v1/chat/completions",
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
     )
     parts: list[str] = []
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -247,15 +266,17 @@ def test_embeddings_with_the_roles_flag_are_the_engines_own(
     result = client.embeddings.create(model="tiny-embed", input=["hello world", "llama"])
     assert [len(d.embedding) for d in result.data] == [64, 64]
     assert result.model == "tiny-embed"
-    [engine] = engine_urls(real_dev, "tiny-embed")
-    reference = direct(engine, "/v1/embeddings", {"model": "tiny-embed", "input": ["hello world", "llama"]})
+    [(engine, key)] = engines(real_dev, "tiny-embed").items()
+    reference = direct(
+        engine, key, "/v1/embeddings", {"model": "tiny-embed", "input": ["hello world", "llama"]}
+    )
     assert [d.embedding for d in result.data] == [d["embedding"] for d in reference["data"]]
 
 
 def test_odd_bytes_from_the_engine_reach_the_client_as_sent(
     real_dev: RunningDev, client: openai.OpenAI
 ) -> None:
-    [engine] = engine_urls(real_dev, "tiny-llama")
+    [(engine, key)] = engines(real_dev, "tiny-llama").items()
 
     def body(seed: int) -> dict[str, Any]:
         # Sampled with a seed and no prompt cache: the same request gives the same bytes.
@@ -275,7 +296,9 @@ def test_odd_bytes_from_the_engine_reach_the_client_as_sent(
     seed, expected = next(
         (s, text)
         for s in range(50)
-        if odd(text := direct(engine, "/v1/chat/completions", body(s))["choices"][0]["message"]["content"])
+        if odd(
+            text := direct(engine, key, "/v1/chat/completions", body(s))["choices"][0]["message"]["content"]
+        )
     )
     request = body(seed)
     extra = {"cache_prompt": request.pop("cache_prompt")}
@@ -284,7 +307,7 @@ def test_odd_bytes_from_the_engine_reach_the_client_as_sent(
 
     # Streamed: llama-server holds an incomplete sequence back until it completes (or the
     # end), so the reference is its own stream, not its whole answer.
-    expected_stream = direct_stream_text(engine, {**body(seed), "stream": True})
+    expected_stream = direct_stream_text(engine, key, {**body(seed), "stream": True})
     streamed = client.chat.completions.create(**request, extra_body=extra, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == expected_stream
 
@@ -292,8 +315,8 @@ def test_odd_bytes_from_the_engine_reach_the_client_as_sent(
 def test_a_client_that_leaves_mid_stream_frees_the_engines_slot(
     real_dev: RunningDev, client: openai.OpenAI
 ) -> None:
-    [engine] = engine_urls(real_dev, "tiny-llama")
-    assert metric(engine, "llamacpp:requests_processing") == 0
+    [(engine, key)] = engines(real_dev, "tiny-llama").items()
+    assert metric(engine, key, "llamacpp:requests_processing") == 0
     stream = client.chat.completions.create(
         model="tiny-llama",
         messages=[{"role": "user", "content": "go on"}],
@@ -304,17 +327,17 @@ def test_a_client_that_leaves_mid_stream_frees_the_engines_slot(
     for index, _ in enumerate(stream):
         if index == 5:
             break
-    assert metric(engine, "llamacpp:requests_processing") == 1
+    assert metric(engine, key, "llamacpp:requests_processing") == 1
     stream.close()
     left = time.monotonic()
     eventually(
-        lambda: metric(engine, "llamacpp:requests_processing") == 0 or None,
+        lambda: metric(engine, key, "llamacpp:requests_processing") == 0 or None,
         5,
         "the slot freed after the client left",
     )
     assert time.monotonic() - left < 5
     # Far fewer than the 8000 tokens asked for were generated.
-    assert metric(engine, "llamacpp:tokens_predicted_total") < 4000
+    assert metric(engine, key, "llamacpp:tokens_predicted_total") < 4000
 
 
 def test_a_real_engine_loads_on_demand_and_unloads_when_idle(
