@@ -289,8 +289,9 @@ async def test_llama_server_is_kept_out_of_the_endpoint_set_while_it_answers_503
     ready = [s for s in samples if s.engine_health == 200]
     assert loading and ready
     loaded_at = ready[0].at
-    # The load spanned several of the 1 s health checks: Consul checked it while it said 503.
-    assert loaded_at - loading[0].at >= 2, [
+    # The load outlasted dev's 1 s check interval (about 3 s here): Consul checked it while it
+    # said 503 (below, the check's own output shows it).
+    assert loaded_at - loading[0].at >= 1, [
         (round(s.at - loading[0].at, 1), s.engine_health) for s in samples
     ]
     # While llama-server said 503, Consul did not pass it and the router had nothing to route to;
