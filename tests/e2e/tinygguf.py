@@ -85,13 +85,14 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_llama(path: Path, *, seed: int = 0, chat_template: bool = True) -> Path:
-    """A 2-layer width-64 llama in ``path`` (a few hundred KB), random weights from ``seed``."""
+def write_llama(path: Path, *, seed: int = 0, chat_template: bool = True, context: int = CONTEXT) -> Path:
+    """A 2-layer width-64 llama in ``path`` (a few hundred KB), random weights from ``seed``,
+    trained (its metadata says) on ``context`` tokens."""
     rng = np.random.default_rng(seed)
     tokens, scores, types = vocabulary()
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("llmgw-tiny-llama")
-    writer.add_context_length(CONTEXT)
+    writer.add_context_length(context)
     writer.add_embedding_length(WIDTH)
     writer.add_block_count(LAYERS)
     writer.add_feed_forward_length(FEED_FORWARD)
