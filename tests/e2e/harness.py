@@ -223,18 +223,13 @@ class Timeline:
 # --- the load ------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Load:
-    """``concurrency`` clients sending chat completions to ``model`` back to back."""
+class ClientPool:
+    """``concurrency`` client tasks over one session, started and stopped together; a
+    load names what each client does in ``_client``."""
 
-    router_url: str
-    model: str
-    concurrency: int = 2
-    max_tokens: int = 4
-    answered: int = 0
-    failures: list[str] = field(default_factory=list)
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    _session: aiohttp.ClientSession | None = None
+    concurrency: int
+    _tasks: list[asyncio.Task[None]]
+    _session: aiohttp.ClientSession | None
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
@@ -248,6 +243,23 @@ class Load:
                 await task
         if self._session is not None:
             await self._session.close()
+
+    async def _client(self, n: int) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Load(ClientPool):
+    """``concurrency`` clients sending chat completions to ``model`` back to back."""
+
+    router_url: str
+    model: str
+    concurrency: int = 2
+    max_tokens: int = 4
+    answered: int = 0
+    failures: list[str] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _session: aiohttp.ClientSession | None = None
 
     async def _client(self, n: int) -> None:
         assert self._session is not None

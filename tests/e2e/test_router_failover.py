@@ -15,7 +15,6 @@ allocation id, a passing check, its own port) is never sent a request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from llmgw.core import conventions as c
 from llmgw.core.catalog import SecurityPolicy
 from llmgw.gateway.context import CONTEXT
 
-from .harness import Replica, Stack, endpoints, eventually, nodes, replicas, settled
+from .harness import ClientPool, Replica, Stack, endpoints, eventually, nodes, replicas, settled
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +58,7 @@ class Outcome:
 
 
 @dataclass
-class MixedLoad:
+class MixedLoad(ClientPool):
     """``concurrency`` clients, each sending a streamed then a whole chat completion, back to back."""
 
     router_url: str
@@ -68,19 +67,6 @@ class MixedLoad:
     outcomes: list[Outcome] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _session: aiohttp.ClientSession | None = None
-
-    async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
-        self._tasks = [asyncio.create_task(self._client(i)) for i in range(self.concurrency)]
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._session is not None:
-            await self._session.close()
 
     @property
     def finished(self) -> int:
