@@ -1169,7 +1169,10 @@ class FakeProbe:
 
 
 class ManualClock:
-    """Virtual wall time: ``sleep`` returns when a test ``advance``s past its deadline."""
+    """Virtual wall time: ``sleep`` returns when a test ``advance``s past its deadline.
+
+    ``advance`` lets the woken tasks run until the loop is idle (``_settle``) before it
+    wakes the next sleeper or returns, so a test sees everything the time it moved caused."""
 
     def __init__(self, start: float = START) -> None:
         self.now = start
@@ -1203,9 +1206,28 @@ class ManualClock:
         await _settle()
 
 
-async def _settle(rounds: int = 20) -> None:
-    for _ in range(rounds):
+# A task that never blocks (awaits ``sleep(0)`` in a loop) would keep the loop busy forever:
+# after this many yields ``_settle`` fails the test and says so instead of hanging it.
+_SETTLE_LIMIT = 10_000
+
+
+async def _settle() -> None:
+    """Return once every other task waits on something (a future, a sleeper, a socket): the
+    loop has nothing ready to run but this task's own wake-up.
+
+    The loop runs, per iteration, the callbacks in its ready queue (CPython's
+    ``asyncio/base_events.py``, ``BaseEventLoop._run_once``: I/O events and due timers are
+    queued there first); a task woken by a future, an event or a ``sleep(0)`` is one of
+    them. When this task resumes and the queue is empty, nothing else can run until a
+    sleeper is woken, a socket or a timer fires, or a thread calls back.
+    """
+    loop = asyncio.get_running_loop()
+    ready = loop._ready  # type: ignore[attr-defined]
+    for _ in range(_SETTLE_LIMIT):
         await asyncio.sleep(0)
+        if not ready:
+            return
+    raise AssertionError(f"the event loop never went idle in {_SETTLE_LIMIT} rounds: a task spins")
 
 
 # --- the whole plane on fakes ------------------------------------------------------------------------
