@@ -1,7 +1,7 @@
 """Test doubles for the control plane: an in-memory Nomad + Consul simulator and recorded fakes
 of every port, so the reconciler can be driven through many passes on virtual time.
 
-Owns (for tests, benches and the end-to-end suite's setup; never used by ``llmgw serve``):
+Owns (for llmgw's tests; outside the package, so the wheel never ships it):
 
 - ``FakeCluster``: a tiny simulator of Nomad's behaviour that answers in Nomad's JSON —
   nodes with GPUs and a fabric, jobs placed group by group (first fit, no gang
@@ -11,13 +11,15 @@ Owns (for tests, benches and the end-to-end suite's setup; never used by ``llmgw
 - ``FakeRenderer``: renders a replica as job JSON (no templates), with a spec hash that
   covers the profile and a ``template_version`` (change it to simulate a template change).
 - ``Simulation``: drives the pure core (observe -> decide -> apply -> record) synchronously
-  on a synthetic clock; the unit tests' harness.
+  on a synthetic clock, applying through the real ``Executor`` over ``FakeNomad``; the
+  unit tests' harness.
 - Async fakes of the ports for component tests: ``FakeNomad`` (records calls, can fail
   calls, break or gap its event stream), ``FakeWatch``, ``FakeLeader``, ``FakeDrainMarks``,
   ``FakeCommands`` (the operator's drain/restart records), ``FakeStatus``, ``FakeProbe`` and
   ``ManualClock`` (sleeps end when the test advances it).
 
-Must not: be imported by production code.
+Must not: be imported by production code (an import-linter contract in pyproject.toml
+refuses it), or apply actions any other way than through ``llmgw.control.Executor``.
 """
 
 from __future__ import annotations
