@@ -13,13 +13,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
+from pathlib import Path
 
 import aiohttp
 from aiohttp.test_utils import TestServer
 
+# The sim's test settings live with the tests (tests/support), which the wheel does not ship.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from llmgw.sim.app import create_app
-from llmgw.sim.testing import TEST_MODEL, fast_settings
+from tests.support.sim import TEST_MODEL, fast_settings
 
 
 async def _one_client(session: aiohttp.ClientSession, url: str, requests: int, tokens: int) -> int:

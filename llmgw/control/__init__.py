@@ -12,8 +12,8 @@ Public face:
 - ``ControlMetrics``: ``llmgw_control_*`` on a registry of its own.
 - ``llmgw.control.commands``: the operator's drain and restart of a model, durable in Consul
   KV (``ModelCommandStore``; ``OperatorCommands``, what the admin API's model endpoints call).
-- ``llmgw.control.ports``: the Protocols the loops depend on; ``llmgw.control.testing``:
-  recorded fakes of them and an in-memory Nomad/Consul simulator for tests.
+- ``llmgw.control.ports``: the Protocols the loops depend on. Their recorded fakes and an
+  in-memory Nomad/Consul simulator live in ``tests/support/control.py``, outside the wheel.
 
 The decisions themselves are pure and live in ``llmgw.core.planning``.
 """

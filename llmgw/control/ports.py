@@ -5,7 +5,7 @@ Owns: the Protocols. The real implementations are the lead's Nomad client
 the Consul adapter (``llmgw.adapters.consul``: ``LeaderElection``, ``Watch`` values from
 ``CatalogStore.watch()``, ``watch_endpoints``, ``DrainingMarks``, ``DemandReader.watch``,
 ``StatusPublisher``); they satisfy these structurally. Tests use the recorded fakes
-in ``llmgw.control.testing``.
+in ``tests/support/control.py`` (outside the wheel).
 
 Must not: grow methods the loops do not call. Each Protocol is the loops' syscall table
 for one outside system; a wider one makes every fake wider.
@@ -191,7 +191,7 @@ class NoProbe:
 class Clock(Protocol):
     """Wall time for decisions (demand reports carry the routers' wall clocks) and sleeping.
 
-    Tests pass ``llmgw.control.testing.ManualClock``, whose sleeps end when the test
+    Tests pass ``tests.support.control.ManualClock``, whose sleeps end when the test
     advances it: virtual time, no real waiting.
     """
 

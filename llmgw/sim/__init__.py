@@ -13,8 +13,9 @@ Public face (import from the modules; this package imports nothing, so that
   `SimDeps`, `STATE` (the app key of its `SimState`).
 - `llmgw.sim.server`: `main(argv)`, `run_from_namespace(...)`, `serve(settings)`.
 - `llmgw.sim.startup_policy`: `refusals(...)`, the start-policy seam.
-- `llmgw.sim.testing`: `fast_settings`, `start_sim_process`, `SimProcess`,
-  `wait_until` for llmgw's tests.
+
+Its test helpers (`fast_settings`, `start_sim_process`, `SimProcess`, `wait_until`)
+live in `tests/support/sim.py`, outside the wheel.
 
 Must not import the other programs (gateway, control, devcluster, mirror).
 """

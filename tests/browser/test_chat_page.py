@@ -29,7 +29,7 @@ from llmgw.gateway.app import RouterServer
 from llmgw.gateway.ports import FixedValue, RouterDeps
 from llmgw.gateway.settings import RouterSettings
 from llmgw.sim.app import create_app as create_sim_app
-from llmgw.sim.testing import fast_settings
+from tests.support.sim import fast_settings
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

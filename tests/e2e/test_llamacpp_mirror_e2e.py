@@ -40,7 +40,7 @@ from llmgw.devcluster.nomad import NodeSpec
 from llmgw.gateway.app import CONTEXT
 from llmgw.mirror.server import create_app
 from llmgw.mirror.store import DirectoryStore
-from llmgw.mirror.testing import put_version
+from tests.support.mirror import put_version
 
 from .conftest import free_port
 from .harness import Stack, eventually

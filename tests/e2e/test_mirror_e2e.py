@@ -36,8 +36,8 @@ from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig
 from llmgw.mirror.server import create_app
 from llmgw.mirror.store import DirectoryStore
-from llmgw.mirror.testing import put_version
 from llmgw.settings import ConsulConnection, NomadConnection
+from tests.support.mirror import put_version
 
 pytestmark = pytest.mark.e2e
 

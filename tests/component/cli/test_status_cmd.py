@@ -379,26 +379,30 @@ async def test_a_model_healthy_again_after_a_rebuild_shows_why_it_runs_not_the_o
     # The planner on a synthetic clock: a replica crashes, is rebuilt after the backoff and
     # serves again. The failure stays in the document (the backoff resets only after
     # backoff_reset_after of health), but WHY says what is true now.
-    from llmgw.control.testing import FakeCluster, Simulation
     from llmgw.core.catalog import Catalog
+    from tests.support.control import FakeCluster, Simulation
 
-    cluster = FakeCluster(start_delay=2.0, load_delay=10.0)
-    cluster.add_node("n0")
-    model = {
-        "profiles": [{"engine": "sim", "tp": 1, "gpu": {"model": "H100"}}],
-        "scaling": {"min": 1, "max": 1},
-    }
-    sim = Simulation(Catalog.model_validate({"models": {"m": model}}), cluster)
-    sim.run(30)
-    (job,) = cluster.healthy_jobs("m")
-    cluster.crash(job, "rank0")
-    sim.run(5)
-    rebuilding = sim.decisions[-1].status
-    sim.run(300)
-    healthy = sim.decisions[-1].status
+    def crash_and_rebuild() -> tuple[StatusReport, StatusReport, float]:
+        cluster = FakeCluster(start_delay=2.0, load_delay=10.0)
+        cluster.add_node("n0")
+        model = {
+            "profiles": [{"engine": "sim", "tp": 1, "gpu": {"model": "H100"}}],
+            "scaling": {"min": 1, "max": 1},
+        }
+        sim = Simulation(Catalog.model_validate({"models": {"m": model}}), cluster)
+        sim.run(30)
+        (job,) = cluster.healthy_jobs("m")
+        cluster.crash(job, "rank0")
+        sim.run(5)
+        rebuilding = sim.decisions[-1].status
+        sim.run(300)
+        return rebuilding, sim.decisions[-1].status, sim.now
+
+    # The simulation runs the executor on a loop of its own: not on this test's loop.
+    rebuilding, healthy, now = await asyncio.to_thread(crash_and_rebuild)
     (m,) = healthy.models
     assert (m.desired, m.healthy, m.waiting) == (1, 1, None)
-    assert m.backoff is not None and m.backoff.failures == 1 and m.backoff.retry_at < sim.now
+    assert m.backoff is not None and m.backoff.failures == 1 and m.backoff.retry_at < now
 
     await publisher.publish(to_json(replace(rebuilding, generated_at=time.time())))
     ran = await status()

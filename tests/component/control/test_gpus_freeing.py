@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw.control import ClusterView, ControlMetrics, ControlSettings
-from llmgw.control.testing import FakeCluster, FakeNomad, ManualClock
+from tests.support.control import FakeCluster, FakeNomad, ManualClock
 
 
 def alloc_event(alloc_id: str, job_id: str, desired: str, client: str, gpus: list[str]) -> dict[str, Any]:

@@ -33,7 +33,6 @@ from llmgw.admin import AdminDeps, AdminSettings, start_admin
 from llmgw.cli.serving import AdminModelCommands
 from llmgw.control import ControlSettings
 from llmgw.control.commands import ModelCommandStore, OperatorCommands, command_key
-from llmgw.control.testing import ControlHarness, FakeCommands, FakeWatch
 from llmgw.core import conventions as c
 from llmgw.core.catalog import SecurityPolicy, load_catalog
 from llmgw.core.planning import ModelCommand, PlanningSettings, model_key
@@ -41,6 +40,7 @@ from llmgw.core.records import CatalogVersion
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
 from llmgw.render import Renderer, RenderSettings
 from llmgw.settings import ConsulConnection
+from tests.support.control import ControlHarness, FakeCommands, FakeWatch
 
 CATALOG = """
 models:

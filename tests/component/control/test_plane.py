@@ -14,9 +14,9 @@ from dataclasses import replace
 import pytest
 
 from llmgw.control import ControlSettings
-from llmgw.control.testing import ControlHarness, FakeDrainMarks, FakeLeader, FakeWatch, ManualClock
 from llmgw.core.catalog import SecurityPolicy
 from llmgw.core.planning import JobId, PlanningSettings
+from tests.support.control import ControlHarness, FakeDrainMarks, FakeLeader, FakeWatch, ManualClock
 
 CATALOG = """
 models:

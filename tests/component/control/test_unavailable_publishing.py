@@ -8,11 +8,11 @@ rewritten only every ``status_refresh`` (routers read its age), not every pass."
 from __future__ import annotations
 
 from llmgw.control import ControlSettings
-from llmgw.control.testing import ControlHarness
 from llmgw.core.catalog import SecurityPolicy, load_catalog
 from llmgw.core.catalog.model import Engine
 from llmgw.core.planning import PlanningSettings, model_key
 from llmgw.core.records import Unavailability, UnavailableModels
+from tests.support.control import ControlHarness
 
 CATALOG = """
 models:

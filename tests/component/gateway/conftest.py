@@ -33,7 +33,7 @@ from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.ports import RouterDeps
 from llmgw.gateway.settings import RouterSettings
 from llmgw.sim.app import create_app as create_sim_app
-from llmgw.sim.testing import fast_settings
+from tests.support.sim import fast_settings
 
 T = TypeVar("T")
 

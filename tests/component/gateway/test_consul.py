@@ -28,7 +28,7 @@ from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.ports import FixedValue, RouterDeps
 from llmgw.settings import ConsulConnection
 from llmgw.sim.app import create_app as create_sim_app
-from llmgw.sim.testing import fast_settings
+from tests.support.sim import fast_settings
 
 from .conftest import CATALOG, EngineServer, eventually, metric_value, replicas_answering, router_settings
 

@@ -21,7 +21,7 @@ import pytest
 from llmgw.core.mirror import parse_ref
 from llmgw.mirror.server import create_app
 from llmgw.mirror.store import DirectoryStore
-from llmgw.mirror.testing import put_version
+from tests.support.mirror import put_version
 
 if TYPE_CHECKING:
     from conftest import Harness

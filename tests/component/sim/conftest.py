@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 
 from llmgw.sim.app import SimDeps, create_app
 from llmgw.sim.settings import SimSettings
-from llmgw.sim.testing import MODULE_ENTRY, SimProcess, fast_settings, start_sim_process
+from tests.support.sim import MODULE_ENTRY, SimProcess, fast_settings, start_sim_process
 
 StartServer = Callable[..., Awaitable[TestServer]]
 StartProcess = Callable[..., Awaitable[SimProcess]]

@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from llmgw.sim import vocabulary
-from llmgw.sim.testing import TEST_MODEL, fast_settings
+from tests.support.sim import TEST_MODEL, fast_settings
 
 from .conftest import ClientFor, StartServer
 

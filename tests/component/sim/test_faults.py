@@ -10,7 +10,7 @@ import pytest
 
 from llmgw.sim.app import SimDeps
 from llmgw.sim.settings import ExitCode, FaultSettings
-from llmgw.sim.testing import TEST_MODEL, fast_settings
+from tests.support.sim import TEST_MODEL, fast_settings
 
 from .conftest import ClientFor, StartServer
 

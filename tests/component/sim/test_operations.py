@@ -8,7 +8,7 @@ import aiohttp
 import openai
 import pytest
 
-from llmgw.sim.testing import TEST_MODEL, fast_settings, wait_until
+from tests.support.sim import TEST_MODEL, fast_settings, wait_until
 
 from .conftest import ClientFor, StartServer
 

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from llmgw.sim.settings import ExitCode
-from llmgw.sim.testing import CLI_ENTRY, TEST_MODEL, SimProcess, wait_until
+from tests.support.sim import CLI_ENTRY, TEST_MODEL, SimProcess, wait_until
 
 from .conftest import ClientFor, StartProcess
 

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestServer
 
 from llmgw.sim.app import STATE
 from llmgw.sim.settings import ExitCode
-from llmgw.sim.testing import fast_settings, wait_until
+from tests.support.sim import fast_settings, wait_until
 
 from .conftest import StartServer
 

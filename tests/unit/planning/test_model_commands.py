@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.control.testing import FakeCluster, Simulation
 from llmgw.core import conventions as c
 from llmgw.core.catalog import Catalog
 from llmgw.core.planning import EndDrain, MarkDraining, ModelCommand, PlaceReplica, StopReplica
+from tests.support.control import FakeCluster, Simulation
 
 
 def catalog(models: dict[str, Any]) -> Catalog:

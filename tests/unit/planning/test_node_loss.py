@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.control.testing import FakeCluster, Simulation
 from llmgw.core.catalog import Catalog
 from llmgw.core.planning import Phase, PlaceReplica, PlanningSettings, StopReplica
+from tests.support.control import FakeCluster, Simulation
 
 SLOW_BACKOFF = PlanningSettings(backoff_base=300.0, backoff_jitter=0.0, node_lost_grace=120.0)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.control.testing import FakeCluster, FakeRenderer, Simulation
 from llmgw.core.catalog import Catalog
 from llmgw.core.planning import (
     MarkDraining,
@@ -18,6 +17,7 @@ from llmgw.core.planning import (
     PlanningSettings,
     StopReplica,
 )
+from tests.support.control import FakeCluster, FakeRenderer, Simulation
 
 
 def catalog(models: dict[str, Any], **rest: Any) -> Catalog:

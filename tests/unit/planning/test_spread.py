@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw.control.executing import with_spread
-from llmgw.control.testing import FakeCluster, Simulation
 from llmgw.core.catalog import Catalog
 from llmgw.core.planning import Candidate, NodeId, PlaceReplica
+from tests.support.control import FakeCluster, Simulation
 
 
 def catalog(*, replicas: int, nodes: int = 1, tp: int = 1) -> Catalog:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from llmgw.control.testing import FakeCluster, Simulation
 from llmgw.core.catalog import Catalog
 from llmgw.core.planning import Desired, PlacementHold
 from llmgw.core.planning.actions import Candidate, Done, PlaceReplica, PlaceWhy, StopReplica, Unplaceable
@@ -19,6 +18,7 @@ from llmgw.core.planning.observed import JobId, ReplicaId
 from llmgw.core.planning.state import ModelMemo, PlannerState, record_outcomes
 from llmgw.core.planning.unavailable import unavailable_models
 from llmgw.core.records import Unavailability
+from tests.support.control import FakeCluster, Simulation
 
 
 def gpu_model(gpu: str, *, min: int, max: int) -> dict[str, Any]:

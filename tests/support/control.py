@@ -1,7 +1,7 @@
 """Test doubles for the control plane: an in-memory Nomad + Consul simulator and recorded fakes
 of every port, so the reconciler can be driven through many passes on virtual time.
 
-Owns (for tests, benches and the end-to-end suite's setup; never used by ``llmgw serve``):
+Owns (for llmgw's tests; outside the package, so the wheel never ships it):
 
 - ``FakeCluster``: a tiny simulator of Nomad's behaviour that answers in Nomad's JSON —
   nodes with GPUs and a fabric, jobs placed group by group (first fit, no gang
@@ -11,13 +11,15 @@ Owns (for tests, benches and the end-to-end suite's setup; never used by ``llmgw
 - ``FakeRenderer``: renders a replica as job JSON (no templates), with a spec hash that
   covers the profile and a ``template_version`` (change it to simulate a template change).
 - ``Simulation``: drives the pure core (observe -> decide -> apply -> record) synchronously
-  on a synthetic clock; the unit tests' harness.
+  on a synthetic clock, applying through the real ``Executor`` over ``FakeNomad``; the
+  unit tests' harness.
 - Async fakes of the ports for component tests: ``FakeNomad`` (records calls, can fail
   calls, break or gap its event stream), ``FakeWatch``, ``FakeLeader``, ``FakeDrainMarks``,
   ``FakeCommands`` (the operator's drain/restart records), ``FakeStatus``, ``FakeProbe`` and
   ``ManualClock`` (sleeps end when the test advances it).
 
-Must not: be imported by production code.
+Must not: be imported by production code (an import-linter contract in pyproject.toml
+refuses it), or apply actions any other way than through ``llmgw.control.Executor``.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ import hashlib
 import heapq
 import itertools
 import json
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from llmgw import __version__
-from llmgw.control.executing import describe_candidate, with_spread
+from llmgw.control.executing import Executor
+from llmgw.control.metrics import ControlMetrics
 from llmgw.control.observing import parse_alloc, parse_job, parse_node
 from llmgw.control.plane import ControlDeps, ControlPlane
 from llmgw.control.ports import JSON
@@ -45,29 +49,18 @@ from llmgw.core.names import slug
 from llmgw.core.planning import (
     EMPTY_STATE,
     Action,
-    ClearDrainMark,
     Decision,
-    Deferred,
     Desired,
-    Done,
-    EndDrain,
-    Failed,
     JobId,
-    MarkDraining,
     ModelCommand,
     NodeId,
     Observed,
     ObservedJob,
     ObservedNode,
     Outcome,
-    Placed,
-    PlaceReplica,
     PlannerState,
     PlanningSettings,
     SpecOracle,
-    StopReplica,
-    Unplaceable,
-    claims_conflict,
     decide,
     desired_from_catalog,
     record_outcomes,
@@ -713,9 +706,11 @@ class Applied:
 class Simulation:
     """observe -> decide -> apply -> record, synchronously, on ``cluster.now``.
 
-    The applying follows the executor's rules (candidates in order through plan, deferral
-    of conflicting placements after a register, idempotent stops) without asyncio, so
-    unit tests of the decisions can run hundreds of passes in milliseconds.
+    The applying is the real ``Executor`` over ``FakeNomad`` and the recorded fakes of the
+    drain marks and the operator's commands, run on an event loop of the simulation's own:
+    the one executor, so the unit tests of the decisions exercise what ``llmgw serve``
+    applies, and still run hundreds of passes in milliseconds. Call it from synchronous
+    code (an async test runs it in a thread: ``asyncio.to_thread``).
     """
 
     def __init__(
@@ -730,23 +725,45 @@ class Simulation:
         self.cluster = cluster
         self.settings = settings or PlanningSettings()
         self.renderer = renderer or FakeRenderer()
+        self.nomad = FakeNomad(cluster)
+        self.leader = FakeLeader(leader=True)
+        self._drain_marks = FakeDrainMarks(FakeWatch({}))
+        # The operator's commands by model (what Consul KV llmgw/commands/ would hold).
+        self._commands = FakeCommands()
+        self.executor = Executor(
+            self.nomad,
+            self.renderer,
+            self._drain_marks,
+            self.leader,
+            ControlSettings(planning=self.settings),
+            _ClusterClock(cluster),
+            ControlMetrics(),
+            self._commands,
+        )
+        self._loop = asyncio.new_event_loop()
+        weakref.finalize(self, self._loop.close)
         self.state: PlannerState = EMPTY_STATE
-        self.marks: dict[str, DrainMark] = {}
         self.reports: dict[str, DemandReport] = {}
         self.in_flight: dict[str, int] = {}
         self.applied: list[Applied] = []
         self.decisions: list[Decision] = []
         self.capacity_version = 0
-        self.leader = True
         self.catalog: Catalog | None = None
         self.desired: Desired | None = None
-        # The operator's commands by model (what Consul KV llmgw/commands/ would hold).
-        self.commands: dict[str, ModelCommand] = {}
         self.set_catalog(catalog, catalog_hash)
 
     @property
     def now(self) -> float:
         return self.cluster.now
+
+    @property
+    def marks(self) -> Mapping[str, DrainMark]:
+        """The drain marks the executor wrote, by job id (what Consul KV would hold)."""
+        return self._drain_marks.marks
+
+    @property
+    def commands(self) -> Mapping[str, ModelCommand]:
+        return self._commands.watch.latest or {}
 
     def set_catalog(self, catalog: Catalog | None, catalog_hash: str = "catalog-2") -> None:
         self.catalog = catalog
@@ -821,13 +838,10 @@ class Simulation:
     def drain(self, model: str, *, by: str = "operator") -> None:
         """The operator drains ``model`` (as the admin API records it)."""
         assert self.desired is not None
-        key = self.desired.models[model].key
-        self.commands[model] = self.commands.get(model, ModelCommand(model)).drained(
-            model_key=key, by=by, at=self.now
-        )
+        self._commands.drain(model, self.desired.models[model].key, by=by, at=self.now)
 
     def restart(self, model: str, *, by: str = "operator") -> None:
-        self.commands[model] = self.commands.get(model, ModelCommand(model)).restarted(by=by, at=self.now)
+        self._commands.restart(model, by=by, at=self.now)
 
     def step(self, observed: Observed | None = None) -> Decision:
         observed = observed or self.observe()
@@ -846,75 +860,24 @@ class Simulation:
         return decision
 
     def apply(self, actions: Sequence[Action]) -> list[Outcome]:
-        outcomes: list[Outcome] = []
-        registered: list[frozenset[str]] = []
-        for action in actions:
-            if not self.leader:
-                break
-            outcome: Outcome
-            if isinstance(action, PlaceReplica):
-                if any(claims_conflict(action.claim, r) for r in registered):
-                    outcome = Deferred(action)
-                else:
-                    outcome = self._place(action)
-                    if isinstance(outcome, Placed):
-                        registered.append(action.claim)
-            elif isinstance(action, StopReplica):
-                if action.job_id in self.cluster.jobs:
-                    meta = self.cluster.jobs[action.job_id].job.get("Meta") or {}
-                    if meta.get(c.JOB_META_MANAGED_BY) != c.MANAGED_BY_VALUE:
-                        outcome = Failed(action, "not llmgw's job")
-                    else:
-                        self.cluster.deregister(action.job_id)
-                        self.capacity_version += 1
-                        outcome = Done(action)
-                else:
-                    outcome = Done(action)
-            elif isinstance(action, MarkDraining):
-                self.marks[action.job_id] = DrainMark(action.job_id, action.model, self.now, action.reason)
-                outcome = Done(action)
-            elif isinstance(action, ClearDrainMark):
-                self.marks.pop(action.job_id, None)
-                outcome = Done(action)
-            elif isinstance(action, EndDrain):
-                command = self.commands.get(action.model)
-                if command is not None and command.drained_key == action.drained_key:
-                    self.commands[action.model] = command.drain_ended()
-                outcome = Done(action)
-            self.applied.append(Applied(self.now, action, outcome))
-            outcomes.append(outcome)
-        return outcomes
-
-    def _place(self, action: PlaceReplica) -> Outcome:
-        assert self.catalog is not None
-        explanations = []
-        refused: list[str] = []
-        for cand in action.candidates:
-            try:
-                rendered = self.renderer.render(
-                    self.catalog,
-                    ReplicaRequest(action.model, cand.profile_index, action.replica_id, cand.fabric),
-                    catalog_hash=self.catalog_hash,
-                )
-            except RenderError as exc:
-                explanations.append(f"profile {cand.profile_index}: {exc}")
-                continue
-            job = self.renderer.check(rendered, model=action.model)
-            if action.restart_generation:  # as the executor does
-                job["Meta"][c.JOB_META_RESTART_GENERATION] = str(action.restart_generation)
-            job = with_spread(job, cand)
-            plan = self.cluster.plan(job)
-            if not plan.feasible:
-                explanations.append(f"{describe_candidate(cand)}: {plan.explanation}")
-                if cand.away_from:
-                    refused.append(explanations[-1])
-                continue
-            self.cluster.register(job)
-            spread_refused = "" if cand.away_from else "; ".join(refused)
-            return Placed(
-                action, cand.profile_index, cand.fabric, rendered.spec_hash, plan.warnings, spread_refused
+        """The executor applies ``actions``; a job it deregisters frees capacity (as the view
+        counts an allocation that ended)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "Simulation runs the executor on a loop of its own; "
+                "from an async test, call it in a thread (asyncio.to_thread)"
             )
-        return Unplaceable(action, "; ".join(explanations))
+        deregistered = len(self.nomad.called("deregister"))
+        outcomes = self._loop.run_until_complete(
+            self.executor.apply(actions, self.catalog, self.catalog_hash)
+        )
+        self.capacity_version += len(self.nomad.called("deregister")) - deregistered
+        self.applied.extend(Applied(self.now, a, o) for a, o in zip(actions, outcomes, strict=True))
+        return outcomes
 
     def run(self, seconds: float, *, dt: float = 1.0) -> Decision | None:
         """Passes every ``dt`` seconds of synthetic time for ``seconds``; routers keep reporting."""
@@ -933,6 +896,20 @@ class Simulation:
             if (kind is None or isinstance(a.action, kind))
             and (model is None or getattr(a.action, "model", None) == model)
         ]
+
+
+class _ClusterClock:
+    """The executor's ``Clock`` in a ``Simulation``: the cluster's synthetic time. The
+    executor only reads it (a drain mark's ``since``); nothing sleeps."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self._cluster = cluster
+
+    def time(self) -> float:
+        return self._cluster.now
+
+    async def sleep(self, seconds: float) -> None:
+        raise AssertionError("the executor does not sleep in a Simulation")
 
 
 # --- async fakes of the ports ------------------------------------------------------------------------
@@ -1194,7 +1171,10 @@ class FakeProbe:
 
 
 class ManualClock:
-    """Virtual wall time: ``sleep`` returns when a test ``advance``s past its deadline."""
+    """Virtual wall time: ``sleep`` returns when a test ``advance``s past its deadline.
+
+    ``advance`` lets the woken tasks run until the loop is idle (``_settle``) before it
+    wakes the next sleeper or returns, so a test sees everything the time it moved caused."""
 
     def __init__(self, start: float = START) -> None:
         self.now = start
@@ -1228,9 +1208,28 @@ class ManualClock:
         await _settle()
 
 
-async def _settle(rounds: int = 20) -> None:
-    for _ in range(rounds):
+# A task that never blocks (awaits ``sleep(0)`` in a loop) would keep the loop busy forever:
+# after this many yields ``_settle`` fails the test and says so instead of hanging it.
+_SETTLE_LIMIT = 10_000
+
+
+async def _settle() -> None:
+    """Return once every other task waits on something (a future, a sleeper, a socket): the
+    loop has nothing ready to run but this task's own wake-up.
+
+    The loop runs, per iteration, the callbacks in its ready queue (CPython's
+    ``asyncio/base_events.py``, ``BaseEventLoop._run_once``: I/O events and due timers are
+    queued there first); a task woken by a future, an event or a ``sleep(0)`` is one of
+    them. When this task resumes and the queue is empty, nothing else can run until a
+    sleeper is woken, a socket or a timer fires, or a thread calls back.
+    """
+    loop = asyncio.get_running_loop()
+    ready = loop._ready  # type: ignore[attr-defined]
+    for _ in range(_SETTLE_LIMIT):
         await asyncio.sleep(0)
+        if not ready:
+            return
+    raise AssertionError(f"the event loop never went idle in {_SETTLE_LIMIT} rounds: a task spins")
 
 
 # --- the whole plane on fakes ------------------------------------------------------------------------

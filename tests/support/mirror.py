@@ -1,4 +1,4 @@
-"""Putting a version into a directory store from bytes in hand: for llmgw's own tests and demos.
+"""Putting a version into a directory store from bytes in hand: for llmgw's own tests.
 
 Owns ``put_version``: it writes a version the way ``mirror add`` leaves one (plan,
 files at their final paths, the verified records, the manifest copy once complete),
@@ -7,7 +7,8 @@ through the store's own methods, so the server, ``mirror list``, ``catalog check
 ``verified`` lets a test leave some files out to make an incomplete version.
 
 Must not: be used by llmgw's commands (a real version comes from ``mirror add``, which
-checks its sources), or import pytest.
+checks its sources; this module lives outside the package, and the import contract
+refuses it there), or import pytest.
 """
 
 from __future__ import annotations
