@@ -430,7 +430,9 @@ R = TypeVar(
 
 def to_dict(record: Record) -> dict[str, Any]:
     """The JSON object of a record (plain dicts, lists, strings and numbers)."""
-    encoded: dict[str, Any] = _adapter(type(record)).dump_python(record, mode="json")
+    # warnings=False: a record llmgw built with a plain str for an enum or a list
+    # for a tuple is written as its value says, as ``str()`` and ``list()`` would.
+    encoded: dict[str, Any] = _adapter(type(record)).dump_python(record, mode="json", warnings=False)
     return encoded
 
 

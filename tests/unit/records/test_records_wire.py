@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from typing import Any
 
 import pytest
@@ -181,6 +182,17 @@ def test_seconds_given_as_an_int_are_written_as_given_and_read_as_a_float() -> N
     assert to_json(mark) == '{"job_id":"j","model":"m","reason":"","since":1700000000}'
     decoded = from_json(DrainMark, to_json(mark))
     assert decoded == mark and isinstance(decoded.since, float)
+
+
+def test_a_record_built_with_plain_types_encodes_as_with_the_declared_ones() -> None:
+    loose = dataclasses.replace(ENDPOINT, status="warning")  # type: ignore[arg-type]
+    key = WIRE[6][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert to_json(loose) == ENDPOINT_JSON
+        assert to_json(dataclasses.replace(key, models=["m1"])) == to_json(
+            dataclasses.replace(key, models=("m1",))
+        )
 
 
 def test_whole_number_floats_read_as_ints() -> None:
