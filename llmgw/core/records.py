@@ -20,11 +20,11 @@ Decoding is strict because KV content is untrusted input (anyone holding a
 Consul token with write access to ``llmgw/`` can put anything there): every
 field is type-checked and bounded, and a bad document raises
 ``RecordDecodeError`` (a ``ValueError``) naming the field and what was wrong
-(the first fault found). JSON text is parsed by the standard library, which
-refuses ``NaN``, numbers of more than 4300 digits and deep nesting the way
-llmgw always has; pydantic then checks the parsed value. Unknown keys are
-ignored so that a newer llmgw can add fields that an older one running beside
-it during an upgrade skips (add fields, never rename them).
+(the first fault found). JSON text is parsed by the standard library (``NaN``
+and ``Infinity`` refused, as are numbers of more than 4300 digits and nesting
+deeper than Python's recursion limit), and pydantic checks the parsed value.
+Unknown keys are ignored so that a newer llmgw can add fields that an older one
+running beside it during an upgrade skips (add fields, never rename them).
 """
 
 from __future__ import annotations
