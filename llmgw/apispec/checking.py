@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from llmgw.apispec.tables import ApiName, GoType, Kind, StructSpec, go_type, struct
+from llmgw.core.json_values import json_kind
 
 JsonValue = object
 
@@ -60,24 +61,6 @@ def _key_path(path: str, key: str) -> str:
 
 def _map_path(path: str, key: str) -> str:
     return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
-
-
-def _json_kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def _expected(t: GoType) -> str:
@@ -141,7 +124,7 @@ class _Walker:
         self.collect_case = collect_case
 
     def wrong(self, path: str, value: object, t: GoType, why: str | None = None) -> None:
-        detail = why if why and why != "x" else f"expected {_expected(t)}, got {_json_kind(value)}"
+        detail = why if why and why != "x" else f"expected {_expected(t)}, got {json_kind(value)}"
         self.problems.append(KeyProblem(path, ProblemKind.WRONG_TYPE, detail))
 
     def value(self, value: object, t: GoType, path: str) -> object:
@@ -240,7 +223,7 @@ def decode_like_nomad(doc: object, root: str, *, api: ApiName = "nomad") -> dict
     """
     if not isinstance(doc, dict):
         raise ApiDecodeError(
-            [KeyProblem(root, ProblemKind.WRONG_TYPE, f"expected an object, got {_json_kind(doc)}")]
+            [KeyProblem(root, ProblemKind.WRONG_TYPE, f"expected an object, got {json_kind(doc)}")]
         )
     walker = _Walker(api, collect_case=False)
     out = walker.struct(doc, struct(root, api), root)

@@ -9,10 +9,20 @@ trust that last one).
 Must not: do I/O, read a clock or know about Consul's HTTP API. The Consul
 adapter (``llmgw.adapters.consul``) moves these values in and out of Consul.
 
+Each record is a frozen dataclass whose fields say, once, both the Python type
+and the check a stored value must pass (``Text``, ``Count``, ``Seconds``...);
+pydantic builds each record's codec from those fields (one ``TypeAdapter`` per
+kind). They stay plain dataclasses rather than ``BaseModel``: llmgw builds them
+positionally and in hot loops, and a value llmgw builds itself is not checked
+again; only what is read back from Consul is.
+
 Decoding is strict because KV content is untrusted input (anyone holding a
 Consul token with write access to ``llmgw/`` can put anything there): every
 field is type-checked and bounded, and a bad document raises
-``RecordDecodeError`` (a ``ValueError``) naming the field and what was wrong.
+``RecordDecodeError`` (a ``ValueError``) naming the field and what was wrong
+(the first fault found). JSON text is parsed by the standard library (``NaN``
+and ``Infinity`` refused, as are numbers of more than 4300 digits and nesting
+deeper than Python's recursion limit), and pydantic checks the parsed value.
 Unknown keys are ignored so that a newer llmgw can add fields that an older one
 running beside it during an upgrade skips (add fields, never rename them).
 """
@@ -26,7 +36,21 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    PlainSerializer,
+    Strict,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from llmgw.core.json_values import json_kind
 
 # --- limits on untrusted input --------------------------------------------------------------------
 # Consul refuses KV values above 512 KiB by default; a document larger than this
@@ -42,8 +66,6 @@ MAX_ITEMS = 100_000
 MAX_INT = 2**53 - 1
 # Unix seconds up to the year 5138: a larger timestamp is a bug or an attack.
 MAX_UNIX_SECONDS = 1e11
-
-_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 class RecordDecodeError(ValueError):
@@ -79,6 +101,114 @@ def aggregate_status(statuses: list[str] | tuple[str, ...]) -> HealthStatus:
     return worst
 
 
+# --- the checks a stored field must pass ----------------------------------------------------------
+# Each raises a ``_fault`` saying what is wrong with the value; ``_decode_error``
+# prefixes the field's path (``DemandReport.models[0].in_flight``).
+
+
+def _fault(message: str, *, field: str | None = None) -> PydanticCustomError:
+    """``field``: a check on a whole record that blames one of its fields."""
+    return PydanticCustomError("record", "{message}", {"message": message, "field": field})
+
+
+def _text(value: object, *, nonempty: bool = True) -> str:
+    """What ``Text`` checks, for the checks that go on to look inside the string."""
+    if not isinstance(value, str):
+        raise _fault(f"expected a string, got {json_kind(value)}")
+    if len(value) > MAX_TEXT_CHARS:
+        raise _fault(f"{len(value)} characters, more than the {MAX_TEXT_CHARS} allowed")
+    if nonempty and not value:
+        raise _fault("must not be empty")
+    return value
+
+
+def _whole_number(*, minimum: int = 0, maximum: int = MAX_INT) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        # JSON has one number type; 3.0 is accepted as 3, 3.5 is not.
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _fault(f"expected a whole number, got {json_kind(value)}")
+        if not minimum <= value <= maximum:
+            raise _fault(f"{value} is outside {minimum}..{maximum}")
+        return value
+
+    return check
+
+
+def _seconds(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fault(f"expected unix seconds (a number), got {json_kind(value)}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_UNIX_SECONDS:
+        raise _fault(f"{value} is not a plausible unix time in seconds")
+    return seconds
+
+
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _sha256(value: object) -> str:
+    if not _SHA256_HEX.match(text := _text(value)):
+        raise _fault("expected 64 lowercase hex digits")
+    return text
+
+
+def _sha256_or_nothing(value: object) -> str:
+    text = _text(value, nonempty=False)
+    if text and not _SHA256_HEX.match(text):
+        raise _fault("expected 64 lowercase hex digits or nothing")
+    return text
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def _member_of(kind: type[E]) -> Callable[[object], E]:
+    """A string that must be one of ``kind``'s values."""
+
+    def check(value: object) -> E:
+        text = _text(value)
+        try:
+            return kind(text)
+        except ValueError:
+            *first, last = [str(member.value) for member in kind]
+            raise _fault(f"{text!r} is not {', '.join(first)} or {last}") from None
+
+    return check
+
+
+def _array(value: object) -> list[object]:
+    if not isinstance(value, list):
+        raise _fault(f"expected a JSON array, got {json_kind(value)}")
+    if len(value) > MAX_ITEMS:
+        raise _fault(f"{len(value)} items, more than the {MAX_ITEMS} allowed")
+    return value
+
+
+def _nullable(check: Callable[[object], Any]) -> Callable[[object], Any]:
+    return lambda value: None if value is None else check(value)
+
+
+def _as_given(value: object) -> object:
+    return value
+
+
+# Strings and booleans are checked by pydantic itself (faster than a Python check
+# per field: the router reads every endpoint on each health change); ``_decode_error``
+# words their faults as ``_text`` words its own.
+Text = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_TEXT_CHARS)]
+MaybeEmptyText = Annotated[str, StringConstraints(strict=True, max_length=MAX_TEXT_CHARS)]
+CatalogText = Annotated[str, StringConstraints(strict=True, max_length=MAX_CATALOG_CHARS)]
+Count = Annotated[int, BeforeValidator(_whole_number())]
+# Seconds are written as the writer gave them (an int stays an int), read as floats.
+Seconds = Annotated[float, BeforeValidator(_seconds), PlainSerializer(_as_given)]
+MaybeSeconds = Annotated[float | None, BeforeValidator(_nullable(_seconds)), PlainSerializer(_as_given)]
+Flag = Annotated[bool, Strict()]
+Sha256Hex = Annotated[str, BeforeValidator(_sha256)]
+PerMinute = Annotated[int | None, BeforeValidator(_nullable(_whole_number(minimum=1)))]
+
+
 # --- the records --------------------------------------------------------------------------------
 
 
@@ -86,18 +216,18 @@ def aggregate_status(statuses: list[str] | tuple[str, ...]) -> HealthStatus:
 class Endpoint:
     """One rank-0 engine instance of the ``llmgw-engine`` service, healthy or not."""
 
-    service_id: str
-    node: str
-    model: str
-    model_slug: str
-    replica: str  # the replica's Nomad job id
-    alloc_id: str
-    address: str
-    port: int
-    engine: str
-    profile: int
-    simulated: bool
-    status: HealthStatus
+    service_id: Text
+    node: Text
+    model: Text
+    model_slug: Text
+    replica: Text  # the replica's Nomad job id
+    alloc_id: MaybeEmptyText
+    address: Text
+    port: Annotated[int, BeforeValidator(_whole_number(minimum=1, maximum=65535))]
+    engine: Text
+    profile: Count
+    simulated: Flag
+    status: Annotated[HealthStatus, BeforeValidator(_member_of(HealthStatus))]
 
     @property
     def url(self) -> str:
@@ -113,8 +243,8 @@ class Endpoint:
 class EndpointSnapshot:
     """Every engine endpoint Consul knows, replaced whole on each change."""
 
-    endpoints: tuple[Endpoint, ...]
-    index: int  # Consul's X-Consul-Index of the answer this came from
+    endpoints: Annotated[tuple[Endpoint, ...], BeforeValidator(_array)]
+    index: Count  # Consul's X-Consul-Index of the answer this came from
 
     def for_model(self, model: str) -> tuple[Endpoint, ...]:
         return tuple(e for e in self.endpoints if e.model == model)
@@ -122,44 +252,44 @@ class EndpointSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class ModelUse:
-    model: str
-    last_used: float  # unix seconds, the router's wall clock
-    in_flight: int
-    queued: int
-    wake: bool  # an on-demand model has a waiting request and no replica
+    model: Text
+    last_used: Seconds  # the router's wall clock
+    in_flight: Count
+    queued: Count
+    wake: Flag  # an on-demand model has a waiting request and no replica
 
 
 @dataclass(frozen=True, slots=True)
 class DemandReport:
     """One per router, at ``llmgw/demand/<router id>``."""
 
-    router_id: str
-    sent_at: float  # unix seconds, the router's wall clock
-    models: tuple[ModelUse, ...]
+    router_id: Text
+    sent_at: Seconds  # the router's wall clock
+    models: Annotated[tuple[ModelUse, ...], BeforeValidator(_array)]
 
 
 @dataclass(frozen=True, slots=True)
 class DrainMark:
     """At ``llmgw/draining/<job id>``: routers stop sending new requests to this replica."""
 
-    job_id: str
-    model: str
-    since: float  # unix seconds
-    reason: str
+    job_id: Text
+    model: Text
+    since: Seconds
+    reason: MaybeEmptyText
 
 
 @dataclass(frozen=True, slots=True)
 class ApiKeyRecord:
     """At ``llmgw/keys/<key id>``. Only the secret's SHA-256 is stored, never the secret."""
 
-    key_id: str
-    name: str
-    secret_sha256: str  # lowercase hex
-    models: tuple[str, ...] | None  # None: every model
-    requests_per_minute: int | None  # None: unlimited
-    tokens_per_minute: int | None
-    created_at: float
-    revoked_at: float | None
+    key_id: Text
+    name: MaybeEmptyText
+    secret_sha256: Sha256Hex
+    models: Annotated[tuple[Text, ...] | None, BeforeValidator(_nullable(_array))]  # None: every model
+    requests_per_minute: PerMinute  # None: unlimited
+    tokens_per_minute: PerMinute
+    created_at: Seconds
+    revoked_at: MaybeSeconds
 
     @property
     def revoked(self) -> bool:
@@ -178,11 +308,11 @@ def secret_sha256(secret: str) -> str:
 class CatalogVersion:
     """At ``llmgw/catalog/current`` and ``llmgw/catalog/history/<version:08d>``."""
 
-    version: int
-    sha256: str  # of ``text`` as UTF-8, lowercase hex
-    text: str  # the catalog YAML exactly as applied
-    applied_by: str
-    applied_at: float  # unix seconds
+    version: Count
+    sha256: Sha256Hex  # of ``text`` as UTF-8
+    text: CatalogText  # the YAML exactly as applied
+    applied_by: Text
+    applied_at: Seconds
 
     @classmethod
     def of(cls, version: int, text: str, applied_by: str, applied_at: float) -> CatalogVersion:
@@ -201,13 +331,32 @@ class Unavailability(StrEnum):
     FAILING = "failing"  # its replicas kept failing; no new one before ``until`` (rebuild backoff)
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 @dataclass(frozen=True, slots=True)
 class UnavailableModel:
-    model: str
-    why: Unavailability
-    reason: str  # in words, shown to clients: Nomad's explanation, or who drained it
-    since: float  # unix seconds: when placing first failed (or was judged hopeless), or was drained
-    until: float | None = None  # unix seconds: when the control plane tries again (failing only)
+    model: Text
+    why: Annotated[Unavailability, BeforeValidator(_member_of(Unavailability))]
+    reason: MaybeEmptyText  # in words, shown to clients: Nomad's explanation, or who drained it
+    since: Seconds  # when placing first failed (or was judged hopeless), or was drained
+    # When the control plane tries again (failing only). Absent from documents of
+    # leaders older than the failing kind, so written only when set.
+    until: Annotated[MaybeSeconds, Field(exclude_if=_is_none)] = None
+
+
+def _known_kinds(value: object) -> list[object]:
+    """The entries of an ``UnavailableModels.models`` array but those whose ``why``
+    only a newer leader knows: skipped, not fatal (the router then waits for that
+    model as it always did)."""
+    known = {str(kind) for kind in Unavailability}
+    return [item for item in _array(value) if not _newer_kind(item, known)]
+
+
+def _newer_kind(item: object, known: set[str]) -> bool:
+    why = item.get("why") if isinstance(item, Mapping) else None
+    return isinstance(why, str) and why not in known
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,9 +368,9 @@ class UnavailableModels:
     instead of waiting for a load that will not come, but only while the document is
     fresh and was judged against the catalog they route by (``unavailable_now``)."""
 
-    catalog_sha256: str  # the catalog the control plane judged ("" when it had none)
-    published_at: float  # unix seconds
-    models: tuple[UnavailableModel, ...]
+    catalog_sha256: Annotated[str, BeforeValidator(_sha256_or_nothing)]  # the catalog judged ("" when none)
+    published_at: Seconds
+    models: Annotated[tuple[UnavailableModel, ...], BeforeValidator(_known_kinds)]
 
     def by_model(self) -> dict[str, UnavailableModel]:
         return {m.model: m for m in self.models}
@@ -262,7 +411,6 @@ Record = (
     | UnavailableModel
     | UnavailableModels
 )
-E = TypeVar("E", bound=StrEnum)
 R = TypeVar(
     "R",
     Endpoint,
@@ -282,76 +430,10 @@ R = TypeVar(
 
 def to_dict(record: Record) -> dict[str, Any]:
     """The JSON object of a record (plain dicts, lists, strings and numbers)."""
-    if isinstance(record, Endpoint):
-        return {
-            "service_id": record.service_id,
-            "node": record.node,
-            "model": record.model,
-            "model_slug": record.model_slug,
-            "replica": record.replica,
-            "alloc_id": record.alloc_id,
-            "address": record.address,
-            "port": record.port,
-            "engine": record.engine,
-            "profile": record.profile,
-            "simulated": record.simulated,
-            "status": str(record.status),
-        }
-    if isinstance(record, EndpointSnapshot):
-        return {"endpoints": [to_dict(e) for e in record.endpoints], "index": record.index}
-    if isinstance(record, ModelUse):
-        return {
-            "model": record.model,
-            "last_used": record.last_used,
-            "in_flight": record.in_flight,
-            "queued": record.queued,
-            "wake": record.wake,
-        }
-    if isinstance(record, DemandReport):
-        return {
-            "router_id": record.router_id,
-            "sent_at": record.sent_at,
-            "models": [to_dict(m) for m in record.models],
-        }
-    if isinstance(record, DrainMark):
-        return {
-            "job_id": record.job_id,
-            "model": record.model,
-            "since": record.since,
-            "reason": record.reason,
-        }
-    if isinstance(record, ApiKeyRecord):
-        return {
-            "key_id": record.key_id,
-            "name": record.name,
-            "secret_sha256": record.secret_sha256,
-            "models": None if record.models is None else list(record.models),
-            "requests_per_minute": record.requests_per_minute,
-            "tokens_per_minute": record.tokens_per_minute,
-            "created_at": record.created_at,
-            "revoked_at": record.revoked_at,
-        }
-    if isinstance(record, UnavailableModel):
-        entry = {
-            "model": record.model,
-            "why": str(record.why),
-            "reason": record.reason,
-            "since": record.since,
-        }
-        return entry if record.until is None else {**entry, "until": record.until}
-    if isinstance(record, UnavailableModels):
-        return {
-            "catalog_sha256": record.catalog_sha256,
-            "published_at": record.published_at,
-            "models": [to_dict(m) for m in record.models],
-        }
-    return {
-        "version": record.version,
-        "sha256": record.sha256,
-        "text": record.text,
-        "applied_by": record.applied_by,
-        "applied_at": record.applied_at,
-    }
+    # warnings=False: a record llmgw built with a plain str for an enum or a list
+    # for a tuple is written as its value says, as ``str()`` and ``list()`` would.
+    encoded: dict[str, Any] = _adapter(type(record)).dump_python(record, mode="json", warnings=False)
+    return encoded
 
 
 def to_json(record: Record) -> str:
@@ -382,253 +464,67 @@ def from_json(kind: type[R], data: str | bytes) -> R:
 
 def from_dict(kind: type[R], raw: object) -> R:
     """Validate an already parsed JSON value as a record of ``kind``."""
-    decoder: Callable[[_Fields], Any] = _DECODERS[kind]
-    return decoder(_Fields(kind.__name__, raw))  # type: ignore[no-any-return]
+    try:
+        record: R = _adapter(kind).validate_python(raw)
+    except ValidationError as exc:
+        raise _decode_error(kind.__name__, exc.errors(include_url=False)[0]) from None
+    return record
 
 
 def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
-class _Fields:
-    """Typed, bounded reads of one JSON object's keys, with error messages naming the path."""
-
-    def __init__(self, path: str, raw: object) -> None:
-        if not isinstance(raw, Mapping):
-            raise RecordDecodeError(f"{path}: expected a JSON object, got {_kind(raw)}")
-        self.path = path
-        self.raw: Mapping[str, object] = raw
-
-    def _get(self, key: str) -> object:
-        if key not in self.raw:
-            raise RecordDecodeError(f"{self.path}: missing key {key!r}")
-        return self.raw[key]
-
-    def _where(self, key: str) -> str:
-        return f"{self.path}.{key}"
-
-    def text(self, key: str, *, max_chars: int = MAX_TEXT_CHARS, nonempty: bool = True) -> str:
-        return _text(self._where(key), self._get(key), max_chars=max_chars, nonempty=nonempty)
-
-    def integer(self, key: str, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
-        return _integer(self._where(key), self._get(key), minimum=minimum, maximum=maximum)
-
-    def optional_integer(self, key: str, *, minimum: int = 0) -> int | None:
-        value = self._get(key)
-        return None if value is None else _integer(self._where(key), value, minimum=minimum)
-
-    def seconds(self, key: str) -> float:
-        return _seconds(self._where(key), self._get(key))
-
-    def optional_seconds(self, key: str, *, may_be_absent: bool = False) -> float | None:
-        """``may_be_absent``: a key newer than some writers (absent reads as null)."""
-        value = self.raw.get(key) if may_be_absent else self._get(key)
-        return None if value is None else _seconds(self._where(key), value)
-
-    def member(self, key: str, kind: type[E]) -> E:
-        """A string that must be one of ``kind``'s values."""
-        value = self.text(key)
-        try:
-            return kind(value)
-        except ValueError:
-            *first, last = [str(member.value) for member in kind]
-            raise RecordDecodeError(
-                f"{self._where(key)}: {value!r} is not {', '.join(first)} or {last}"
-            ) from None
-
-    def boolean(self, key: str) -> bool:
-        value = self._get(key)
-        if not isinstance(value, bool):
-            raise RecordDecodeError(f"{self._where(key)}: expected true or false, got {_kind(value)}")
-        return value
-
-    def items(self, key: str) -> list[tuple[str, object]]:
-        value = self._get(key)
-        if not isinstance(value, list):
-            raise RecordDecodeError(f"{self._where(key)}: expected a JSON array, got {_kind(value)}")
-        if len(value) > MAX_ITEMS:
-            raise RecordDecodeError(
-                f"{self._where(key)}: {len(value)} items, more than the {MAX_ITEMS} allowed"
-            )
-        return [(f"{self._where(key)}[{i}]", item) for i, item in enumerate(value)]
-
-    def optional_items(self, key: str) -> list[tuple[str, object]] | None:
-        return None if self._get(key) is None else self.items(key)
-
-    def sha256(self, key: str) -> str:
-        value = self.text(key)
-        if not _SHA256_HEX.match(value):
-            raise RecordDecodeError(f"{self._where(key)}: expected 64 lowercase hex digits")
-        return value
+def _digest_matches(version: CatalogVersion) -> CatalogVersion:
+    if version.sha256 != catalog_sha256(version.text):
+        raise _fault("does not match the text (the record is corrupt)", field="sha256")
+    return version
 
 
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object" if isinstance(value, Mapping) else type(value).__name__
-
-
-def _text(where: str, value: object, *, max_chars: int = MAX_TEXT_CHARS, nonempty: bool = True) -> str:
-    if not isinstance(value, str):
-        raise RecordDecodeError(f"{where}: expected a string, got {_kind(value)}")
-    if len(value) > max_chars:
-        raise RecordDecodeError(f"{where}: {len(value)} characters, more than the {max_chars} allowed")
-    if nonempty and not value:
-        raise RecordDecodeError(f"{where}: must not be empty")
-    return value
-
-
-def _integer(where: str, value: object, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
-    # JSON has one number type; 3.0 is accepted as 3, 3.5 is not.
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RecordDecodeError(f"{where}: expected a whole number, got {_kind(value)}")
-    if not minimum <= value <= maximum:
-        raise RecordDecodeError(f"{where}: {value} is outside {minimum}..{maximum}")
-    return value
-
-
-def _seconds(where: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RecordDecodeError(f"{where}: expected unix seconds (a number), got {_kind(value)}")
-    seconds = float(value)
-    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_UNIX_SECONDS:
-        raise RecordDecodeError(f"{where}: {value} is not a plausible unix time in seconds")
-    return seconds
-
-
-def _decode_endpoint(f: _Fields) -> Endpoint:
-    health = f.member("status", HealthStatus)
-    return Endpoint(
-        service_id=f.text("service_id"),
-        node=f.text("node"),
-        model=f.text("model"),
-        model_slug=f.text("model_slug"),
-        replica=f.text("replica"),
-        alloc_id=f.text("alloc_id", nonempty=False),
-        address=f.text("address"),
-        port=f.integer("port", minimum=1, maximum=65535),
-        engine=f.text("engine"),
-        profile=f.integer("profile"),
-        simulated=f.boolean("simulated"),
-        status=health,
-    )
-
-
-def _decode_snapshot(f: _Fields) -> EndpointSnapshot:
-    return EndpointSnapshot(
-        endpoints=tuple(_decode_endpoint(_Fields(p, item)) for p, item in f.items("endpoints")),
-        index=f.integer("index"),
-    )
-
-
-def _decode_model_use(f: _Fields) -> ModelUse:
-    return ModelUse(
-        model=f.text("model"),
-        last_used=f.seconds("last_used"),
-        in_flight=f.integer("in_flight"),
-        queued=f.integer("queued"),
-        wake=f.boolean("wake"),
-    )
-
-
-def _decode_demand(f: _Fields) -> DemandReport:
-    return DemandReport(
-        router_id=f.text("router_id"),
-        sent_at=f.seconds("sent_at"),
-        models=tuple(_decode_model_use(_Fields(p, item)) for p, item in f.items("models")),
-    )
-
-
-def _decode_drain(f: _Fields) -> DrainMark:
-    return DrainMark(
-        job_id=f.text("job_id"),
-        model=f.text("model"),
-        since=f.seconds("since"),
-        reason=f.text("reason", nonempty=False),
-    )
-
-
-def _decode_api_key(f: _Fields) -> ApiKeyRecord:
-    models = f.optional_items("models")
-    return ApiKeyRecord(
-        key_id=f.text("key_id"),
-        name=f.text("name", nonempty=False),
-        secret_sha256=f.sha256("secret_sha256"),
-        models=None if models is None else tuple(_text(p, item) for p, item in models),
-        requests_per_minute=f.optional_integer("requests_per_minute", minimum=1),
-        tokens_per_minute=f.optional_integer("tokens_per_minute", minimum=1),
-        created_at=f.seconds("created_at"),
-        revoked_at=f.optional_seconds("revoked_at"),
-    )
-
-
-def _decode_catalog(f: _Fields) -> CatalogVersion:
-    text = f.text("text", max_chars=MAX_CATALOG_CHARS, nonempty=False)
-    digest = f.sha256("sha256")
-    if digest != catalog_sha256(text):
-        raise RecordDecodeError(f"{f.path}.sha256: does not match the text (the record is corrupt)")
-    return CatalogVersion(
-        version=f.integer("version"),
-        sha256=digest,
-        text=text,
-        applied_by=f.text("applied_by"),
-        applied_at=f.seconds("applied_at"),
-    )
-
-
-def _decode_unavailable_model(f: _Fields) -> UnavailableModel:
-    return UnavailableModel(
-        model=f.text("model"),
-        why=f.member("why", Unavailability),
-        reason=f.text("reason", nonempty=False),
-        since=f.seconds("since"),
-        # Absent from documents of leaders older than the failing kind.
-        until=f.optional_seconds("until", may_be_absent=True),
-    )
-
-
-def _decode_unavailable(f: _Fields) -> UnavailableModels:
-    digest = f.text("catalog_sha256", nonempty=False)
-    if digest and not _SHA256_HEX.match(digest):
-        raise RecordDecodeError(f"{f.path}.catalog_sha256: expected 64 lowercase hex digits or nothing")
-    return UnavailableModels(
-        catalog_sha256=digest,
-        published_at=f.seconds("published_at"),
-        models=tuple(
-            _decode_unavailable_model(_Fields(p, item))
-            for p, item in f.items("models")
-            if not _newer_kind(item)
-        ),
-    )
-
-
-def _newer_kind(item: object) -> bool:
-    """An entry whose ``why`` only a newer leader knows: skipped, not fatal (the router
-    then waits for that model as it always did)."""
-    if not isinstance(item, Mapping):
-        return False
-    why = item.get("why")
-    return isinstance(why, str) and why not in {str(kind) for kind in Unavailability}
-
-
-_DECODERS: dict[type[Any], Callable[[_Fields], Any]] = {
-    Endpoint: _decode_endpoint,
-    EndpointSnapshot: _decode_snapshot,
-    ModelUse: _decode_model_use,
-    DemandReport: _decode_demand,
-    DrainMark: _decode_drain,
-    ApiKeyRecord: _decode_api_key,
-    CatalogVersion: _decode_catalog,
-    UnavailableModel: _decode_unavailable_model,
-    UnavailableModels: _decode_unavailable,
+# What pydantic checks a stored ``kind`` as: its fields, and then, for some, the whole record.
+_CHECKED_AS: dict[type[Any], Any] = {
+    CatalogVersion: Annotated[CatalogVersion, AfterValidator(_digest_matches)]
 }
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def _adapter(kind: type[Any]) -> TypeAdapter[Any]:
+    """The codec of ``kind``, built from its fields on first use (not at import:
+    most commands import this module and never decode)."""
+    adapter = _ADAPTERS.get(kind)
+    if adapter is None:
+        adapter = _ADAPTERS[kind] = TypeAdapter(_CHECKED_AS.get(kind, kind))
+    return adapter
+
+
+def _decode_error(kind: str, error: ErrorDetails) -> RecordDecodeError:
+    """The first fault pydantic found, said as ``Kind.path.to[3].field: what is wrong``."""
+    loc = error["loc"]
+    if error["type"] == "missing":
+        return RecordDecodeError(f"{_path(kind, loc[:-1])}: missing key {loc[-1]!r}")
+    if error["type"] in {"dataclass_type", "dataclass_exact_type"}:
+        return RecordDecodeError(
+            f"{_path(kind, loc)}: expected a JSON object, got {json_kind(error['input'])}"
+        )
+    field = error.get("ctx", {}).get("field")
+    where = _path(kind, loc if field is None else (*loc, field))
+    return RecordDecodeError(f"{where}: {_PYDANTIC_FAULTS.get(error['type'], _as_said)(error)}")
+
+
+# pydantic's own checks (``Text``, ``Flag``), worded as llmgw words its own.
+_PYDANTIC_FAULTS: dict[str, Callable[[ErrorDetails], str]] = {
+    "string_type": lambda error: f"expected a string, got {json_kind(error['input'])}",
+    "string_too_short": lambda error: "must not be empty",
+    "string_too_long": lambda error: (
+        f"{len(error['input'])} characters, more than the {error.get('ctx', {})['max_length']} allowed"
+    ),
+    "bool_type": lambda error: f"expected true or false, got {json_kind(error['input'])}",
+}
+
+
+def _as_said(error: ErrorDetails) -> str:
+    return error["msg"]  # a ``_fault``'s message, or (never expected) pydantic's own
+
+
+def _path(kind: str, loc: tuple[int | str, ...]) -> str:
+    return kind + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llmgw.core.json_values import json_kind
 from llmgw.sim import vocabulary
 
 SSE_DONE = b"data: [DONE]\n\n"
@@ -99,24 +100,10 @@ def _missing(param: str) -> ApiError:
 def _invalid_type(param: str, expected: str, value: object) -> ApiError:
     return ApiError(
         400,
-        f"Invalid type for '{param}': expected {expected}, but got {_json_type(value)} instead.",
+        f"Invalid type for '{param}': expected {expected}, but got {json_kind(value)} instead.",
         param=param,
         code="invalid_type",
     )
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
 
 
 class Endpoint(enum.StrEnum):

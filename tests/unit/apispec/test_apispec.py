@@ -128,6 +128,13 @@ def test_map_entries_are_checked_with_their_key_in_the_path() -> None:
     assert problem.kind is ProblemKind.WRONG_TYPE
 
 
+def test_wrong_type_message_says_what_was_expected_and_what_came() -> None:
+    [problem] = check_document({"Meta": {"k": 1}}, "Job")
+    assert problem.message == "expected a string, got a number"
+    [problem] = check_document({"TaskGroups": "web"}, "Job")
+    assert problem.message == "expected an array, got a string"
+
+
 def test_free_form_config_is_not_descended() -> None:
     assert check_document({"Config": {"AnyThing": {"deep": [1, "x"]}}}, "Task") == []
 
