@@ -753,49 +753,40 @@ class StreamTranslation:
         return out
 
     def _close_items(self) -> bytes:
-        closing: list[tuple[int, bytes, dict[str, object]]] = []
+        """Each open item's closing events, then its ``response.output_item.done``, in output order."""
+        items: list[tuple[int, Callable[[], tuple[bytes, dict[str, object]]]]] = []
         if self._text_item is not None:
-            text = "".join(self._text)
-            item = _message_item(self._text_item, text)
-            events = self._emit(
-                {
-                    "type": "response.output_text.done",
-                    "item_id": self._text_item,
-                    "output_index": self._text_index,
-                    "content_index": 0,
-                    "text": text,
-                    "logprobs": [],
-                }
-            ) + self._emit(
-                {
-                    "type": "response.content_part.done",
-                    "item_id": self._text_item,
-                    "output_index": self._text_index,
-                    "content_index": 0,
-                    "part": item["content"][0],  # type: ignore[index]
-                }
-            )
-            closing.append((self._text_index, events, item))
+            items.append((self._text_index, self._close_text))
         for known in self._calls.values():
-            arguments = "".join(known.arguments)
-            item = _call_item(known.item_id, known.call_id, known.name, arguments)
-            events = self._emit(
-                {
-                    "type": "response.function_call_arguments.done",
-                    "item_id": known.item_id,
-                    "output_index": known.output_index,
-                    "name": known.name,
-                    "arguments": arguments,
-                }
-            )
-            closing.append((known.output_index, events, item))
+            items.append((known.output_index, lambda known=known: self._close_call(known)))  # type: ignore[misc]
         out = b""
-        for index, events, item in sorted(closing, key=lambda entry: entry[0]):
+        for index, close in sorted(items, key=lambda entry: entry[0]):
+            events, item = close()
             out += events + self._emit(
                 {"type": "response.output_item.done", "output_index": index, "item": item}
             )
             self._output.append(item)
         return out
+
+    def _close_text(self) -> tuple[bytes, dict[str, object]]:
+        assert self._text_item is not None
+        text = "".join(self._text)
+        item = _message_item(self._text_item, text)
+        where = {"item_id": self._text_item, "output_index": self._text_index, "content_index": 0}
+        events = self._emit({"type": "response.output_text.done", **where, "text": text, "logprobs": []})
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        return events + self._emit({"type": "response.content_part.done", **where, "part": part}), item
+
+    def _close_call(self, known: _Call) -> tuple[bytes, dict[str, object]]:
+        arguments = "".join(known.arguments)
+        event = {
+            "type": "response.function_call_arguments.done",
+            "item_id": known.item_id,
+            "output_index": known.output_index,
+            "name": known.name,
+            "arguments": arguments,
+        }
+        return self._emit(event), _call_item(known.item_id, known.call_id, known.name, arguments)
 
     def _take_index(self) -> int:
         self._next_index += 1
