@@ -18,7 +18,7 @@ are parameters), or know where stored responses are kept.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 # Fields llmgw carries to the engine (translated) or keeps itself (store,
@@ -819,11 +819,15 @@ class StreamTranslation:
 # --- stored conversations ---------------------------------------------------------------------
 
 _ID_PREFIX = "resp_"
-_ID_HEX = 48  # 24 random bytes: the id says nothing of the replica, the node or the router
+# 8 hex digits of the creation time (the Response's own created_at: what lets every
+# router sweep expired ids from their key names alone), then 40 random ones (20
+# bytes). Nothing in it names the replica, the node or the router.
+_ID_TIME_HEX = 8
+_ID_HEX = 48
 
 
 def is_response_id(value: str) -> bool:
-    """Whether ``value`` has the shape of an id this router draws (``resp_`` and 48 hex
+    """Whether ``value`` has the shape of an id a router draws (``resp_`` and 48 hex
     digits); anything else is unknown without asking the store (and cannot name a key
     outside its prefix)."""
     rest = value[len(_ID_PREFIX) :]
@@ -832,8 +836,22 @@ def is_response_id(value: str) -> bool:
     )
 
 
-def response_id_of(random_hex: str) -> str:
-    return _ID_PREFIX + random_hex
+def response_id_of(created_at: int, random_hex: str) -> str:
+    """The id of a response created at ``created_at`` (wall-clock seconds), with 40 random hex digits."""
+    if len(random_hex) != _ID_HEX - _ID_TIME_HEX:
+        raise ValueError(f"a response id takes {_ID_HEX - _ID_TIME_HEX} random hex digits")
+    return f"{_ID_PREFIX}{created_at & 0xFFFFFFFF:08x}{random_hex}"
+
+
+def expired_ids(ids: Iterable[str], now: float, retention: float) -> list[str]:
+    """The ids, among those a store lists, whose retention has passed: ids of another
+    shape are not a router's and are left alone."""
+    return [
+        value
+        for value in ids
+        if is_response_id(value)
+        and int(value[len(_ID_PREFIX) : len(_ID_PREFIX) + _ID_TIME_HEX], 16) + retention < now
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,6 +217,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
                 else []
             ),
             asyncio.create_task(_monitor_watches(context), name="router:watch-monitor"),
+            asyncio.create_task(responses.sweep(context), name="router:responses-sweep"),
         ]
         if context.keys is not None and deps.api_keys is not None:
             ring = context.keys

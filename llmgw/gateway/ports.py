@@ -160,6 +160,10 @@ class ResponseStore(Protocol):
 
     async def delete(self, response_id: str) -> None: ...
 
+    async def ids(self) -> list[str]:
+        """Every stored id (the names only: the sweep reads no values)."""
+        ...
+
 
 class MemoryResponseStore:
     """A ``ResponseStore`` in this process: one router's own (tests, a router with no Consul)."""
@@ -175,6 +179,9 @@ class MemoryResponseStore:
 
     async def delete(self, response_id: str) -> None:
         self.values.pop(response_id, None)
+
+    async def ids(self) -> list[str]:
+        return list(self.values)
 
 
 @dataclass(frozen=True)

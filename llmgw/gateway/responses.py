@@ -169,8 +169,8 @@ class _Turn:
         self._served = served
         self._request_id = request_id
         self._on_usage = on_usage
-        self.response_id = responses.response_id_of(secrets.token_hex(24))
         self.created_at = int(context.deps.clock.wall())
+        self.response_id = responses.response_id_of(self.created_at, secrets.token_hex(20))
 
     def _headers(self, exchange: Exchange) -> dict[str, str]:
         return {
@@ -295,6 +295,25 @@ async def _history(context: RouterContext, response_id: str, owner: str) -> tupl
             _too_large(stored.too_large, context.settings.responses_max_bytes, "previous_response_id")
         )
     return tuple(dict(message) for message in stored.messages)
+
+
+async def sweep(context: RouterContext) -> None:
+    """Delete the stored responses whose retention has passed, every
+    ``responses_sweep_interval`` (every router does; a delete is idempotent), until cancelled."""
+    store = context.deps.responses
+    while True:
+        await asyncio.sleep(context.settings.responses_sweep_interval)
+        try:
+            expired = responses.expired_ids(
+                await store.ids(), context.deps.clock.wall(), context.settings.responses_retention
+            )
+            for response_id in expired:
+                await store.delete(response_id)
+        except Exception:
+            log.warning("sweeping expired stored responses failed; the next sweep retries", exc_info=True)
+        else:
+            if expired:
+                log.info("deleted %d expired stored responses", len(expired))
 
 
 def _engine_refusal(exchange: Exchange) -> Refusal:

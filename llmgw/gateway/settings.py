@@ -162,6 +162,10 @@ class RouterSettings:
     responses_retention: float = field(
         default=86400.0, metadata=_help("seconds a stored Responses API response is kept for follow-ups")
     )
+    # How often every router deletes the stored responses past their retention.
+    responses_sweep_interval: float = field(
+        default=600.0, metadata=_help("seconds between sweeps of expired stored Responses API responses")
+    )
     # A stored conversation (every turn up to and with the answer) is one Consul KV
     # value, whose limit is 512 KiB: a longer one is refused with a 400 that says so.
     responses_max_bytes: int = field(
@@ -251,7 +255,7 @@ def validate(settings: RouterSettings) -> list[str]:
         "keepalive_timeout", "body_read_timeout", "client_write_timeout", "upstream_connect_timeout",
         "upstream_first_byte_timeout", "upstream_idle_timeout", "upstream_pool_idle",
         "loading_comment_interval", "queue_timeout", "guard_timeout", "demand_interval",
-        "unavailable_stale_after",
+        "unavailable_stale_after", "responses_retention", "responses_sweep_interval",
     ):  # fmt: skip
         if getattr(settings, name) <= 0:
             problems.append(f"{flag(name)} must be > 0, got {getattr(settings, name)}")

@@ -363,3 +363,14 @@ def test_a_stored_value_that_is_not_a_conversation_is_none(raw: bytes) -> None:
 def test_a_stored_conversation_round_trips() -> None:
     stored = StoredConversation("key1", 10.5, ({"role": "user", "content": "hi"},))
     assert responses.decode_conversation(stored.encode()) == stored
+
+
+def test_an_id_carries_its_creation_time_for_the_sweep_and_nothing_else() -> None:
+    made = responses.response_id_of(1_700_000_000, "ab" * 20)
+    assert made == "resp_6553f100" + "ab" * 20 and responses.is_response_id(made)
+    with pytest.raises(ValueError, match="40 random hex digits"):
+        responses.response_id_of(1, "ab")
+    fresh = responses.response_id_of(1_700_000_500, "cd" * 20)
+    ids = [made, fresh, "not-ours", "resp_zz"]
+    assert responses.expired_ids(ids, now=1_700_000_000 + 600.5, retention=600) == [made]
+    assert responses.expired_ids(ids, now=1_700_000_000 + 599, retention=600) == []

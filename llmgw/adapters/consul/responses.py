@@ -32,3 +32,7 @@ class ResponseKV:
 
     async def delete(self, response_id: str) -> None:
         await self._client.kv_delete(self._key(response_id))
+
+    async def ids(self) -> list[str]:
+        keys = await self._client.kv_keys(KV_RESPONSES_PREFIX)
+        return [key[len(KV_RESPONSES_PREFIX) :] for key in keys if key.startswith(KV_RESPONSES_PREFIX)]

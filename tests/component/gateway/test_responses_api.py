@@ -175,6 +175,29 @@ async def test_a_stored_response_expires_after_its_retention(
     assert caught.value.code == "previous_response_not_found"
 
 
+async def test_every_router_sweeps_expired_responses_from_the_store(
+    cluster: Cluster, openai_for: OpenAIFor
+) -> None:
+    await cluster.add_sim("sim-chat")
+    store = MemoryResponseStore()
+    router = RouterServer(
+        router_settings(responses_retention=60.0, responses_sweep_interval=0.05),
+        replace(cluster.deps(), responses=store),
+    )
+    await router.start()
+    try:
+        client = openai_for(router)
+        assert await eventually(lambda: router.app[CONTEXT].book.generation > 0)
+        old = await client.responses.create(model="sim-chat", input="hello", max_output_tokens=1)
+        cluster.clock.now += 30
+        new = await client.responses.create(model="sim-chat", input="hello", max_output_tokens=1)
+        assert set(store.values) == {old.id, new.id}
+        cluster.clock.now += 31  # old is past its 60 s, new is not
+        assert await eventually(lambda: set(store.values) == {new.id})
+    finally:
+        await router.stop()
+
+
 async def test_a_conversation_over_the_size_cap_is_refused_before_the_engine(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
 ) -> None:
