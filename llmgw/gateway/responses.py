@@ -180,6 +180,8 @@ class _Turn:
         }
 
     async def whole(self, exchange: Exchange) -> web.StreamResponse:
+        """A whole answer, or an engine's refusal (of a stream too: ``create_response``
+        sends only a stream's 200 to ``stream``)."""
         if exchange.response.status != 200:
             if exchange.loading is not None:
                 return await _end_with_error(exchange.loading, _engine_refusal(exchange))
@@ -200,8 +202,6 @@ class _Turn:
         )
         self._count(exchange.model, result)
         await self._store(result)
-        if exchange.loading is not None:  # a stream that waited for a load: the engine answered 200 whole
-            return await _end_with_error(exchange.loading, errors.stream_broken(exchange.model))
         return web.json_response(result, headers=self._headers(exchange))
 
     async def stream(self, request: web.Request, exchange: Exchange) -> web.StreamResponse:

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
+from aiohttp import web
 
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.context import CONTEXT
@@ -347,3 +348,51 @@ async def test_usage_reaches_the_metrics_and_the_keys_budget(
     with pytest.raises(openai.RateLimitError) as caught:
         await client.responses.create(model="sim-chat", input="hi", max_output_tokens=40)
     assert caught.value.body["type"] == "tokens"  # type: ignore[index]
+
+
+def _engine(stream_then_break: bool) -> web.Application:
+    """An engine that refuses every request (400, its own words), or streams a word and breaks."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if not stream_then_break:
+            error = {"message": "This model's maximum context length is 8 tokens.", "type": "BadRequestError"}
+            return web.json_response({"error": {**error, "param": None, "code": 400}}, status=400)
+        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices":[{"index":0,"delta":{"content":"alpha"}}]}\n\n')
+        assert request.transport is not None
+        request.transport.close()  # mid-stream: the chunked body never ends
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+async def test_an_engines_refusal_reaches_the_client_in_its_words(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    await cluster.add_app("sim-chat", _engine(stream_then_break=False))
+    client = openai_for(await start_router())
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.responses.create(model="sim-chat", input="a long prompt")
+    assert "maximum context length" in caught.value.message
+
+
+async def test_a_stream_that_breaks_ends_with_an_error_event_and_response_failed(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    await cluster.add_app("sim-chat", _engine(stream_then_break=True))
+    router = await start_router()
+    stream = await openai_for(router).responses.create(model="sim-chat", input="hi", stream=True)
+    events = [event async for event in stream]
+    assert [e.type for e in events][-3:] == ["response.output_text.delta", "error", "response.failed"]
+    assert events[-1].response.status == "failed"  # type: ignore[union-attr]
+    async with http.get(router.url + "/metrics") as response:
+        text = await response.text()
+    assert (
+        metric_value(text, "llmgw_router_stream_errors_total", model="sim-chat", reason="upstream-broken")
+        == 1
+    )
