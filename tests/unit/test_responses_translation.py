@@ -10,6 +10,9 @@ import pytest
 
 from llmgw.core import responses
 from llmgw.core.responses import ResponsesInvalid, StoredConversation, StreamTranslation
+from llmgw.core.routing import Api
+from llmgw.gateway.calls import parse_call
+from llmgw.gateway.guard import judge_messages
 
 
 def _ids() -> Any:
@@ -374,3 +377,35 @@ def test_an_id_carries_its_creation_time_for_the_sweep_and_nothing_else() -> Non
     ids = [made, fresh, "not-ours", "resp_zz"]
     assert responses.expired_ids(ids, now=1_700_000_000 + 600.5, retention=600) == [made]
     assert responses.expired_ids(ids, now=1_700_000_000 + 599, retention=600) == []
+
+
+def test_the_guard_reads_every_field_of_a_responses_request_that_reaches_the_prompt() -> None:
+    # The guard screens the chat request a Responses request stands for: whatever the
+    # translation puts in front of the model is in the judge's conversation.
+    body = {
+        "model": "m",
+        "instructions": "INSTRUCTIONS",
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "USER-PART"}]},
+            {"role": "developer", "content": "DEVELOPER"},
+            {"type": "function_call", "call_id": "CALL-ID", "name": "FN-NAME", "arguments": "ARGS"},
+            {"type": "function_call_output", "call_id": "CALL-ID", "output": "TOOL-OUTPUT"},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "ASSISTANT"}]},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "name": "TOOL-NAME",
+                "description": "TOOL-DESC",
+                "parameters": {"title": "P"},
+            }
+        ],
+    }
+    history = ({"role": "user", "content": "EARLIER"}, {"role": "assistant", "content": "EARLIER-ANSWER"})
+    call = parse_call(Api.CHAT, json.dumps(responses.to_chat_body(body, history, "m")).encode())
+    seen = json.dumps(judge_messages(call))
+    for text in (
+        "INSTRUCTIONS", "USER-PART", "DEVELOPER", "CALL-ID", "FN-NAME", "ARGS", "TOOL-OUTPUT", "ASSISTANT",
+        "TOOL-NAME", "TOOL-DESC", "EARLIER", "EARLIER-ANSWER",
+    ):  # fmt: skip
+        assert text in seen, text
