@@ -25,6 +25,7 @@ from llmgw.adapters.consul import (
     DemandPublisher,
     DrainingMarks,
     ElectionSettings,
+    ResponseKV,
     StatusPublisher,
     UnavailableStore,
     watch_endpoints,
@@ -207,6 +208,7 @@ class Services:
                 demand=DemandPublisher(consul, router_settings.resolved_router_id()),
                 engine_keys=s.engine_keys,
                 allocations=AllocationWatch(router_nomad),
+                responses=ResponseKV(consul),
             )
             router = RouterServer(router_settings, deps_router, policy=s.policy)
             await router.start()

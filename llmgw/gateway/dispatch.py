@@ -29,10 +29,11 @@ the demand tracker and the metrics own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
@@ -226,6 +227,26 @@ class Served:
     # The answer (a stream: its head) went from the engine's callback (``_DirectAnswer``):
     # nothing else may be sent as this request's answer.
     sent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """An engine's answer that the caller translates (``Dispatcher.exchange``)."""
+
+    model: str  # the model that answers (the requested one or a fallback)
+    replica: str
+    response: EngineResponse
+    head: bytes  # a stream's first chunk, or the whole body of any other answer
+    loading: web.StreamResponse | None  # a stream already begun with loading comments
+
+
+class RefusedMidStream(Exception):
+    """A refusal for a stream whose head already went out with loading comments."""
+
+    def __init__(self, response: web.StreamResponse, refusal: routing.Refusal) -> None:
+        super().__init__(refusal.message)
+        self.response = response
+        self.refusal = refusal
 
 
 @dataclass
@@ -455,6 +476,67 @@ class Dispatcher:
             errors.stream_timeout(model) if end is PumpEnd.UPSTREAM_IDLE else errors.stream_broken(model)
         )
         return await _end_stream_with(response, refusal)
+
+    # --- answers the caller translates (the Responses API) ------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def exchange(
+        self,
+        request: web.Request,
+        call: ApiCall,
+        chain: tuple[str, ...],
+        catalog: Catalog,
+        served: Served,
+        request_id: str,
+    ) -> AsyncIterator[Exchange]:
+        """``call`` answered by the first model of ``chain`` that can, with ``serve``'s walk
+        (fallbacks, retries, load on demand, a stream's ``: loading model`` comments) and
+        books (lease, demand, fallback metric, ``served``), but the answer is the caller's
+        to translate and write: it is never sent from the engine connection's callbacks.
+        A refusal after a stream's loading comments went out raises ``RefusedMidStream``."""
+        route = _Route(
+            requested=call.model,
+            chain=chain,
+            catalog=catalog,
+            stream=call.stream,
+            make_body=lambda m: call.upstream_body(m, force_usage=False),
+            path=call.path,
+            request_id=request_id,
+            keepalive=_KeepAlive(request, {"x-request-id": request_id}) if call.stream else None,
+        )
+        try:
+            opened = await self._open(route)
+        except ApiError as exc:
+            if route.keepalive is not None and route.keepalive.response is not None:
+                served.refusal = exc.refusal
+                raise RefusedMidStream(route.keepalive.response, exc.refusal) from None
+            raise
+        with opened.lease:
+            served.model = opened.model
+            served.engine_status = opened.response.status
+            self._demand.record_use(opened.model)
+            if opened.model != chain[0]:
+                self._metrics.fallbacks.labels(chain[0], opened.model).inc()
+            try:
+                yield Exchange(
+                    opened.model,
+                    opened.endpoint.replica,
+                    opened.response,
+                    opened.head,
+                    route.keepalive.response if route.keepalive is not None else None,
+                )
+            finally:
+                opened.response.close()
+
+    def count_usage(
+        self,
+        model: str,
+        usage: dict[str, object] | None,
+        served: Served,
+        on_usage: Callable[[int], None] | None,
+    ) -> None:
+        """The tokens of a translated answer, into the metrics and the key's hold, as ``serve`` counts."""
+        self._count_usage(model, usage, served, on_usage)
 
     # --- internal calls (the guard's judge) --------------------------------------------------------
 

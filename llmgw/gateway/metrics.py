@@ -58,6 +58,9 @@ REJECTION_REASONS = frozenset(
         "upstream_unavailable", "upstream_timeout", "upstream_stream_broken",
         # the router
         "catalog_unavailable", "internal_error",
+        # the Responses API (``gateway/responses.py``; the 400s of ``core/responses.py``)
+        "previous_response_not_found", "conversation_too_large", "response_store_unavailable",
+        "unsupported_parameter", "invalid_type", "invalid_value",
     }
 )  # fmt: skip
 OTHER_REASON = "other"

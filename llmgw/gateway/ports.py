@@ -11,7 +11,8 @@ The Consul adapter satisfies them as it is:
 - ``ApiKeyStore(client).watch()`` is a ``Watched[Mapping[str, ApiKeyRecord]]``;
 - ``CatalogStore(client).watch()`` is a ``Watched[CatalogVersion | None]``;
 - ``UnavailableStore(client).watch()`` is a ``Watched[UnavailableModels | None]``;
-- ``DemandPublisher(client, router_id)`` is a ``DemandSink``.
+- ``DemandPublisher(client, router_id)`` is a ``DemandSink``;
+- ``ResponseKV(client)`` is a ``ResponseStore`` (every router shares it).
 
 And the Nomad adapter's ``AllocationWatch(nomad_client)`` is a ``Watched[NomadView]``.
 
@@ -149,6 +150,40 @@ class NoDemandSink:
         return None
 
 
+class ResponseStore(Protocol):
+    """Where the Responses API's stored conversations are kept, by response id (a
+    ``resp_`` id the router drew; callers check its shape before asking)."""
+
+    async def get(self, response_id: str) -> bytes | None: ...
+
+    async def put(self, response_id: str, value: bytes) -> None: ...
+
+    async def delete(self, response_id: str) -> None: ...
+
+    async def ids(self) -> list[str]:
+        """Every stored id (the names only: the sweep reads no values)."""
+        ...
+
+
+class MemoryResponseStore:
+    """A ``ResponseStore`` in this process: one router's own (tests, a router with no Consul)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+
+    async def get(self, response_id: str) -> bytes | None:
+        return self.values.get(response_id)
+
+    async def put(self, response_id: str, value: bytes) -> None:
+        self.values[response_id] = value
+
+    async def delete(self, response_id: str) -> None:
+        self.values.pop(response_id, None)
+
+    async def ids(self) -> list[str]:
+        return list(self.values)
+
+
 @dataclass(frozen=True)
 class RouterDeps:
     """Everything the router reads from or writes to outside itself.
@@ -179,3 +214,7 @@ class RouterDeps:
     # shares, llmgw.core.engine_keys), sent to each engine as Authorization: Bearer.
     # None: the engines run without keys.
     engine_keys: EngineKeys | None = None
+    # The Responses API's stored conversations (``store``, ``previous_response_id``):
+    # ``llmgw serve`` gives Consul KV, which every router reads; the default is this
+    # router's memory, right for one router alone.
+    responses: ResponseStore = field(default_factory=MemoryResponseStore)

@@ -155,6 +155,24 @@ class RouterSettings:
         default=1024, metadata=_help("tokens a token-limited key holds for an answer without max_tokens")
     )
 
+    # --- Responses API state (/v1/responses with store, previous_response_id) ---------------------
+    # A stored response is kept this long (OpenAI keeps them 30 days; here they are
+    # Consul KV values every router reads, so a day by default): a follow-up after it
+    # gets 404, as for an id never stored.
+    responses_retention: float = field(
+        default=86400.0, metadata=_help("seconds a stored Responses API response is kept for follow-ups")
+    )
+    # How often every router deletes the stored responses past their retention.
+    responses_sweep_interval: float = field(
+        default=600.0, metadata=_help("seconds between sweeps of expired stored Responses API responses")
+    )
+    # A stored conversation (every turn up to and with the answer) is one Consul KV
+    # value, whose limit is 512 KiB: a longer one is refused with a 400 that says so.
+    responses_max_bytes: int = field(
+        default=256 * 1024,
+        metadata=_help("largest stored Responses API conversation, bytes (Consul: under 512 KiB)"),
+    )
+
     # --- guard ---------------------------------------------------------------------------------
     # The judge's whole answer (it is short: "safe" or "unsafe\nS1").
     guard_timeout: float = field(default=10.0, metadata=_help("seconds the guard judge may take"))
@@ -237,7 +255,7 @@ def validate(settings: RouterSettings) -> list[str]:
         "keepalive_timeout", "body_read_timeout", "client_write_timeout", "upstream_connect_timeout",
         "upstream_first_byte_timeout", "upstream_idle_timeout", "upstream_pool_idle",
         "loading_comment_interval", "queue_timeout", "guard_timeout", "demand_interval",
-        "unavailable_stale_after",
+        "unavailable_stale_after", "responses_retention", "responses_sweep_interval",
     ):  # fmt: skip
         if getattr(settings, name) <= 0:
             problems.append(f"{flag(name)} must be > 0, got {getattr(settings, name)}")
@@ -249,7 +267,7 @@ def validate(settings: RouterSettings) -> list[str]:
     for name in (
         "backlog", "max_body_bytes", "max_response_bytes", "attempts_per_model", "attempts_total",
         "max_concurrency_per_model", "loading_retry_after", "unavailable_retry_after", "queue_retry_after",
-        "guard_max_tokens", "guard_max_pieces", "unplaceable_retry_after",
+        "guard_max_tokens", "guard_max_pieces", "unplaceable_retry_after", "responses_max_bytes",
     ):  # fmt: skip
         if getattr(settings, name) < 1:
             problems.append(f"{flag(name)} must be >= 1, got {getattr(settings, name)}")

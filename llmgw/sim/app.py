@@ -30,7 +30,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from llmgw.cancellation import cancel_and_wait
-from llmgw.sim import metrics, openai_api, rendezvous, vocabulary
+from llmgw.sim import metrics, openai_api, rendezvous, responses_api, vocabulary
 from llmgw.sim.engine import Engine
 from llmgw.sim.faults import ExitProcess, FaultState, FaultUpdate
 from llmgw.sim.lifecycle import Lifecycle
@@ -175,6 +175,7 @@ def create_app(settings: SimSettings, deps: SimDeps | None = None) -> web.Applic
         app.router.add_post("/v1/chat/completions", _chat)
         app.router.add_post("/v1/completions", _completions)
         app.router.add_post("/v1/embeddings", _embeddings)
+        app.router.add_post("/v1/responses", responses_api.handler(_admit, _pieces))
         app.router.add_get("/v1/models", _models)
         app.router.add_get("/metrics", _metrics)
         app.router.add_get(rendezvous.RENDEZVOUS_PATH, _rendezvous)

@@ -10,7 +10,7 @@ Public face (see DESIGN.md beside this file):
   :class:`llmgw.core.records.EndpointSnapshot` values.
 - KV stores: :class:`DemandPublisher` / :class:`DemandReader`, :class:`DrainingMarks`,
   :class:`ApiKeyStore`, :class:`CatalogStore`, :class:`StatusPublisher`,
-  :class:`UnavailableStore`.
+  :class:`UnavailableStore`, :class:`ResponseKV` (the Responses API's stored conversations).
 - :class:`LeaderElection` - the control plane's leader lock (:class:`Term`).
 - Settings: :class:`ClientSettings`, :class:`WatchSettings`, :class:`ElectionSettings`.
 - Errors: :class:`ConsulError` (``temporary`` says whether to retry) and its kinds.
@@ -35,6 +35,7 @@ from llmgw.adapters.consul.draining import DrainingMarks
 from llmgw.adapters.consul.election import LeaderElection, Term
 from llmgw.adapters.consul.endpoints import parse_endpoint, watch_endpoints
 from llmgw.adapters.consul.kv import CorruptRecord
+from llmgw.adapters.consul.responses import ResponseKV
 from llmgw.adapters.consul.settings import (
     ClientSettings,
     ConsulSettingsError,
@@ -68,6 +69,7 @@ __all__ = [
     "KvEntry",
     "LeaderElection",
     "QueryMeta",
+    "ResponseKV",
     "StatusDocument",
     "StatusPublisher",
     "Term",

@@ -1,0 +1,411 @@
+"""The Responses API's translation to chat completions and back (``llmgw.core.responses``)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from llmgw.core import responses
+from llmgw.core.responses import ResponsesInvalid, StoredConversation, StreamTranslation
+from llmgw.core.routing import Api
+from llmgw.gateway.calls import parse_call
+from llmgw.gateway.guard import judge_messages
+
+
+def _ids() -> Any:
+    counter = itertools.count()
+    return lambda prefix: f"{prefix}_{next(counter)}"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": "hi"}, "model"),
+        ({"model": 3, "input": "hi"}, "model"),
+        ({"model": "m"}, "input"),
+        ({"model": "m", "input": "hi", "seed": 1}, "seed"),
+        ({"model": "m", "input": "hi", "background": True}, "background"),
+        ({"model": "m", "input": "hi", "conversation": "c"}, "conversation"),
+        ({"model": "m", "input": "hi", "prompt": {"id": "p"}}, "prompt"),
+        ({"model": "m", "input": "hi", "top_logprobs": 2}, "top_logprobs"),
+        ({"model": "m", "input": "hi", "stream": "yes"}, "stream"),
+        ({"model": "m", "input": "hi", "store": 1}, "store"),
+        ({"model": "m", "input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
+        ({"model": "m", "input": "hi", "instructions": ["x"]}, "instructions"),
+        ({"model": "m", "input": "hi", "metadata": {"a": 1}}, "metadata"),
+        ({"model": "m", "input": "hi", "truncation": "auto"}, "truncation"),
+        ({"model": "m", "input": "hi", "service_tier": "flex"}, "service_tier"),
+        ({"model": "m", "input": "hi", "include": ["message.output_text.logprobs"]}, "include[0]"),
+        ({"model": "m", "input": 5}, "input"),
+        ({"model": "m", "input": []}, "input"),
+        ({"model": "m", "input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+        ({"model": "m", "input": [{"role": "user", "content": "x", "name": "n"}]}, "input[0].name"),
+        ({"model": "m", "input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
+        (
+            {"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "input[0].content[0].type",
+        ),
+        (
+            {"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+            "input[0].content[0].image_url",
+        ),
+        (
+            {"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f"}]},
+            "input[0].arguments",
+        ),
+        (
+            {"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": 3}]},
+            "input[0].output",
+        ),
+        ({"model": "m", "input": "hi", "tools": [{"type": "file_search"}]}, "tools[0].type"),
+        ({"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f", "x": 1}]}, "tools[0].x"),
+        ({"model": "m", "input": "hi", "tool_choice": {"type": "web_search"}}, "tool_choice"),
+        ({"model": "m", "input": "hi", "text": {"verbosity": "low"}}, "text.verbosity"),
+        (
+            {"model": "m", "input": "hi", "reasoning": {"generate_summary": "auto"}},
+            "reasoning.generate_summary",
+        ),
+    ],
+)
+def test_what_cannot_be_carried_is_refused_by_name(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(ResponsesInvalid) as caught:
+        responses.parse_request(body)
+    assert caught.value.param == param
+
+
+def test_what_codex_cli_sends_is_carried() -> None:
+    # The fields Codex CLI sends on every turn (store false, the whole conversation in input).
+    body = {
+        "model": "m",
+        "instructions": "You are a coding agent.",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+            {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"cmd":"ls"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": "a.py"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "name": "shell",
+                "description": "run",
+                "strict": False,
+                "parameters": {"type": "object"},
+            }
+        ],
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "store": False,
+        "stream": True,
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "abc",
+    }
+    parsed = responses.parse_request(body)
+    assert (parsed.stream, parsed.store, parsed.previous_response_id) == (True, False, None)
+    chat = responses.to_chat_body(body, (), "m")
+    assert chat["messages"] == [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "fix it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": '{"cmd":"ls"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+    ]
+    assert chat["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "shell",
+                "description": "run",
+                "parameters": {"type": "object"},
+                "strict": False,
+            },
+        }
+    ]
+    assert chat["tool_choice"] == "auto" and chat["parallel_tool_calls"] is False
+    assert chat["reasoning_effort"] == "medium"
+    assert chat["stream"] is True and chat["stream_options"] == {"include_usage": True}
+
+
+def test_history_goes_between_the_instructions_and_the_new_input() -> None:
+    history = ({"role": "user", "content": "one"}, {"role": "assistant", "content": "two"})
+    body = {
+        "model": "m",
+        "instructions": "be brief",
+        "input": "three",
+        "max_output_tokens": 9,
+        "temperature": 0.5,
+    }
+    chat = responses.to_chat_body(body, history, "m")
+    assert [m["content"] for m in chat["messages"]] == ["be brief", "one", "two", "three"]  # type: ignore[index, union-attr]
+    assert chat["max_tokens"] == 9 and chat["temperature"] == 0.5 and "stream" not in chat
+
+
+def test_content_parts_and_formats() -> None:
+    body = {
+        "model": "m",
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "see "},
+                    {"type": "input_image", "image_url": "data:image/png;base64,AA", "detail": "low"},
+                ],
+            },
+            {"role": "assistant", "content": [{"type": "output_text", "text": "a cat"}]},
+            {
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}],
+            },
+        ],
+        "text": {
+            "format": {"type": "json_schema", "name": "cat", "schema": {"type": "object"}, "strict": True}
+        },
+        "tool_choice": {"type": "function", "name": "f"},
+    }
+    chat = responses.to_chat_body(body, (), "m")
+    assert chat["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "see "},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA", "detail": "low"}},
+            ],
+        },
+        {"role": "assistant", "content": "a cat"},
+        {"role": "developer", "content": "ab"},
+    ]
+    assert chat["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "cat", "schema": {"type": "object"}, "strict": True},
+    }
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+
+
+def test_a_chat_answer_as_a_response() -> None:
+    answer = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "let me look",
+                    "tool_calls": [
+                        {"id": "call_9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    ],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}},
+    }
+    body = {"model": "alias", "input": "hi", "metadata": {"k": "v"}}
+    result = responses.from_chat_answer(body, answer, "resp_x", "alias", 100, _ids())
+    assert result["id"] == "resp_x" and result["model"] == "alias" and result["status"] == "completed"
+    assert result["output"] == [
+        {
+            "type": "message",
+            "id": "msg_0",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "let me look", "annotations": [], "logprobs": []}],
+        },
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_9",
+            "name": "f",
+            "arguments": "{}",
+            "status": "completed",
+        },
+    ]
+    assert result["usage"] == {
+        "input_tokens": 7,
+        "input_tokens_details": {"cached_tokens": 4},
+        "output_tokens": 3,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 10,
+    }
+    assert result["metadata"] == {"k": "v"}
+    assert responses.chat_usage(result["usage"]) == {"prompt_tokens": 7, "completion_tokens": 3}  # type: ignore[arg-type]
+    # The next turn's history: the input, then the answer with its tool call.
+    assert responses.conversation_after((), body, result["output"]) == [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "let me look",
+            "tool_calls": [
+                {"id": "call_9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+    ]
+
+
+def _chat_stream(*events: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+
+
+def _events(raw: bytes) -> list[dict[str, Any]]:
+    out = []
+    for block in raw.decode().split("\n\n"):
+        if block:
+            name, data = block.split("\n")
+            event = json.loads(data.removeprefix("data: "))
+            assert name == "event: " + event["type"]
+            out.append(event)
+    return out
+
+
+STREAM = _chat_stream(
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+    {"choices": [{"index": 0, "delta": {"content": "Hel"}}]},
+    {"choices": [{"index": 0, "delta": {"content": "lo"}}]},
+    {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [
+                        {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": '{"a"'}}
+                    ]
+                },
+            }
+        ]
+    },
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ":1}"}}]}}]},
+    {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}},
+)
+
+
+@pytest.mark.parametrize("piece", [len(STREAM), 1, 7, 50])
+def test_a_chat_stream_as_responses_events_whatever_its_chunks(piece: int) -> None:
+    translation = StreamTranslation({"model": "m", "input": "hi"}, "resp_x", "m", 100, _ids())
+    raw = b"".join(translation.feed(STREAM[i : i + piece]) for i in range(0, len(STREAM), piece))
+    events = _events(raw)
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[0]["response"]["status"] == "in_progress" and events[0]["response"]["output"] == []
+    final = events[-1]["response"]
+    assert final == translation.final
+    assert [item["type"] for item in final["output"]] == ["message", "function_call"]
+    assert final["output"][0]["content"][0]["text"] == "Hello"
+    assert final["output"][1]["arguments"] == '{"a":1}' and final["output"][1]["call_id"] == "call_1"
+    assert final["usage"]["total_tokens"] == 9
+    assert translation.feed(b"data: [DONE]\n\n") == b"" and translation.finish() == b""
+
+
+def test_a_broken_stream_ends_failed_and_one_cut_short_incomplete() -> None:
+    translation = StreamTranslation({"model": "m", "input": "hi"}, "resp_x", "m", 100, _ids())
+    raw = translation.feed(b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n')
+    raw += translation.feed(b'data: {"error":{"message":"engine died","type":"server_error","code":"x"}}\n\n')
+    events = _events(raw)
+    assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
+    assert events[-2]["message"] == "engine died" and events[-1]["response"]["status"] == "failed"
+
+    cut = StreamTranslation({"model": "m", "input": "hi"}, "resp_y", "m", 100, _ids())
+    raw = cut.feed(b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"length"}]}\n\n')
+    raw += cut.finish()  # the engine's stream ended without [DONE]
+    last = _events(raw)[-1]
+    assert last["type"] == "response.incomplete"
+    assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("resp_" + "a" * 48, True),
+        ("resp_" + "A" * 48, False),
+        ("resp_" + "a" * 47, False),
+        ("resp_../../keys/" + "a" * 32, False),
+        ("msg_" + "a" * 49, False),
+    ],
+)
+def test_only_ids_of_the_routers_shape_are_looked_up(value: str, ok: bool) -> None:
+    assert responses.is_response_id(value) is ok
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"[]",
+        b'{"owner": 1, "expires_at": 1, "messages": []}',
+        b'{"owner": "", "expires_at": true, "messages": []}',
+        b'{"owner": "", "expires_at": 1, "messages": [1]}',
+        b"\xff",
+    ],
+)
+def test_a_stored_value_that_is_not_a_conversation_is_none(raw: bytes) -> None:
+    assert responses.decode_conversation(raw) is None
+
+
+def test_a_stored_conversation_round_trips() -> None:
+    stored = StoredConversation("key1", 10.5, ({"role": "user", "content": "hi"},))
+    assert responses.decode_conversation(stored.encode()) == stored
+
+
+def test_an_id_carries_its_creation_time_for_the_sweep_and_nothing_else() -> None:
+    made = responses.response_id_of(1_700_000_000, "ab" * 20)
+    assert made == "resp_6553f100" + "ab" * 20 and responses.is_response_id(made)
+    with pytest.raises(ValueError, match="40 random hex digits"):
+        responses.response_id_of(1, "ab")
+    fresh = responses.response_id_of(1_700_000_500, "cd" * 20)
+    ids = [made, fresh, "not-ours", "resp_zz"]
+    assert responses.expired_ids(ids, now=1_700_000_000 + 600.5, retention=600) == [made]
+    assert responses.expired_ids(ids, now=1_700_000_000 + 599, retention=600) == []
+
+
+def test_the_guard_reads_every_field_of_a_responses_request_that_reaches_the_prompt() -> None:
+    # The guard screens the chat request a Responses request stands for: whatever the
+    # translation puts in front of the model is in the judge's conversation.
+    body = {
+        "model": "m",
+        "instructions": "INSTRUCTIONS",
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "USER-PART"}]},
+            {"role": "developer", "content": "DEVELOPER"},
+            {"type": "function_call", "call_id": "CALL-ID", "name": "FN-NAME", "arguments": "ARGS"},
+            {"type": "function_call_output", "call_id": "CALL-ID", "output": "TOOL-OUTPUT"},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "ASSISTANT"}]},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "name": "TOOL-NAME",
+                "description": "TOOL-DESC",
+                "parameters": {"title": "P"},
+            }
+        ],
+    }
+    history = ({"role": "user", "content": "EARLIER"}, {"role": "assistant", "content": "EARLIER-ANSWER"})
+    call = parse_call(Api.CHAT, json.dumps(responses.to_chat_body(body, history, "m")).encode())
+    seen = json.dumps(judge_messages(call))
+    for text in (
+        "INSTRUCTIONS", "USER-PART", "DEVELOPER", "CALL-ID", "FN-NAME", "ARGS", "TOOL-OUTPUT", "ASSISTANT",
+        "TOOL-NAME", "TOOL-DESC", "EARLIER", "EARLIER-ANSWER",
+    ):  # fmt: skip
+        assert text in seen, text
