@@ -49,6 +49,7 @@ class Api(StrEnum):
     CHAT = "chat.completions"
     COMPLETIONS = "completions"
     EMBEDDINGS = "embeddings"
+    MESSAGES = "messages"  # Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens)
 
 
 # A guard model (Llama Guard) is a chat model with a classifier's template: the router
@@ -57,6 +58,7 @@ _API_ROLES: Mapping[Api, frozenset[Role]] = {
     Api.CHAT: frozenset({Role.CHAT, Role.GUARD}),
     Api.COMPLETIONS: frozenset({Role.COMPLETION}),
     Api.EMBEDDINGS: frozenset({Role.EMBEDDING}),
+    Api.MESSAGES: frozenset({Role.CHAT}),
 }
 
 

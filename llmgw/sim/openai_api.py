@@ -229,7 +229,7 @@ def _refuse_n(body: Mapping[str, Any]) -> None:
         )
 
 
-def _check_context(prompt_tokens: int, max_tokens: int, limits: Limits) -> None:
+def check_context(prompt_tokens: int, max_tokens: int, limits: Limits) -> None:
     """vLLM's answer to a prompt its context cannot hold: HTTP 400 with its own envelope
     (type ``BadRequestError``, ``code`` the HTTP status, no ``param``) and wording.
     A guard's judge answers a padded prompt this way: the router must read it as a
@@ -300,7 +300,7 @@ def parse_chat(body: Mapping[str, Any], limits: Limits) -> GenerationRequest:
     stream, include_usage = _stream_flags(body)
     prompt_tokens = vocabulary.count_tokens(prompt)
     budget = chosen if chosen is not None else limits.default_max_tokens
-    _check_context(prompt_tokens, budget, limits)
+    check_context(prompt_tokens, budget, limits)
     return GenerationRequest(Endpoint.CHAT, model, prompt, prompt_tokens, budget, stream, include_usage)
 
 
@@ -336,7 +336,7 @@ def parse_completion(body: Mapping[str, Any], limits: Limits) -> GenerationReque
     max_tokens = _optional_int(body, "max_tokens", 1)
     stream, include_usage = _stream_flags(body)
     budget = max_tokens if max_tokens is not None else limits.default_max_tokens
-    _check_context(prompt_tokens, budget, limits)
+    check_context(prompt_tokens, budget, limits)
     return GenerationRequest(Endpoint.COMPLETION, model, prompt, prompt_tokens, budget, stream, include_usage)
 
 
