@@ -32,6 +32,7 @@ Pieces = Callable[[Any, GenerationRequest], Iterator[str]]
 
 MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+TOKENIZE_PATH = "/tokenize"
 # The sim never emits a stop token: it always runs to max_tokens.
 STOP_REASON = "max_tokens"
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}
@@ -84,8 +85,27 @@ def add_routes(
             return _error(request, exc)
         return web.json_response({"input_tokens": vocabulary.count_tokens(prompt)})
 
+    async def tokenize(request: web.Request) -> web.StreamResponse:
+        # vLLM's /tokenize (vllm/entrypoints/openai/api_server.py, 0.10.2 and 0.11.0): a
+        # chat's ``messages`` or a ``prompt`` in, ``count``, ``max_model_len`` and the ids
+        # out (the sim's ids are the tokens' positions). llmgw counts a Messages
+        # request's tokens here for engines without /v1/messages/count_tokens.
+        state, body = await admit(request)
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            text = "\n".join(openai_api.message_text(message, i) for i, message in enumerate(messages))
+        elif isinstance(body.get("prompt"), str):
+            text = body["prompt"]
+        else:
+            raise ApiError(400, "Either `messages` or `prompt` is required.", param="messages")
+        tokens = vocabulary.count_tokens(text)
+        return web.json_response(
+            {"count": tokens, "max_model_len": state.limits.max_model_len, "tokens": list(range(tokens))}
+        )
+
     app.router.add_post(MESSAGES_PATH, create)
     app.router.add_post(COUNT_TOKENS_PATH, count)
+    app.router.add_post(TOKENIZE_PATH, tokenize)
 
 
 def error_response(exc: ApiError) -> web.Response:

@@ -250,7 +250,7 @@ def check_context(prompt_tokens: int, max_tokens: int, limits: Limits) -> None:
     raise ApiError(400, message, ErrorType.VLLM_BAD_REQUEST, code=400)
 
 
-def _message_text(message: object, index: int) -> str:
+def message_text(message: object, index: int) -> str:
     if not isinstance(message, dict):
         raise _invalid_type(f"messages[{index}]", "an object", message)
     role = message.get("role")
@@ -292,7 +292,7 @@ def parse_chat(body: Mapping[str, Any], limits: Limits) -> GenerationRequest:
             param="messages",
             code="empty_array",
         )
-    prompt = "\n".join(_message_text(message, index) for index, message in enumerate(messages))
+    prompt = "\n".join(message_text(message, index) for index, message in enumerate(messages))
     _refuse_n(body)
     max_completion = _optional_int(body, "max_completion_tokens", 1)
     max_tokens = _optional_int(body, "max_tokens", 1)
