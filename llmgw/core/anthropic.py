@@ -61,7 +61,7 @@ def error_type(status: int) -> str:
     the screen down) is ``overloaded_error``, which the SDKs retry as they do 529."""
     if status in _ERROR_TYPES:
         return _ERROR_TYPES[status]
-    if status == 503 or status == 502:
+    if status == 503:
         return "overloaded_error"
     return "invalid_request_error" if status < 500 else "api_error"
 

@@ -110,7 +110,7 @@ def add_routes(
 
 def error_response(exc: ApiError) -> web.Response:
     kind = _ERROR_TYPES.get(exc.status, "api_error" if exc.status >= 500 else "invalid_request_error")
-    if exc.status in (502, 503, 529):
+    if exc.status in (503, 529):
         kind = "overloaded_error"
     return web.json_response(
         {"type": "error", "error": {"type": kind, "message": exc.message}}, status=exc.status

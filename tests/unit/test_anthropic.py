@@ -263,7 +263,7 @@ def test_an_engine_error_in_a_chat_stream_becomes_an_error_event() -> None:
         (413, "request_too_large"),
         (429, "rate_limit_error"),
         (500, "api_error"),
-        (502, "overloaded_error"),
+        (502, "api_error"),
         (503, "overloaded_error"),
         (504, "timeout_error"),
         (529, "overloaded_error"),

@@ -478,3 +478,43 @@ async def test_the_guard_screens_every_field_that_reaches_the_prompt(
             ],
         )
     assert "guard policy" in refused.value.message
+
+
+async def test_an_engine_breaking_midway_ends_the_stream_with_anthropics_error_event(
+    cluster: Cluster, start_router: StartRouter, anthropic_for: AnthropicFor, http: aiohttp.ClientSession
+) -> None:
+    """A translated stream whose engine resets after two words: the client has them,
+    then an ``error`` event in Anthropic's shape (no retry: the engine did the work)."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for word in ("alpha", " beta"):
+            chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        assert request.transport is not None
+        request.transport.abort()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    await cluster.add_app("chat-a", app)
+    router = await start_router()
+    texts: list[str] = []
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        async with anthropic_for(router).messages.stream(
+            model="chat-a", max_tokens=5, messages=USER
+        ) as stream:
+            async for text in stream.text_stream:
+                texts.append(text)
+    assert "".join(texts) == "alpha beta"
+    assert caught.value.body == {  # type: ignore[comparison-overlap]
+        "type": "error",
+        "error": {
+            "type": "api_error",
+            "message": "The model `chat-a` stopped answering midway; the output above is incomplete.",
+        },
+    }
+    text = await _metrics(http, router)
+    assert metric_value(text, "llmgw_router_stream_errors_total", model="chat-a") == 1
