@@ -55,12 +55,12 @@ async def serve_call(
     call: ApiCall,
     *,
     translate: Callable[[Catalog, tuple[str, ...]], Translate] | None = None,
-    hold: int | None = None,
+    hold_tokens: int | None = None,
     screen: bool = True,
 ) -> web.StreamResponse:
     """A parsed call, resolved, admitted, screened and dispatched. ``translate`` gives
     the chain to walk (the route's, or the part of it that can answer) and the
-    per-model translation, or raises the 400 for a field it cannot carry; ``hold``, the tokens
+    per-model translation, or raises the 400 for a field it cannot carry; ``hold_tokens``, the tokens
     to hold from a key's budget instead of the call's estimate; ``screen`` False for
     a call that generates nothing (a token count)."""
     context = request.app[CONTEXT]
@@ -76,12 +76,14 @@ async def serve_call(
     if not route.serves_api:
         raise ApiError(routing.refusal_for(routing.Unserved.WRONG_API, call.model, retry_after=0, api=api))
     chain, per_model = translate(catalog, route.chain) if translate is not None else (route.chain, None)
-    held = None
+    hold = None
     if key is not None:
-        held = context.limiter.admit(
+        hold = context.limiter.admit(
             key,
             asyncio.get_running_loop().time(),
-            call.tokens_to_hold(context.settings.hold_for_unbounded_answer) if hold is None else hold,
+            call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
+            if hold_tokens is None
+            else hold_tokens,
         )
     request_id = request[REQUEST_ID]
     gates = context.gates
@@ -99,20 +101,20 @@ async def serve_call(
                 served,
                 request_id,
                 started=request[STARTED],
-                on_usage=held.settle if held is not None else None,
+                on_usage=hold.settle if hold is not None else None,
                 translate=per_model,
             )
         finally:
             gates.release(model)
     finally:
-        if held is not None and held.open:
+        if hold is not None and hold.open:
             # No usage came. An engine that began a 200 answer was generating (the
             # client may have left mid-stream): it pays what was held. Otherwise
             # (queue, guard, no replica, an engine's error) it pays nothing.
             if served.engine_status == 200:
-                held.keep()
+                hold.keep()
             else:
-                held.release()
+                hold.release()
 
 
 async def _read_body(request: web.Request, settings: RouterSettings) -> bytes:

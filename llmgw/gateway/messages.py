@@ -73,7 +73,7 @@ async def create_message(request: web.Request) -> web.StreamResponse:
 async def count_tokens(request: web.Request) -> web.StreamResponse:
     call = await _parse(request, count=True)
     return await handlers.serve_call(
-        request, call, translate=lambda c, chain: _for_count(call, c, chain), hold=0, screen=False
+        request, call, translate=lambda c, chain: _for_count(call, c, chain), hold_tokens=0, screen=False
     )
 
 
