@@ -91,6 +91,41 @@ def token_counts(usage: Mapping[str, object] | None) -> tuple[int, int]:
     return prompt, count("output_tokens")
 
 
+def message_start_usage(head: bytes) -> dict[str, object] | None:
+    """The usage in a stream's ``message_start`` event (its first), found in the
+    stream's first bytes: the input tokens, which a ``message_delta`` need not repeat
+    (llama.cpp's carries ``output_tokens`` only, ``tools/server/server-task.cpp`` of
+    build 11434; Anthropic's own API likewise)."""
+    for line in head.split(b"\n"):
+        if not line.startswith(b"data:") or b'"message_start"' not in line:
+            continue
+        try:
+            data = json.loads(line[5:])
+        except ValueError:
+            return None
+        message = data.get("message") if isinstance(data, dict) else None
+        usage = message.get("usage") if isinstance(message, dict) else None
+        return usage if isinstance(usage, dict) else None
+    return None
+
+
+def stream_usage(
+    start: Mapping[str, object] | None, delta: Mapping[str, object] | None
+) -> dict[str, object] | None:
+    """A stream's usage from its ``message_start`` and its last ``message_delta``: each
+    count the larger of the two (a delta's counts are cumulative; vLLM's repeats the
+    input, llama.cpp's does not)."""
+    if start is None and delta is None:
+        return None
+    merged: dict[str, object] = {}
+    for usage in (start or {}, delta or {}):
+        for name, value in usage.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                before = merged.get(name)
+                merged[name] = max(value, before) if isinstance(before, int) else value
+    return merged
+
+
 # --- the request, to a chat completion ------------------------------------------------------------
 
 

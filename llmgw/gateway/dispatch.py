@@ -41,7 +41,7 @@ from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
 
-from llmgw.core import routing
+from llmgw.core import anthropic, routing
 from llmgw.core.catalog import Catalog
 from llmgw.core.records import Endpoint
 from llmgw.gateway import errors
@@ -407,7 +407,11 @@ class Dispatcher:
                     rewrite=None if opened.translation is None else opened.translation.stream(),
                 )
                 if result.end is PumpEnd.COMPLETE:
-                    self._count_usage(opened.model, result.usage, served, on_usage)
+                    usage = result.usage
+                    if call.api is routing.Api.MESSAGES and opened.translation is None:
+                        # The input tokens are in message_start, at the stream's start.
+                        usage = anthropic.stream_usage(anthropic.message_start_usage(opened.head), usage)
+                    self._count_usage(opened.model, usage, served, on_usage)
                     upstream.release()
                     return response
                 upstream.close()

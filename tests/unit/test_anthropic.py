@@ -282,3 +282,27 @@ def test_cached_input_counts_as_input() -> None:
     }
     assert anthropic.token_counts(usage) == (15, 5)
     assert anthropic.token_counts({"input_tokens": True, "output_tokens": -1}) == (0, 0)
+
+
+def test_a_streams_usage_is_its_message_start_and_its_last_message_delta() -> None:
+    head = (
+        b"event: message_start\ndata: "
+        + json.dumps(
+            {"type": "message_start", "message": {"usage": {"input_tokens": 9, "cache_read_input_tokens": 3}}}
+        ).encode()
+        + b"\n\nevent: content_block_start\ndata: {}\n\n"
+    )
+    start = anthropic.message_start_usage(head)
+    assert start == {"input_tokens": 9, "cache_read_input_tokens": 3}
+    # llama.cpp's message_delta has the output tokens only; vLLM's repeats the input.
+    assert anthropic.stream_usage(start, {"output_tokens": 4}) == {
+        "input_tokens": 9,
+        "cache_read_input_tokens": 3,
+        "output_tokens": 4,
+    }
+    assert anthropic.stream_usage({"input_tokens": 0}, {"input_tokens": 9, "output_tokens": 4}) == {
+        "input_tokens": 9,
+        "output_tokens": 4,
+    }
+    assert anthropic.message_start_usage(b"event: ping\ndata: {}\n\n") is None
+    assert anthropic.stream_usage(None, None) is None

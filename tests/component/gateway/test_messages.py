@@ -518,3 +518,44 @@ async def test_an_engine_breaking_midway_ends_the_stream_with_anthropics_error_e
     }
     text = await _metrics(http, router)
     assert metric_value(text, "llmgw_router_stream_errors_total", model="chat-a") == 1
+
+
+async def test_a_native_streams_input_tokens_come_from_its_message_start(
+    cluster: Cluster, start_router: StartRouter, anthropic_for: AnthropicFor, http: aiohttp.ClientSession
+) -> None:
+    """An engine that serves Messages the way llama.cpp does: the input tokens (some of
+    them from its cache) only in message_start, the output tokens in message_delta."""
+
+    def event(kind: str, data: dict[str, Any]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+    async def messages(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "sim-chat", "content": []}
+        usage = {"input_tokens": 6, "cache_read_input_tokens": 4, "output_tokens": 0}
+        await response.write(event("message_start", {"message": {**start, "usage": usage}}))
+        await response.write(
+            event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+        )
+        await response.write(
+            event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "hi"}})
+        )
+        await response.write(event("content_block_stop", {"index": 0}))
+        delta = {"stop_reason": "end_turn", "stop_sequence": None}
+        await response.write(event("message_delta", {"delta": delta, "usage": {"output_tokens": 7}}))
+        await response.write(event("message_stop", {}))
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/messages", messages)
+    await cluster.add_app("sim-chat", app)
+    router = await start_router()
+    async with anthropic_for(router).messages.stream(model="sim-chat", max_tokens=9, messages=USER) as stream:
+        final = await stream.get_final_message()
+    assert final.content[0].text == "hi"  # type: ignore[union-attr]
+    text = await _metrics(http, router)
+    assert metric_value(text, "llmgw_router_tokens_total", model="sim-chat", kind="prompt") == 10
+    assert metric_value(text, "llmgw_router_tokens_total", model="sim-chat", kind="completion") == 7
