@@ -491,26 +491,7 @@ class StreamTranslation:
             status = code if isinstance(code, int) and 400 <= code < 600 else 500
             self._done = True
             return error_event(status, message if isinstance(message, str) else "The engine failed midway.")
-        if not self._started:
-            self._started = True
-            out.append(
-                event(
-                    "message_start",
-                    {
-                        "type": "message_start",
-                        "message": {
-                            "id": message_id(chunk.get("id")),
-                            "type": "message",
-                            "role": "assistant",
-                            "model": self.model,
-                            "content": [],
-                            "stop_reason": None,
-                            "stop_sequence": None,
-                            "usage": {"input_tokens": 0, "output_tokens": 0},
-                        },
-                    },
-                )
-            )
+        out.append(self._start(chunk.get("id")))
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
@@ -581,8 +562,26 @@ class StreamTranslation:
         index, self._block = self._block, -1
         return event("content_block_stop", {"type": "content_block_stop", "index": index})
 
+    def _start(self, chat_id: object) -> bytes:
+        """``message_start``, once: its usage is zeros (the engine's counts come at the
+        end, in ``message_delta``)."""
+        if self._started:
+            return b""
+        self._started = True
+        message = {
+            "id": message_id(chat_id),
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return event("message_start", {"type": "message_start", "message": message})
+
     def _close(self) -> bytes:
-        out = [self._stop_block()]
+        out = [self._start(None), self._stop_block()]
         usage = self.usage or {}
         stop_reason, stop_sequence = _stop(self._finish, self._matched, self.stops)
         out.append(

@@ -306,3 +306,8 @@ def test_a_streams_usage_is_its_message_start_and_its_last_message_delta() -> No
     }
     assert anthropic.message_start_usage(b"event: ping\ndata: {}\n\n") is None
     assert anthropic.stream_usage(None, None) is None
+
+
+def test_a_chat_stream_with_nothing_before_its_end_is_still_a_whole_message() -> None:
+    events = _events(anthropic.StreamTranslation("served").feed(b"data: [DONE]\n\n"))
+    assert [e["type"] for e in events] == ["message_start", "message_delta", "message_stop"]
