@@ -559,3 +559,33 @@ async def test_a_native_streams_input_tokens_come_from_its_message_start(
     text = await _metrics(http, router)
     assert metric_value(text, "llmgw_router_tokens_total", model="sim-chat", kind="prompt") == 10
     assert metric_value(text, "llmgw_router_tokens_total", model="sim-chat", kind="completion") == 7
+
+
+async def test_a_model_whose_engine_cannot_count_tokens_says_so_and_other_apis_are_refused(
+    cluster: Cluster, start_router: StartRouter, anthropic_for: AnthropicFor
+) -> None:
+    cluster.set_catalog(
+        """
+models:
+  on-sglang:
+    roles: [chat]
+    profiles: [{engine: sglang, source: org/m}]
+    scaling: {min: 1, max: 1}
+  embed:
+    roles: [embedding]
+    profiles: [{engine: sim}]
+    scaling: {min: 1, max: 1}
+"""
+    )
+    await cluster.add_sim("on-sglang")
+    client = anthropic_for(await start_router())
+    # SGLang 0.5.3 has neither /v1/messages/count_tokens nor /tokenize: a 400, not a guess.
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        await client.messages.count_tokens(model="on-sglang", messages=USER)
+    assert "cannot count tokens" in caught.value.message
+    # ... while its messages are translated to chat completions.
+    message = await client.messages.create(model="on-sglang", max_tokens=2, messages=USER)
+    assert len(message.content[0].text.split()) == 2  # type: ignore[union-attr]
+    with pytest.raises(anthropic.BadRequestError) as wrong:
+        await client.messages.create(model="embed", max_tokens=2, messages=USER)
+    assert wrong.value.body["error"]["message"] == "The model `embed` does not support the messages API."  # type: ignore[index]
