@@ -99,14 +99,22 @@ def _chat_of(call: ApiCall) -> dict[str, object]:
 
 
 def _for_messages(call: ApiCall, catalog: Catalog, chain: tuple[str, ...]) -> Translate:
+    """Before any engine is asked: a field the translation cannot carry is a 400 when
+    the requested model needs it, and leaves out the fallbacks that would (they
+    cannot answer this request as it was asked)."""
     if all(native(catalog, model) for model in chain):
         return chain, None
-    chat = _chat_of(call)  # before any engine is asked: a field it cannot carry is a 400
+    try:
+        chat = anthropic.to_chat(call.body)
+    except anthropic.Untranslatable as exc:
+        if not native(catalog, chain[0]):
+            raise errors.bad_request(f"{exc.param}: {exc}", param=exc.param) from None
+        return tuple(model for model in chain if native(catalog, model)), None
     stops = chat.get("stop")
     stops = tuple(stops) if isinstance(stops, list) else ()
 
     def per_model(model: str) -> Translation | None:
-        return None if native(catalog, model) else _ChatTranslation(chat, model, stops, call.stream)
+        return None if native(catalog, model) else _ChatTranslation(chat, model, stops)
 
     return chain, per_model
 
@@ -156,7 +164,6 @@ class _ChatTranslation:
     chat: dict[str, object]
     model: str
     stops: tuple[str, ...]
-    streamed: bool
     path: str = CHAT_PATH
 
     def body(self, model: str) -> bytes:

@@ -589,3 +589,35 @@ models:
     with pytest.raises(anthropic.BadRequestError) as wrong:
         await client.messages.create(model="embed", max_tokens=2, messages=USER)
     assert wrong.value.body["error"]["message"] == "The model `embed` does not support the messages API."  # type: ignore[index]
+
+
+async def test_a_fallback_that_cannot_carry_a_field_is_left_out(
+    cluster: Cluster, start_router: StartRouter, anthropic_for: AnthropicFor
+) -> None:
+    """``native`` (the sim) takes extended thinking as it is; its fallback ``translated``
+    (vLLM) could not carry it, so it never answers such a request in its place."""
+    cluster.set_catalog(
+        """
+models:
+  native:
+    roles: [chat]
+    profiles: [{engine: sim}]
+    scaling: {min: 1, max: 1}
+  translated:
+    roles: [chat]
+    profiles: [{engine: vllm, source: org/m}]
+    scaling: {min: 1, max: 1}
+fallbacks:
+  native: [translated]
+"""
+    )
+    await cluster.add_sim("translated")
+    client = anthropic_for(await start_router())
+    thinking: Any = {"type": "enabled", "budget_tokens": 10}
+    with pytest.raises(anthropic.ServiceUnavailableError):  # native has no replica, and no stand-in
+        await client.messages.create(model="native", max_tokens=20, messages=USER, thinking=thinking)
+    message = await client.messages.create(model="native", max_tokens=2, messages=USER)
+    assert message.model == "translated"  # without the field, the fallback answers
+    await cluster.add_sim("native")
+    message = await client.messages.create(model="native", max_tokens=20, messages=USER, thinking=thinking)
+    assert message.model == "native"
