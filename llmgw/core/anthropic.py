@@ -568,7 +568,7 @@ class StreamTranslation:
         if self._started:
             return b""
         self._started = True
-        message = {
+        message: dict[str, object] = {
             "id": message_id(chat_id),
             "type": "message",
             "role": "assistant",
