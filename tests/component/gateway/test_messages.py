@@ -394,21 +394,30 @@ async def test_two_different_keys_in_one_request_are_refused(
         assert "x-api-key" in (await response.json())["error"]["message"]
 
 
+@pytest.mark.parametrize("streamed", [False, True])
 async def test_usage_of_messages_settles_a_token_limited_key(
-    cluster: Cluster, start_router: StartRouter, anthropic_for: AnthropicFor
+    streamed: bool, cluster: Cluster, start_router: StartRouter, anthropic_for: AnthropicFor
 ) -> None:
-    """A stream's usage (message_delta) is charged to the key, native and translated alike:
-    after 40 tokens of a 60-token budget, a request holding 30 more is refused."""
+    """The answer's usage (a whole message's, a stream's message_start and message_delta)
+    is what the key pays, native and translated alike. A prompt of one long word holds
+    ~95 tokens (4 bytes a token) and uses 1: only a settled hold leaves room for the
+    second request; the third finds the budget spent."""
     await cluster.add_sim("sim-chat")
     await cluster.add_sim("chat-b")
+    long_word: Any = [{"role": "user", "content": "x" * 300}]
     for model in ("sim-chat", "chat-b"):
-        key, _ = _issue(cluster, name=model, tokens_per_minute=60)
+        key, _ = _issue(cluster, name=model, tokens_per_minute=200)
         client = anthropic_for(await start_router(with_keys=True), api_key=key)
-        async with client.messages.stream(model=model, max_tokens=40, messages=USER) as stream:
-            final = await stream.get_final_message()
-        assert final.usage.output_tokens == 40
+        if streamed:
+            async with client.messages.stream(model=model, max_tokens=60, messages=long_word) as stream:
+                first = await stream.get_final_message()
+        else:
+            first = await client.messages.create(model=model, max_tokens=60, messages=long_word)
+        assert (first.usage.input_tokens, first.usage.output_tokens) == (1, 60)
+        second = await client.messages.create(model=model, max_tokens=100, messages=USER)
+        assert second.usage.output_tokens == 100
         with pytest.raises(anthropic.RateLimitError) as caught:
-            await client.messages.create(model=model, max_tokens=30, messages=USER)
+            await client.messages.create(model=model, max_tokens=40, messages=USER)
         assert caught.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
         assert "Retry-After" in caught.value.response.headers
 
