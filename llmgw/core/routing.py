@@ -50,6 +50,7 @@ class Api(StrEnum):
     COMPLETIONS = "completions"
     EMBEDDINGS = "embeddings"
     RESPONSES = "responses"
+    MESSAGES = "messages"  # Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens)
 
 
 # A guard model (Llama Guard) is a chat model with a classifier's template: the router
@@ -59,6 +60,7 @@ _API_ROLES: Mapping[Api, frozenset[Role]] = {
     Api.COMPLETIONS: frozenset({Role.COMPLETION}),
     Api.EMBEDDINGS: frozenset({Role.EMBEDDING}),
     Api.RESPONSES: frozenset({Role.CHAT}),  # translated to chat completions (llmgw.core.responses)
+    Api.MESSAGES: frozenset({Role.CHAT}),
 }
 
 

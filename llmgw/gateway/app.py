@@ -35,7 +35,7 @@ from llmgw.core.catalog import SecurityPolicy
 from llmgw.core.conventions import ENGINE_SERVICE
 from llmgw.core.records import ApiKeyRecord, CatalogVersion, DrainMark, Endpoint, UnavailableModels
 from llmgw.core.routing import NomadView, Vouch
-from llmgw.gateway import handlers, middlewares, responses
+from llmgw.gateway import handlers, messages, middlewares, responses
 from llmgw.gateway.book import EndpointBook
 from llmgw.gateway.catalogs import CatalogHolder
 from llmgw.gateway.context import CONTEXT, RouterContext
@@ -140,6 +140,8 @@ def create_app(
     app.router.add_post("/v1/completions", handlers.completions)
     app.router.add_post("/v1/embeddings", handlers.embeddings)
     app.router.add_post("/v1/responses", responses.create_response)
+    app.router.add_post(messages.MESSAGES_PATH, messages.create_message)
+    app.router.add_post(messages.COUNT_TOKENS_PATH, messages.count_tokens)
     app.router.add_get("/v1/models", handlers.list_models)
     app.router.add_get("/v1/models/{model:.+}", handlers.get_model)
     app.router.add_get("/health", handlers.health)

@@ -46,6 +46,7 @@ API_PATHS = {
     Api.CHAT: "/v1/chat/completions",
     Api.COMPLETIONS: "/v1/completions",
     Api.EMBEDDINGS: "/v1/embeddings",
+    Api.MESSAGES: "/v1/messages",
 }
 
 
@@ -149,10 +150,12 @@ def parse_call(api: Api, raw: bytes) -> ApiCall:
                 param="stream_options.include_usage",
             )
         include_usage = bool(usage) and stream
+    if api is Api.MESSAGES:
+        include_usage = stream  # a Messages stream always reports usage (message_delta)
     if api is Api.EMBEDDINGS and stream:
         raise errors.bad_request("Embeddings cannot be streamed.", param="stream")
 
-    if api is Api.CHAT:
+    if api in (Api.CHAT, Api.MESSAGES):
         _check_messages(body.get("messages"))
     elif api is Api.COMPLETIONS:
         prompt = body.get("prompt")

@@ -36,12 +36,13 @@ import math
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Protocol
 
 from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
 
-from llmgw.core import routing
+from llmgw.core import anthropic, routing
 from llmgw.core.catalog import Catalog
 from llmgw.core.records import Endpoint
 from llmgw.gateway import errors
@@ -55,6 +56,7 @@ from llmgw.gateway.transport import FIELD_VALUE_BAD, EngineResponse
 from llmgw.gateway.upstream import (
     AttemptFailed,
     PumpEnd,
+    StreamRewrite,
     Upstream,
     UpstreamBroken,
     http_chunk,
@@ -206,6 +208,25 @@ class SentAnswer(web.StreamResponse):
         self._keep_alive = keep_alive
 
 
+class Translation(Protocol):
+    """How one model's engine is asked a request of an API it does not serve (the
+    Messages API as a chat completion, ``llmgw.gateway.messages``): where to send it,
+    what to send, and the client's answer made of the engine's."""
+
+    @property
+    def path(self) -> str: ...
+
+    def body(self, model: str) -> bytes: ...
+
+    def whole(self, status: int, body: bytes) -> bytes:
+        """The client's body for the engine's whole answer (an error too)."""
+        ...
+
+    def stream(self) -> StreamRewrite:
+        """A rewrite of the engine's stream, fed its bytes as they come."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class EngineAnswer:
     """An engine's whole answer to an internal call: its status and body."""
@@ -257,6 +278,7 @@ class _Opened:
     head: bytes  # a stream's first chunk, or a whole non-streamed body
     lease: Lease
     sent: bool = False  # the client has the whole answer, or a stream's head, already (``_DirectAnswer``)
+    translation: Translation | None = None  # the engine was asked another API's request
 
 
 @dataclass
@@ -286,6 +308,9 @@ class _Route:
     path: str
     request_id: str
     keepalive: _KeepAlive | None = None
+    api: routing.Api = routing.Api.CHAT  # the client's API (the shape of an error event)
+    # Per model: how to ask an engine that does not serve ``api``, or None (it does).
+    translate: Callable[[str], Translation | None] | None = None
     # The client's connection, when the answer may be written to it from the engine
     # connection's callbacks (``_DirectAnswer``); None: the handler answers.
     client: asyncio.Transport | None = None
@@ -324,11 +349,14 @@ class Dispatcher:
         *,
         started: float,
         on_usage: Callable[[int], None] | None,
+        translate: Callable[[str], Translation | None] | None = None,
     ) -> web.StreamResponse:
         """Answer ``call`` with the first model of ``chain`` that can (the model it
         resolved to, already allowed, then its ``routing.fallback_chain``).
         ``on_usage`` (a token-limited key's) gets the tokens the answer used, before
-        this returns; the router then asks a stream for its usage on the key's behalf."""
+        this returns; the router then asks a stream for its usage on the key's behalf.
+        ``translate`` says, per model, how to ask an engine that does not serve the
+        call's API (None: every engine serves it)."""
         force_usage = on_usage is not None
         loop = asyncio.get_running_loop()
         model = chain[0]
@@ -342,6 +370,8 @@ class Dispatcher:
             path=call.path,
             request_id=request_id,
             keepalive=_KeepAlive(request, common) if call.stream else None,
+            api=call.api,
+            translate=translate,
             # HTTP/1.1 keep-alive only: the head it writes is for that case (aiohttp's
             # path handles HTTP/1.0 and Connection: close). Not for a stream whose usage
             # event the router takes out: the first chunk may be it.
@@ -357,7 +387,7 @@ class Dispatcher:
             if route.keepalive is not None and route.keepalive.response is not None:
                 # The stream's head went out with the loading comments: report in the stream.
                 served.refusal = exc.refusal
-                return await _end_stream_with(route.keepalive.response, exc.refusal)
+                return await _end_stream_with(route.keepalive.response, exc.refusal, call.api)
             raise
         with opened.lease:
             served.model = opened.model
@@ -395,13 +425,20 @@ class Dispatcher:
                     self._settings,
                     strip_usage=force_usage and not call.include_usage,
                     first_sent=opened.sent,
+                    rewrite=None if opened.translation is None else opened.translation.stream(),
                 )
                 if result.end is PumpEnd.COMPLETE:
-                    self._count_usage(opened.model, result.usage, served, on_usage)
+                    usage = result.usage
+                    if call.api is routing.Api.MESSAGES and opened.translation is None:
+                        # The input tokens are in message_start, at the stream's start.
+                        usage = anthropic.stream_usage(anthropic.message_start_usage(opened.head), usage)
+                    self._count_usage(opened.model, usage, served, on_usage)
                     upstream.release()
                     return response
                 upstream.close()
-                return await self._stream_failed(request, response, opened.model, result.end, result.detail)
+                return await self._stream_failed(
+                    request, response, opened.model, result.end, result.detail, call.api
+                )
             finally:
                 upstream.close()
 
@@ -429,7 +466,14 @@ class Dispatcher:
         if keepalive is not None and keepalive.response is not None:
             # A stream that waited for a load and then got a refusal from the engine.
             return await _end_stream_with(
-                keepalive.response, _refusal_of_engine_error(upstream.status, opened.head, opened.model)
+                keepalive.response,
+                _refusal_of_engine_error(upstream.status, opened.head, opened.model),
+                route.api,
+            )
+        if opened.translation is not None:
+            body = opened.translation.whole(upstream.status, opened.head)
+            return web.Response(
+                status=upstream.status, body=body, headers={**headers, "Content-Type": "application/json"}
             )
         content_type = upstream.headers.get("content-type", "application/json")
         return web.Response(
@@ -462,7 +506,13 @@ class Dispatcher:
             on_usage(prompt + completion)
 
     async def _stream_failed(
-        self, request: web.Request, response: web.StreamResponse, model: str, end: PumpEnd, detail: str
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        model: str,
+        end: PumpEnd,
+        detail: str,
+        api: routing.Api,
     ) -> web.StreamResponse:
         self._metrics.stream_errors.labels(model, str(end)).inc()
         if end in (PumpEnd.CLIENT_GONE, PumpEnd.CLIENT_STALLED):
@@ -475,7 +525,7 @@ class Dispatcher:
         refusal = (
             errors.stream_timeout(model) if end is PumpEnd.UPSTREAM_IDLE else errors.stream_broken(model)
         )
-        return await _end_stream_with(response, refusal)
+        return await _end_stream_with(response, refusal, api)
 
     # --- answers the caller translates (the Responses API) ------------------------------------------
 
@@ -691,8 +741,13 @@ class Dispatcher:
 
     async def _attempt(self, route: _Route, model: str, endpoint: Endpoint, lease: Lease) -> _Opened:
         direct = None
-        # Not once a load wait's comments sent a stream's head.
-        if route.client is not None and (route.keepalive is None or route.keepalive.response is None):
+        translation = route.translate(model) if route.translate is not None else None
+        # Not once a load wait's comments sent a stream's head, nor for an answer to rewrite.
+        if (
+            route.client is not None
+            and translation is None
+            and (route.keepalive is None or route.keepalive.response is None)
+        ):
             fields = answer_fields(route.request_id, model, endpoint.replica)
             if fields is not None:
                 direct = _DirectAnswer(
@@ -702,9 +757,12 @@ class Dispatcher:
             async with asyncio.timeout(self._settings.upstream_first_byte_timeout) as timeout:
                 if direct is not None:
                     direct.timeout = timeout
-                response = await self._upstream.send(
-                    endpoint, route.path, route.make_body(model), route.request_id, on_head=direct
+                path, body = (
+                    (route.path, route.make_body(model))
+                    if translation is None
+                    else (translation.path, translation.body(model))
                 )
+                response = await self._upstream.send(endpoint, path, body, route.request_id, on_head=direct)
                 try:
                     if response.status in routing.RETRYABLE_STATUSES:
                         raise AttemptFailed(routing.Failure.UNAVAILABLE, f"engine answered {response.status}")
@@ -730,6 +788,7 @@ class Dispatcher:
             head=head,
             lease=lease,
             sent=direct is not None and direct.sent,
+            translation=translation,
         )
 
     async def _wait_for_change(self, route: _Route, deadline: float) -> None:
@@ -755,9 +814,11 @@ class Dispatcher:
                 return  # the control plane's word came: plan again (it may say stop waiting)
 
 
-async def _end_stream_with(response: web.StreamResponse, refusal: routing.Refusal) -> web.StreamResponse:
+async def _end_stream_with(
+    response: web.StreamResponse, refusal: routing.Refusal, api: routing.Api = routing.Api.CHAT
+) -> web.StreamResponse:
     try:
-        await response.write(errors.sse_error_event(refusal))
+        await response.write(errors.sse_error_event(refusal, api))
         await response.write_eof()
     except (ConnectionError, RuntimeError):
         pass

@@ -15,7 +15,8 @@ import json
 
 from aiohttp import web
 
-from llmgw.core.routing import Refusal
+from llmgw.core import anthropic
+from llmgw.core.routing import Api, Refusal
 
 
 class ApiError(Exception):
@@ -26,7 +27,8 @@ class ApiError(Exception):
         self.refusal = refusal
 
 
-def response_for(refusal: Refusal, request_id: str | None = None) -> web.Response:
+def response_for(refusal: Refusal, request_id: str | None = None, *, api: Api | None = None) -> web.Response:
+    """The HTTP answer; ``api`` ``MESSAGES`` renders it in Anthropic's shape."""
     headers = {}
     if refusal.retry_after is not None:
         headers["Retry-After"] = str(refusal.retry_after)
@@ -36,15 +38,25 @@ def response_for(refusal: Refusal, request_id: str | None = None) -> web.Respons
         headers["x-request-id"] = request_id
     return web.Response(
         status=refusal.status,
-        body=json.dumps(refusal.body()).encode(),
+        body=json.dumps(_body(refusal, api)).encode(),
         content_type="application/json",
         headers=headers,
     )
 
 
-def sse_error_event(refusal: Refusal) -> bytes:
-    """The event that ends a stream whose answer failed midway, as OpenAI sends it."""
+def sse_error_event(refusal: Refusal, api: Api | None = None) -> bytes:
+    """The event that ends a stream whose answer failed midway, as OpenAI sends it
+    (Anthropic's ``event: error`` for ``MESSAGES``)."""
+    if api is Api.MESSAGES:
+        return anthropic.error_event(refusal.status, refusal.message)
     return b"data: " + json.dumps(refusal.body(), separators=(",", ":")).encode() + b"\n\n"
+
+
+def _body(refusal: Refusal, api: Api | None) -> object:
+    if api is Api.MESSAGES:
+        # Anthropic's shape has a type and a message only; the status says the rest.
+        return anthropic.error_body(refusal.status, refusal.message)
+    return refusal.body()
 
 
 def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
@@ -60,6 +72,32 @@ def missing_key() -> ApiError:
             "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
             "invalid_request_error",
             None,
+            retryable=False,
+        )
+    )
+
+
+def missing_key_anthropic() -> ApiError:
+    return ApiError(
+        Refusal(
+            401,
+            "You didn't provide an API key: send it in the x-api-key header "
+            "(or Authorization: Bearer YOUR_KEY).",
+            "invalid_request_error",
+            None,
+            retryable=False,
+        )
+    )
+
+
+def conflicting_keys() -> ApiError:
+    return ApiError(
+        Refusal(
+            401,
+            "The request carries two different API keys (Authorization and x-api-key); send one key, "
+            "in one of them.",
+            "invalid_request_error",
+            "conflicting_api_keys",
             retryable=False,
         )
     )

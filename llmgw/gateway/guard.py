@@ -60,7 +60,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from http import HTTPStatus
 
-from llmgw.core import routing
+from llmgw.core import anthropic, routing
 from llmgw.core.catalog import Catalog, GuardErrorPolicy, GuardPolicy, GuardTooLongPolicy
 from llmgw.gateway import errors
 from llmgw.gateway.calls import ApiCall
@@ -144,6 +144,8 @@ def judge_messages(call: ApiCall, *, images: bool = False) -> list[dict[str, obj
 
 
 def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
+    if call.api is routing.Api.MESSAGES:
+        return _judge_turns(_as_chat_call(call), images)
     turns: list[Turn] = []
     if call.api is routing.Api.CHAT:
         _refuse_request_template(call)
@@ -168,6 +170,23 @@ def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
         if isinstance(suffix, str):
             turns.append(Turn("user", suffix))
     return _merged(turns)
+
+
+def _as_chat_call(call: ApiCall) -> ApiCall:
+    """A Messages request as the chat completion it comes to (``anthropic.to_chat``:
+    the system prompt, every text block, tool_use ids, names and inputs, tool_result
+    contents, tool definitions), screened as one. A field that translation does not
+    carry is one this screen cannot read: refused, whether or not the engine would
+    take it (a guarded model's request reaches its engine only as screened)."""
+    try:
+        chat = anthropic.to_chat(call.body)
+    except anthropic.Untranslatable as exc:
+        raise errors.bad_request(
+            f"The model `{call.model}` screens requests with a guard policy, which cannot read "
+            f"`{exc.param}` ({exc}); leave it out.",
+            param=exc.param,
+        ) from None
+    return replace(call, api=routing.Api.CHAT, body=chat, raw=None)
 
 
 def _refuse_request_template(call: ApiCall) -> None:

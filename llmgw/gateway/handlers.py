@@ -9,7 +9,7 @@ Must not: retry, choose endpoints, or build error bodies by hand (``errors`` and
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from aiohttp import web
@@ -18,14 +18,17 @@ from llmgw.core import routing
 from llmgw.core.catalog import Catalog, GuardErrorPolicy, Model
 from llmgw.core.records import ApiKeyRecord, UnavailableModel
 from llmgw.core.routing import Api, Refusal
-from llmgw.gateway.calls import parse_call
+from llmgw.gateway.calls import ApiCall, parse_call
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
+from llmgw.gateway.dispatch import Translation
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.guard import policies_for
 from llmgw.gateway.settings import RouterSettings
 from llmgw.http_server import BodyTimeout, read_body
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+# Per model of a chain: how to ask its engine a request of an API it does not serve.
+Translate = tuple[tuple[str, ...], Callable[[str], Translation | None] | None]
 OWNED_BY_REAL = "llmgw"
 OWNED_BY_SIM = "llmgw-sim"
 
@@ -44,7 +47,24 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
 
 async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
     context = request.app[CONTEXT]
-    call = parse_call(api, await _read_body(request, context.settings))
+    return await serve_call(request, parse_call(api, await _read_body(request, context.settings)))
+
+
+async def serve_call(
+    request: web.Request,
+    call: ApiCall,
+    *,
+    translate: Callable[[Catalog, tuple[str, ...]], Translate] | None = None,
+    hold_tokens: int | None = None,
+    screen: bool = True,
+) -> web.StreamResponse:
+    """A parsed call, resolved, admitted, screened and dispatched. ``translate`` gives
+    the chain to walk (the route's, or the part of it that can answer) and the
+    per-model translation, or raises the 400 for a field it cannot carry; ``hold_tokens``, the tokens
+    to hold from a key's budget instead of the call's estimate; ``screen`` False for
+    a call that generates nothing (a token count)."""
+    context = request.app[CONTEXT]
+    api = call.api
     catalog = _catalog(context)
     key = request.get(API_KEY)
     route = context.catalogs.route(call.model, api, key.models if key is not None else None)
@@ -55,12 +75,15 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
     served.resolved = model  # from here on, a refusal counts under the model
     if not route.serves_api:
         raise ApiError(routing.refusal_for(routing.Unserved.WRONG_API, call.model, retry_after=0, api=api))
+    chain, per_model = translate(catalog, route.chain) if translate is not None else (route.chain, None)
     hold = None
     if key is not None:
         hold = context.limiter.admit(
             key,
             asyncio.get_running_loop().time(),
-            call.tokens_to_hold(context.settings.hold_for_unbounded_answer),
+            call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
+            if hold_tokens is None
+            else hold_tokens,
         )
     request_id = request[REQUEST_ID]
     gates = context.gates
@@ -68,17 +91,18 @@ async def _generate(request: web.Request, api: Api) -> web.StreamResponse:
         if not gates.enter_now(model):
             await gates.enter(model)
         try:
-            if route.guarded:
-                call = await context.guard.screen(call, route.chain, catalog, request_id)
+            if route.guarded and screen:
+                call = await context.guard.screen(call, chain, catalog, request_id)
             return await context.dispatcher.serve(
                 request,
                 call,
-                route.chain,
+                chain,
                 catalog,
                 served,
                 request_id,
                 started=request[STARTED],
                 on_usage=hold.settle if hold is not None else None,
+                translate=per_model,
             )
         finally:
             gates.release(model)
@@ -102,6 +126,9 @@ async def _read_body(request: web.Request, settings: RouterSettings) -> bytes:
                 408, "The request body was not received in time.", "invalid_request_error", "request_timeout"
             )
         ) from None
+
+
+read_request_body = _read_body  # for the handlers of other modules (``messages``)
 
 
 def _catalog(context: RouterContext) -> Catalog:

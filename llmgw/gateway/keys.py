@@ -92,6 +92,32 @@ class KeyRing:
         return self._by_digest.get(digest)
 
 
+def authenticate_headers(
+    authorization: str | None, api_key: str | None, ring: KeyRing, *, anthropic: bool = False
+) -> ApiKeyRecord:
+    """The key record for ``Authorization: Bearer`` or ``x-api-key`` (Anthropic's
+    clients send the key there; Claude Code with ANTHROPIC_AUTH_TOKEN sends a bearer).
+    A request with both must carry the same key in each: otherwise a client could
+    present a key it owns beside one it found, and the router would have to pick one
+    (the refusal names neither). ``anthropic``: the missing key's message names
+    ``x-api-key`` first."""
+    if api_key is None:
+        if authorization is None and anthropic:
+            raise errors.missing_key_anthropic()
+        return authenticate(authorization, ring)
+    presented = api_key.strip()
+    if authorization is not None:
+        scheme, _, bearer = authorization.partition(" ")
+        if scheme.lower() != "bearer" or bearer.strip() != presented:
+            raise errors.conflicting_keys()
+    if not presented:
+        raise errors.missing_key_anthropic() if anthropic else errors.missing_key()
+    record = ring.find(presented)
+    if record is None or record.revoked:
+        raise errors.invalid_key(masked(presented))
+    return record
+
+
 def authenticate(header: str | None, ring: KeyRing) -> ApiKeyRecord:
     """The key record for an ``Authorization: Bearer`` header, or the 401 to answer."""
     if not header:

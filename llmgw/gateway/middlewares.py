@@ -10,7 +10,8 @@ runs it, and each extra layer is code a cold request has to touch):
   model that answered, else the model it resolved to (``Served``), else ``""``;
   a refusal of the router's own also by its error code
   (``metrics.rejection_reason``);
-- before the handler it calls ``authenticate``: ``Authorization: Bearer`` for
+- before the handler it calls ``authenticate``: ``Authorization: Bearer`` (or
+  Anthropic's ``x-api-key``; both only with the same key) for
   everything but the public paths (the chat page, its static files,
   ``/health``, ``/metrics``). The decision uses the request line's path
   (``request.path``), which is also what the router matches; never a URL
@@ -37,11 +38,12 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from llmgw.core.addresses import host_of_header, is_allowed_host
-from llmgw.core.routing import Refusal
+from llmgw.core.routing import Api, Refusal
 from llmgw.gateway import errors, keys
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
 from llmgw.gateway.dispatch import SentAnswer, Served
 from llmgw.gateway.errors import ApiError, response_for
+from llmgw.gateway.messages import is_messages_path
 from llmgw.gateway.metrics import RouterMetrics, rejection_reason
 
 log = logging.getLogger("llmgw.gateway")
@@ -70,6 +72,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     request[SERVED] = served
     status = 500
     refusal: Refusal | None = None  # the router's own error answer, if it gave one
+    # Anthropic's Messages paths answer errors in Anthropic's shape.
+    api = Api.MESSAGES if is_messages_path(request.path) else None
     try:
         authenticate(request, context.keys, context.settings.allowed_hosts)
         response = await handler(request)
@@ -81,14 +85,14 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             return _already_answered(served, request_id, exc)
         refusal = exc.refusal
         status = refusal.status
-        return response_for(refusal, request_id)
+        return response_for(refusal, request_id, api=api)
     except web.HTTPException as exc:
         if exc.status < 400:
             status = exc.status
             raise
         refusal = _refusal_of_http(exc, request)
         status = refusal.status
-        return response_for(refusal, request_id)
+        return response_for(refusal, request_id, api=api)
     except (asyncio.CancelledError, ConnectionError):
         status = CLIENT_CLOSED
         raise
@@ -98,7 +102,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             return _already_answered(served, request_id, exc)
         log.exception("request failed request_id=%s path=%s", request_id, request.path)
         refusal = errors.internal_error()
-        return response_for(refusal, request_id)
+        return response_for(refusal, request_id, api=api)
     finally:
         if request.path.startswith("/v1/"):
             # aiohttp sends the answer when this returns: the counting runs right after
@@ -149,7 +153,12 @@ def authenticate(request: web.Request, ring: keys.KeyRing | None, allowed_hosts:
     names besides IP addresses and ``localhost`` it then answers to."""
     if ring is not None:
         if not is_public(request.path):
-            request[API_KEY] = keys.authenticate(request.headers.get("Authorization"), ring)
+            request[API_KEY] = keys.authenticate_headers(
+                request.headers.get("Authorization"),
+                request.headers.get("x-api-key"),
+                ring,
+                anthropic=is_messages_path(request.path),
+            )
         return
     host = request.headers.get("Host")
     why = host_refusal(host, allowed_hosts)

@@ -28,9 +28,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from aiohttp import web
 
+from llmgw.core import anthropic
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.records import Endpoint
 from llmgw.core.routing import Failure
@@ -207,6 +209,16 @@ class StreamResult:
     detail: str = ""
 
 
+class StreamRewrite(Protocol):
+    """A stream rewritten on its way to the client (another API's events made of the
+    engine's): fed the engine's bytes as they come, it returns what the client gets;
+    ``usage`` is what it read of the engine's usage."""
+
+    usage: dict[str, object] | None
+
+    def feed(self, data: bytes) -> bytes: ...
+
+
 class _UsageStripper:
     """Takes the usage event out of a stream whose client did not ask for it."""
 
@@ -368,12 +380,14 @@ async def pump(
     *,
     strip_usage: bool,
     first_sent: bool = False,
+    rewrite: StreamRewrite | None = None,
 ) -> StreamResult:
     """Copy the engine's stream to the client until it ends (the client's stream is
     then ended too), either side fails, or one of the idle timeouts fires. Never
     raises for those: the caller reports them. ``client`` is prepared and not
     compressed; ``transport`` is its request's (None: the client already left).
-    ``first_sent``: ``first`` went to the client already, with the head."""
+    ``first_sent``: ``first`` went to the client already, with the head. ``rewrite``
+    turns the engine's bytes into the client's (its usage is the stream's)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
@@ -383,6 +397,8 @@ async def pump(
 
     def keep(chunk: bytes) -> bytes:
         nonlocal tail_size
+        if rewrite is not None:
+            return rewrite.feed(chunk)
         if stripper is not None:
             return stripper.filter(chunk)
         tail.append(chunk)
@@ -403,7 +419,7 @@ async def pump(
         try:
             if response.at_eof():  # the end is known: the data and the end of the stream in one send
                 await client.write_eof(b"" if first_sent else chunk)
-                return StreamResult(PumpEnd.COMPLETE, _usage(stripper, tail))
+                return StreamResult(PumpEnd.COMPLETE, _usage(stripper, tail, rewrite))
             if not first_sent:
                 await client.write(chunk)  # through aiohttp: the head goes out with it
         except (ConnectionError, RuntimeError) as exc:
@@ -434,10 +450,14 @@ async def pump(
         watchdog.close()
         if relay is not None:
             relay.close()
-    return StreamResult(PumpEnd.COMPLETE, _usage(stripper, tail))
+    return StreamResult(PumpEnd.COMPLETE, _usage(stripper, tail, rewrite))
 
 
-def _usage(stripper: _UsageStripper | None, tail: deque[bytes]) -> dict[str, object] | None:
+def _usage(
+    stripper: _UsageStripper | None, tail: deque[bytes], rewrite: StreamRewrite | None = None
+) -> dict[str, object] | None:
+    if rewrite is not None:
+        return rewrite.usage
     return stripper.usage if stripper is not None else usage_of_stream_tail(b"".join(tail))
 
 
@@ -485,6 +505,8 @@ def token_counts(usage: dict[str, object] | None) -> tuple[int, int]:
         return 0, 0
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
+    if prompt is None and completion is None:  # the Messages API's names
+        return anthropic.token_counts(usage)
     return (
         prompt if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt > 0 else 0,
         completion

@@ -30,7 +30,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from llmgw.cancellation import cancel_and_wait
-from llmgw.sim import metrics, openai_api, rendezvous, responses_api, vocabulary
+from llmgw.sim import messages_api, metrics, openai_api, rendezvous, responses_api, vocabulary
 from llmgw.sim.engine import Engine
 from llmgw.sim.faults import ExitProcess, FaultState, FaultUpdate
 from llmgw.sim.lifecycle import Lifecycle
@@ -179,6 +179,7 @@ def create_app(settings: SimSettings, deps: SimDeps | None = None) -> web.Applic
         app.router.add_get("/v1/models", _models)
         app.router.add_get("/metrics", _metrics)
         app.router.add_get(rendezvous.RENDEZVOUS_PATH, _rendezvous)
+        messages_api.add_routes(app, _admit, _pieces, lambda r: r.app[STATE].engine.count_failure())
     app.cleanup_ctx.append(_background_tasks)
     app.on_shutdown.append(_drain)
     return app

@@ -216,7 +216,7 @@ def _refuse_n(body: Mapping[str, Any]) -> None:
         )
 
 
-def _check_context(prompt_tokens: int, max_tokens: int, limits: Limits) -> None:
+def check_context(prompt_tokens: int, max_tokens: int, limits: Limits) -> None:
     """vLLM's answer to a prompt its context cannot hold: HTTP 400 with its own envelope
     (type ``BadRequestError``, ``code`` the HTTP status, no ``param``) and wording.
     A guard's judge answers a padded prompt this way: the router must read it as a
@@ -237,7 +237,7 @@ def _check_context(prompt_tokens: int, max_tokens: int, limits: Limits) -> None:
     raise ApiError(400, message, ErrorType.VLLM_BAD_REQUEST, code=400)
 
 
-def _message_text(message: object, index: int) -> str:
+def message_text(message: object, index: int) -> str:
     if not isinstance(message, dict):
         raise _invalid_type(f"messages[{index}]", "an object", message)
     role = message.get("role")
@@ -279,7 +279,7 @@ def parse_chat(body: Mapping[str, Any], limits: Limits) -> GenerationRequest:
             param="messages",
             code="empty_array",
         )
-    prompt = "\n".join(_message_text(message, index) for index, message in enumerate(messages))
+    prompt = "\n".join(message_text(message, index) for index, message in enumerate(messages))
     _refuse_n(body)
     max_completion = _optional_int(body, "max_completion_tokens", 1)
     max_tokens = _optional_int(body, "max_tokens", 1)
@@ -287,7 +287,7 @@ def parse_chat(body: Mapping[str, Any], limits: Limits) -> GenerationRequest:
     stream, include_usage = _stream_flags(body)
     prompt_tokens = vocabulary.count_tokens(prompt)
     budget = chosen if chosen is not None else limits.default_max_tokens
-    _check_context(prompt_tokens, budget, limits)
+    check_context(prompt_tokens, budget, limits)
     return GenerationRequest(Endpoint.CHAT, model, prompt, prompt_tokens, budget, stream, include_usage)
 
 
@@ -323,7 +323,7 @@ def parse_completion(body: Mapping[str, Any], limits: Limits) -> GenerationReque
     max_tokens = _optional_int(body, "max_tokens", 1)
     stream, include_usage = _stream_flags(body)
     budget = max_tokens if max_tokens is not None else limits.default_max_tokens
-    _check_context(prompt_tokens, budget, limits)
+    check_context(prompt_tokens, budget, limits)
     return GenerationRequest(Endpoint.COMPLETION, model, prompt, prompt_tokens, budget, stream, include_usage)
 
 

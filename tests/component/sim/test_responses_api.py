@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from llmgw.sim import vocabulary
-from llmgw.sim.testing import TEST_MODEL, fast_settings
+from tests.support.sim import TEST_MODEL, fast_settings
 
 from .conftest import ClientFor, StartServer
 

@@ -1,0 +1,244 @@
+"""Anthropic's Messages API on the simulated engine, as vLLM serves it where it does
+(``vllm/entrypoints/anthropic/``, vLLM's main branch; no release llmgw pins has it):
+``POST /v1/messages`` (whole, or streamed as ``message_start``, ``content_block_start``,
+``content_block_delta``..., ``content_block_stop``, ``message_delta`` with the usage,
+``message_stop``) and ``POST /v1/messages/count_tokens`` (``{"input_tokens": N}``).
+
+The prompt is what vLLM's converter puts in the chat it generates from: the system
+prompt, every text block, tool results; the answer is the sim's Greek. Errors are in
+Anthropic's shape (``{"type": "error", "error": {"type", "message"}}``), including the
+``_admit`` refusals (unknown model, not ready, injected failures).
+
+Must not: hold state (the app's ``SimState`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import aclosing, suppress
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.sim import openai_api, vocabulary
+from llmgw.sim.openai_api import ApiError, Endpoint, GenerationRequest
+
+# What the app gives these handlers: its admission (faults, body, model, readiness) and
+# the pieces a generation says.
+Admit = Callable[[web.Request], Awaitable[tuple[Any, dict[str, Any]]]]
+Pieces = Callable[[Any, GenerationRequest], Iterator[str]]
+
+MESSAGES_PATH = "/v1/messages"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+TOKENIZE_PATH = "/tokenize"
+# The sim never emits a stop token: it always runs to max_tokens.
+STOP_REASON = "max_tokens"
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}
+
+
+def add_routes(
+    app: web.Application, admit: Admit, pieces: Pieces, failed: Callable[[web.Request], None]
+) -> None:
+    """The two routes on the head's app; ``failed`` counts a refused request as the
+    app's error envelope does."""
+
+    def _error(request: web.Request, exc: ApiError) -> web.Response:
+        failed(request)
+        return error_response(exc)
+
+    async def create(request: web.Request) -> web.StreamResponse:
+        try:
+            state, body = await admit(request)
+            generation = parse_messages(body, state.limits)
+            failure = state.faults.draw_failure()
+            if failure is not None:
+                raise failure
+        except ApiError as exc:
+            return _error(request, exc)
+        if generation.stream:
+            return await _stream(request, state, generation, pieces)
+        engine = state.engine
+        async with engine.sequence():
+            engine.count_tokens(prompt=generation.prompt_tokens)
+            tokens = engine.decode(
+                pieces(state.settings, generation),
+                state.faults.first_token_delay,
+                state.faults.wait_while_hung,
+            )
+            async with aclosing(tokens):
+                said = [piece async for piece in tokens]
+        engine.count_completion()
+        return web.json_response(
+            {
+                **_message(state.settings.served_name, generation.prompt_tokens, len(said)),
+                "content": [{"type": "text", "text": "".join(said)}],
+            }
+        )
+
+    async def count(request: web.Request) -> web.StreamResponse:
+        try:
+            _, body = await admit(request)
+            prompt, _ = prompt_of(body)
+        except ApiError as exc:
+            return _error(request, exc)
+        return web.json_response({"input_tokens": vocabulary.count_tokens(prompt)})
+
+    async def tokenize(request: web.Request) -> web.StreamResponse:
+        # vLLM's /tokenize (vllm/entrypoints/openai/api_server.py, 0.10.2 and 0.11.0): a
+        # chat's ``messages`` or a ``prompt`` in, ``count``, ``max_model_len`` and the ids
+        # out (the sim's ids are the tokens' positions). llmgw counts a Messages
+        # request's tokens here for engines without /v1/messages/count_tokens.
+        state, body = await admit(request)
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            text = "\n".join(openai_api.message_text(message, i) for i, message in enumerate(messages))
+        elif isinstance(body.get("prompt"), str):
+            text = body["prompt"]
+        else:
+            raise ApiError(400, "Either `messages` or `prompt` is required.", param="messages")
+        tokens = vocabulary.count_tokens(text)
+        return web.json_response(
+            {"count": tokens, "max_model_len": state.limits.max_model_len, "tokens": list(range(tokens))}
+        )
+
+    app.router.add_post(MESSAGES_PATH, create)
+    app.router.add_post(COUNT_TOKENS_PATH, count)
+    app.router.add_post(TOKENIZE_PATH, tokenize)
+
+
+def error_response(exc: ApiError) -> web.Response:
+    kind = _ERROR_TYPES.get(exc.status, "api_error" if exc.status >= 500 else "invalid_request_error")
+    if exc.status in (503, 529):
+        kind = "overloaded_error"
+    return web.json_response(
+        {"type": "error", "error": {"type": kind, "message": exc.message}}, status=exc.status
+    )
+
+
+def prompt_of(body: Mapping[str, Any]) -> tuple[str, list[object]]:
+    """The text vLLM's converter puts in the chat (system, text blocks, tool results), and the messages."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages: Field required (a non-empty list of messages)", param="messages")
+    texts: list[str] = []
+    system = body.get("system")
+    if isinstance(system, str):
+        texts.append(system)
+    elif isinstance(system, list):
+        texts.extend(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            raise ApiError(400, f"messages.{index}.role: Input should be 'user' or 'assistant'")
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+            continue
+        if not isinstance(content, list) or not content:
+            raise ApiError(400, f"messages.{index}.content: message content must not be empty")
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text" and isinstance(block.get("text"), str):
+                texts.append(block["text"])
+            elif block.get("type") == "tool_result":
+                result = block.get("content")
+                texts.append(result if isinstance(result, str) else json.dumps(result))
+            elif block.get("type") == "tool_use":
+                texts.append(json.dumps(block.get("input", {})))
+    return "\n".join(texts), messages
+
+
+def parse_messages(body: Mapping[str, Any], limits: openai_api.Limits) -> GenerationRequest:
+    model = openai_api.requested_model(body)
+    max_tokens = body.get("max_tokens")
+    if max_tokens is None:
+        raise ApiError(400, "max_tokens: Field required", param="max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ApiError(400, "max_tokens: Input should be a valid integer of at least 1", param="max_tokens")
+    stream = body.get("stream") or False
+    if not isinstance(stream, bool):
+        raise ApiError(400, "stream: Input should be a valid boolean", param="stream")
+    prompt, _ = prompt_of(body)
+    prompt_tokens = vocabulary.count_tokens(prompt)
+    openai_api.check_context(prompt_tokens, max_tokens, limits)
+    return GenerationRequest(Endpoint.CHAT, model, prompt, prompt_tokens, max_tokens, stream, True)
+
+
+def _message(model: str, input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    return {
+        "id": "msg_" + uuid.uuid4().hex,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": STOP_REASON if output_tokens else None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+    }
+
+
+def event(kind: str, payload: Mapping[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+
+async def _stream(
+    request: web.Request, state: Any, generation: GenerationRequest, pieces: Pieces
+) -> web.StreamResponse:
+    engine = state.engine
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    start = _message(state.settings.served_name, generation.prompt_tokens, 0)
+    try:
+        async with engine.sequence():
+            engine.count_tokens(prompt=generation.prompt_tokens)
+            await response.write(event("message_start", {"type": "message_start", "message": start}))
+            sent = 0
+            tokens = engine.decode(
+                pieces(state.settings, generation),
+                state.faults.first_token_delay,
+                state.faults.wait_while_hung,
+            )
+            async with aclosing(tokens):
+                async for piece in tokens:
+                    if sent == 0:
+                        await response.write(
+                            event(
+                                "content_block_start",
+                                {
+                                    "type": "content_block_start",
+                                    "index": 0,
+                                    "content_block": {"type": "text", "text": ""},
+                                },
+                            )
+                        )
+                    delta = {"type": "text_delta", "text": piece}
+                    await response.write(
+                        event(
+                            "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+                        )
+                    )
+                    sent += 1
+            if sent:
+                await response.write(event("content_block_stop", {"type": "content_block_stop", "index": 0}))
+            # vLLM's message_delta carries the input tokens too (message_stream_converter).
+            await response.write(
+                event(
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": STOP_REASON, "stop_sequence": None},
+                        "usage": {"input_tokens": generation.prompt_tokens, "output_tokens": sent},
+                    },
+                )
+            )
+            await response.write(event("message_stop", {"type": "message_stop"}))
+    except ConnectionResetError:
+        return response  # the client left; the engine counted the cancellation
+    engine.count_completion()
+    with suppress(ConnectionResetError):
+        await response.write_eof()
+    return response

@@ -1,0 +1,70 @@
+"""The sim's Messages API, as the official ``anthropic`` client sees it (vLLM's shapes)."""
+
+from __future__ import annotations
+
+import aiohttp
+import anthropic
+import pytest
+from aiohttp.test_utils import TestServer
+
+from llmgw.sim import vocabulary
+from tests.support.sim import TEST_MODEL, fast_settings
+
+from .conftest import StartServer
+
+USER = [{"role": "user", "content": "say something nice"}]
+
+
+def _client(server: TestServer) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(
+        base_url=str(server.make_url("")).rstrip("/"), api_key="sk-sim", max_retries=0
+    )
+
+
+async def test_a_message_and_its_stream_say_greek_up_to_max_tokens(start_server: StartServer) -> None:
+    async with _client(await start_server()) as client:
+        message = await client.messages.create(
+            model=TEST_MODEL, max_tokens=4, messages=USER, system="be kind"
+        )
+        assert message.id.startswith("msg_") and message.model == TEST_MODEL
+        text = message.content[0].text  # type: ignore[union-attr]
+        assert len(text.split()) == 4 and all(word in vocabulary.GREEK for word in text.split())
+        assert message.stop_reason == "max_tokens"
+        assert (message.usage.input_tokens, message.usage.output_tokens) == (5, 4)
+        types = []
+        async with client.messages.stream(model=TEST_MODEL, max_tokens=3, messages=USER) as stream:
+            async for event in stream:
+                types.append(event.type)
+            final = await stream.get_final_message()
+        assert types[0] == "message_start" and types[-2:] == ["message_delta", "message_stop"]
+        assert types.count("content_block_delta") == 3
+        assert (final.usage.input_tokens, final.usage.output_tokens) == (3, 3)
+        counted = await client.messages.count_tokens(model=TEST_MODEL, messages=USER, system="be kind")
+        assert counted.input_tokens == 5
+
+
+async def test_errors_are_in_anthropics_shape(start_server: StartServer, http: aiohttp.ClientSession) -> None:
+    server = await start_server()
+    async with _client(server) as client:
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            await client.messages.create(model="other", max_tokens=4, messages=USER)
+        assert caught.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    async with http.post(
+        server.make_url("/v1/messages"), json={"model": TEST_MODEL, "messages": USER}
+    ) as response:
+        assert response.status == 400
+        assert await response.json() == {
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": "max_tokens: Field required"},
+        }
+
+
+async def test_tokenize_counts_a_chat_as_vllm_does(
+    start_server: StartServer, http: aiohttp.ClientSession
+) -> None:
+    server = await start_server(fast_settings(max_model_len=512))
+    async with http.post(
+        server.make_url("/tokenize"), json={"model": TEST_MODEL, "messages": USER}
+    ) as response:
+        body = await response.json()
+    assert body["count"] == 3 and body["max_model_len"] == 512 and len(body["tokens"]) == 3

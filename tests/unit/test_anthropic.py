@@ -1,0 +1,313 @@
+"""The Messages API's pure parts: the translation to a chat completion and back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llmgw.core import anthropic
+
+
+def test_a_request_becomes_the_chat_completion_that_asks_the_same() -> None:
+    body: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 9,
+        "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        "temperature": 0.5,
+        "top_k": 3,
+        "stop_sequences": ["END"],
+        "metadata": {"user_id": "u1"},
+        "stream": True,
+        "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "calling"},
+                    {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "42"}]},
+                    {"type": "text", "text": "and?"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}},
+                ],
+            },
+        ],
+    }
+    assert anthropic.to_chat(body) == {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": "calling",
+                "tool_calls": [
+                    {"id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "t1", "content": "42"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "and?"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}},
+                ],
+            },
+        ],
+        "max_tokens": 9,
+        "temperature": 0.5,
+        "top_k": 3,
+        "stop": ["END"],
+        "user": "u1",
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "f", "parameters": {"type": "object"}, "description": "d"},
+            }
+        ],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "param"),
+    [
+        ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking"),
+        ({"container": "c"}, "container"),
+        ({"mcp_servers": []}, "mcp_servers"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+            "messages.0.content.0.type",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "extra": 1}]}]},
+            "messages.0.content.0.extra",
+        ),
+        (
+            {"messages": [{"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}]}]},
+            "messages.0.content.0.type",
+        ),
+        (
+            {"messages": [{"role": "assistant", "content": [{"type": "image", "source": {}}]}]},
+            "messages.0.content.0.type",
+        ),
+        ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]}]},
+            "messages.0.content.0.source",
+        ),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
+        ({"tools": [{"name": "f", "input_schema": {}, "strict": True}]}, "tools.0.strict"),
+        ({"tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
+        ({"system": [{"type": "image"}]}, "system.0"),
+    ],
+)
+def test_a_field_the_translation_cannot_carry_is_named(change: dict[str, Any], param: str) -> None:
+    body = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}], **change}
+    with pytest.raises(anthropic.Untranslatable) as caught:
+        anthropic.to_chat(body)
+    assert caught.value.param == param
+
+
+def test_what_changes_nothing_generated_is_accepted() -> None:
+    body = {
+        "model": "m",
+        "max_tokens": 1,
+        "service_tier": "auto",
+        "thinking": {"type": "disabled"},
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+            }
+        ],
+    }
+    assert anthropic.to_chat(body)["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_a_chat_answer_becomes_a_message() -> None:
+    answer = {
+        "id": "chatcmpl-abc",
+        "choices": [
+            {
+                "message": {
+                    "content": "done",
+                    "reasoning_content": "thought",
+                    "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": '{"x": 2}'}}],
+                },
+                "finish_reason": "stop",
+                "stop_reason": "END",  # vLLM names the stop string it matched
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 7},
+    }
+    assert anthropic.from_chat(answer, "served", ("END",)) == {
+        "id": "msg_abc",
+        "type": "message",
+        "role": "assistant",
+        "model": "served",
+        "content": [
+            {"type": "thinking", "thinking": "thought", "signature": ""},
+            {"type": "text", "text": "done"},
+            {"type": "tool_use", "id": "c1", "name": "f", "input": {"x": 2}},
+        ],
+        "stop_reason": "stop_sequence",
+        "stop_sequence": "END",
+        "usage": {"input_tokens": 5, "output_tokens": 7},
+    }
+    assert anthropic.from_chat({"choices": [{"finish_reason": "length"}]}, "m")["stop_reason"] == "max_tokens"
+
+
+def _events(raw: bytes) -> list[dict[str, Any]]:
+    found = []
+    for block in raw.decode().split("\n\n"):
+        if not block:
+            continue
+        kind, data = block.split("\n")
+        event = json.loads(data.removeprefix("data: "))
+        assert kind == "event: " + event["type"]
+        found.append(event)
+    return found
+
+
+CHAT_STREAM = (
+    b"".join(
+        b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        for chunk in (
+            {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+            {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": "Hel"}}]},
+            {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": "lo"}}]},
+            {
+                "id": "chatcmpl-1",
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {"index": 0, "id": "c1", "function": {"name": "f", "arguments": ""}}
+                            ]
+                        },
+                    }
+                ],
+            },
+            {
+                "id": "chatcmpl-1",
+                "choices": [
+                    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}
+                ],
+            },
+            {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+            {"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}},
+        )
+    )
+    + b"data: [DONE]\n\n"
+)
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64, len(CHAT_STREAM)])
+def test_a_chat_stream_becomes_messages_events_however_it_is_cut(piece: int) -> None:
+    translation = anthropic.StreamTranslation("served")
+    raw = b"".join(translation.feed(CHAT_STREAM[at : at + piece]) for at in range(0, len(CHAT_STREAM), piece))
+    events = _events(raw)
+    assert [e["type"] for e in events] == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert events[0]["message"]["id"] == "msg_1" and events[0]["message"]["model"] == "served"
+    assert events[1]["content_block"] == {"type": "text", "text": ""}
+    assert "".join(e["delta"]["text"] for e in events[2:4]) == "Hello"
+    assert events[5] == {
+        "type": "content_block_start",
+        "index": 1,
+        "content_block": {"type": "tool_use", "id": "c1", "name": "f", "input": {}},
+    }
+    assert events[6]["delta"] == {"type": "input_json_delta", "partial_json": "{}"}
+    assert events[8]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
+    assert events[8]["usage"] == {"input_tokens": 3, "output_tokens": 4}
+    assert translation.usage == {"prompt_tokens": 3, "completion_tokens": 4}
+
+
+def test_an_engine_error_in_a_chat_stream_becomes_an_error_event() -> None:
+    translation = anthropic.StreamTranslation("served")
+    out = translation.feed(b'data: {"error": {"message": "boom", "code": 500}}\n\n')
+    assert _events(out) == [{"type": "error", "error": {"type": "api_error", "message": "boom"}}]
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+        (408, "invalid_request_error"),
+        (413, "request_too_large"),
+        (429, "rate_limit_error"),
+        (500, "api_error"),
+        (502, "api_error"),
+        (503, "overloaded_error"),
+        (504, "timeout_error"),
+        (529, "overloaded_error"),
+    ],
+)
+def test_each_status_has_anthropics_error_type(status: int, kind: str) -> None:
+    assert anthropic.error_body(status, "m") == {"type": "error", "error": {"type": kind, "message": "m"}}
+
+
+def test_cached_input_counts_as_input() -> None:
+    usage = {
+        "input_tokens": 3,
+        "cache_read_input_tokens": 10,
+        "cache_creation_input_tokens": 2,
+        "output_tokens": 5,
+    }
+    assert anthropic.token_counts(usage) == (15, 5)
+    assert anthropic.token_counts({"input_tokens": True, "output_tokens": -1}) == (0, 0)
+
+
+def test_a_streams_usage_is_its_message_start_and_its_last_message_delta() -> None:
+    head = (
+        b"event: message_start\ndata: "
+        + json.dumps(
+            {"type": "message_start", "message": {"usage": {"input_tokens": 9, "cache_read_input_tokens": 3}}}
+        ).encode()
+        + b"\n\nevent: content_block_start\ndata: {}\n\n"
+    )
+    start = anthropic.message_start_usage(head)
+    assert start == {"input_tokens": 9, "cache_read_input_tokens": 3}
+    # llama.cpp's message_delta has the output tokens only; vLLM's repeats the input.
+    assert anthropic.stream_usage(start, {"output_tokens": 4}) == {
+        "input_tokens": 9,
+        "cache_read_input_tokens": 3,
+        "output_tokens": 4,
+    }
+    assert anthropic.stream_usage({"input_tokens": 0}, {"input_tokens": 9, "output_tokens": 4}) == {
+        "input_tokens": 9,
+        "output_tokens": 4,
+    }
+    assert anthropic.message_start_usage(b"event: ping\ndata: {}\n\n") is None
+    assert anthropic.stream_usage(None, None) is None
+
+
+def test_a_chat_stream_with_nothing_before_its_end_is_still_a_whole_message() -> None:
+    events = _events(anthropic.StreamTranslation("served").feed(b"data: [DONE]\n\n"))
+    assert [e["type"] for e in events] == ["message_start", "message_delta", "message_stop"]
