@@ -33,6 +33,7 @@ from typing import Any, Protocol, cast
 
 from llmgw.adapters.nomad.client import EventBatch, NomadError, Page
 from llmgw.cancellation import cancel_and_wait
+from llmgw.core.backoff import BackoffPolicy
 from llmgw.core.planning import JOB_PREFIX
 from llmgw.core.routing import AllocationFact, NomadView, canonical_address
 
@@ -61,12 +62,17 @@ class NomadReader(Protocol):
 @dataclass(frozen=True, slots=True)
 class AllocationWatchSettings:
     # Reopening the stream after it broke: the first delay, doubling up to the max
-    # (with jitter). A full read comes before every reopening.
+    # (with equal jitter: every router reopens when a Nomad server restarts). A full
+    # read comes before every reopening.
     retry_initial: float = 0.5
     retry_max: float = 10.0
     # A full read this often even while the stream runs (it repairs what a stream can
     # miss; the control plane's resync_interval is the same).
     resync_interval: float = 300.0
+
+    @property
+    def backoff(self) -> BackoffPolicy:
+        return BackoffPolicy(self.retry_initial, self.retry_max, jitter=0.5)
 
 
 class ParseError(ValueError):
@@ -296,9 +302,7 @@ class AllocationWatch:
         self._set_health(False, message)
 
     def _backoff(self, failures: int) -> float:
-        s = self._settings
-        ceiling = min(s.retry_max, s.retry_initial * 2.0 ** min(failures - 1, 32))
-        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+        return self._settings.backoff.delay(failures, self._rng.random())
 
 
 def _parse_or_none(raw: JSON) -> AllocationFact | None:
