@@ -70,10 +70,6 @@ class AllocationWatchSettings:
     # miss; the control plane's resync_interval is the same).
     resync_interval: float = 300.0
 
-    @property
-    def backoff(self) -> BackoffPolicy:
-        return BackoffPolicy(self.retry_initial, self.retry_max, jitter=0.5)
-
 
 class ParseError(ValueError):
     """A Nomad object without a field routing needs; it is skipped and logged."""
@@ -302,7 +298,8 @@ class AllocationWatch:
         self._set_health(False, message)
 
     def _backoff(self, failures: int) -> float:
-        return self._settings.backoff.delay(failures, self._rng.random())
+        reopening = BackoffPolicy(self._settings.retry_initial, self._settings.retry_max, jitter=0.5)
+        return reopening.delay(failures, self._rng.random())
 
 
 def _parse_or_none(raw: JSON) -> AllocationFact | None:
