@@ -21,11 +21,11 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from llmgw.core.addresses import bad_host_name, is_loopback, url_of
-from llmgw.flags import Flag, add_flags, parse_bool, parse_host_names, read_flags
+from llmgw.flags import ADMIN_TOKEN, ADMIN_URL, Flag, add_flags, parse_bool, parse_host_names, read_flags
 
 ENV_PREFIX = "LLMGW_ADMIN_"
-TOKEN_ENV = "LLMGW_ADMIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
-URL_ENV = "LLMGW_ADMIN_URL"
+TOKEN_ENV = ADMIN_TOKEN.name
+URL_ENV = ADMIN_URL.name
 # Next to the router's 8080; the admin API is a separate listener so it can stay on
 # loopback while the router serves the network.
 DEFAULT_PORT = 8081
@@ -99,7 +99,7 @@ class AdminSettings:
         Raises AdminSettingsError naming every unusable value (not the policy checks:
         ``check_settings`` says whether the result may run)."""
         values, problems = read_flags(_FLAGS, environ, namespace)
-        token = environ.get(TOKEN_ENV, "")
+        token = ADMIN_TOKEN.raw(environ) or ""
         if token.strip() != token:
             problems.append(f"{TOKEN_ENV} has leading or trailing spaces; remove them")
         elif token:

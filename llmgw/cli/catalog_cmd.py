@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from llmgw.flags import MIRROR_URL
 
 if TYPE_CHECKING:  # imported where used: every llmgw command builds this parser
-    from llmgw.core.catalog import ClusterAllowlists, LoadResult, SecurityPolicy
+    from llmgw.core.catalog import Catalog, ClusterAllowlists, LoadResult, SecurityPolicy
     from llmgw.core.mirror import MirrorIndex
 
-MIRROR_ENV = "LLMGW_MIRROR_URL"
+MIRROR_ENV = MIRROR_URL.name
 EXIT_MIRROR_UNREADABLE = 3
 
 
@@ -142,6 +143,19 @@ def load_catalog_file(
     return load_catalog(text, filename=filename, policy=policy, allowlists=allowlists)
 
 
+def catalog_from_file(
+    name: str, policy: SecurityPolicy, allowlists: ClusterAllowlists | None = None
+) -> Catalog | int:
+    """The file's catalog, its diagnostics printed on stderr; else the exit code to end with
+    (2: the file cannot be read, 1: the catalog is invalid), for the commands that run one."""
+    loaded = load_catalog_file(name, policy, allowlists)
+    if loaded is None:
+        return EXIT_USAGE
+    for diagnostic in loaded.diagnostics:
+        print(diagnostic.format(), file=sys.stderr)
+    return EXIT_REJECTED if loaded.catalog is None else loaded.catalog
+
+
 class _MirrorUnreadable(Exception):
     pass
 
@@ -166,7 +180,7 @@ class _MirrorIndex:
 
 
 def _mirror_location(args: argparse.Namespace) -> str | None:
-    location: str | None = args.mirror or os.environ.get(MIRROR_ENV) or None
+    location: str | None = args.mirror or MIRROR_URL.read(os.environ)
     if location is None or location.startswith(("http://", "https://", "s3://")):
         return location
     if not Path(location).is_dir():

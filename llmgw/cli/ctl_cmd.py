@@ -41,9 +41,10 @@ from llmgw.cli.output import print_table as _table
 from llmgw.core.addresses import is_loopback
 from llmgw.core.catalog_diff import CatalogDiff, DiffDecodeError, diff_from_dict
 from llmgw.core.diagnostics import printable
+from llmgw.flags import ACTOR, ADMIN_TOKEN, ADMIN_URL
 
 EXIT_UNREACHABLE = 3
-ACTOR_ENV = "LLMGW_ACTOR"
+ACTOR_ENV = ACTOR.name
 ACTOR_HEADER = "X-Llmgw-Actor"
 # A request that gets no answer in this long counts as unreachable (an apply renders
 # every changed profile, which takes a second or two for a large catalog).
@@ -255,14 +256,14 @@ class Connection:
 
     @classmethod
     def of(cls, args: argparse.Namespace, environ: dict[str, str]) -> Connection:
-        url = (getattr(args, "admin_url", None) or environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+        url = (getattr(args, "admin_url", None) or ADMIN_URL.read(environ) or DEFAULT_URL).rstrip("/")
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise UsageError(f"--admin-url {url!r} must look like http://HOST:PORT or https://HOST:PORT")
         timeout = getattr(args, "timeout", DEFAULT_TIMEOUT)
         if timeout <= 0:
             raise UsageError("--timeout must be more than 0")
-        token = environ.get(TOKEN_ENV) or None
+        token = ADMIN_TOKEN.raw(environ) or None
         if token and parts.scheme == "http" and not is_loopback(parts.hostname):
             print(
                 f"llmgw ctl: warning: sending {TOKEN_ENV} in clear text to {parts.hostname}; use https",
@@ -271,7 +272,7 @@ class Connection:
         return cls(
             url=url,
             token=token,
-            actor=getattr(args, "actor", None) or environ.get(ACTOR_ENV) or "ctl",
+            actor=getattr(args, "actor", None) or ACTOR.read(environ) or "ctl",
             timeout=timeout,
             cacert=getattr(args, "cacert", None),
             as_json=bool(getattr(args, "json", False)),

@@ -14,10 +14,10 @@ commands do not pay for the stand-ins at start-up).
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from llmgw.cli.event_loop import add_event_loop_argument
+from llmgw.flags import LOG_LEVEL, flag_type
 
 DEFAULT_STATE_DIR = Path(".llmgw-dev")
 EXIT_NOT_RUNNING = 3
@@ -104,7 +104,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_event_loop_argument(parser)
     parser.add_argument(
         "--log-level",
-        default=os.environ.get("LLMGW_LOG_LEVEL", "WARNING"),
+        type=flag_type(LOG_LEVEL),
         help="DEBUG, INFO, WARNING or ERROR (default $LLMGW_LOG_LEVEL or WARNING)",
     )
     parser.set_defaults(handler=_run_dev)

@@ -36,7 +36,7 @@ from llmgw.adapters.consul import ConsulClient
 from llmgw.admin import AdminSettings
 from llmgw.bundled import bundled_path, read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, event_loop
-from llmgw.cli.catalog_cmd import load_catalog_file
+from llmgw.cli.catalog_cmd import catalog_from_file
 from llmgw.cli.dev_cmd import EXIT_NOT_RUNNING, FAULT_TIMEOUT
 from llmgw.cli.serve_run import configure_logging
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
@@ -50,6 +50,7 @@ from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
 from llmgw.devcluster.nomad.config import DockerPlugin
+from llmgw.flags import LLAMA_SERVER, LOG_LEVEL, SettingError, flag_or_variable
 from llmgw.gateway.settings import RouterSettings
 from llmgw.render import RenderSettings
 from llmgw.settings import ConsulConnection, NomadConnection
@@ -74,14 +75,10 @@ def write_secret(path: Path, secret: str) -> None:
     os.replace(temporary, path)
 
 
-# Names the llama-server binary that runs llama.cpp's server images on dev's nodes
-# (else the first llama-server on PATH; scripts/build-llama-server builds one).
-LLAMA_SERVER_ENV = "LLMGW_LLAMA_SERVER"
-
-
 def local_llama_server(environ: Mapping[str, str] = os.environ) -> str | None:
     """The llama-server dev's nodes run for llama.cpp's images: $LLMGW_LLAMA_SERVER, else PATH's."""
-    named = environ.get(LLAMA_SERVER_ENV, "").strip()
+    # Else the first llama-server on PATH; scripts/build-llama-server builds one.
+    named = LLAMA_SERVER.read(environ)
     if named:
         return named
     return shutil.which("llama-server", path=environ.get("PATH"))
@@ -201,21 +198,17 @@ def _judge_answers(catalog: Catalog, judge: str, *, llama_server: bool) -> bool:
 
 
 def run_dev(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
     try:
+        configure_logging(flag_or_variable(args.log_level, LOG_LEVEL, os.environ, "WARNING"))
         loop = event_loop.resolve(args.event_loop)
-    except event_loop.EventLoopError as exc:
+    except (SettingError, event_loop.EventLoopError) as exc:
         print(f"llmgw dev: {exc}", file=sys.stderr)
         return EXIT_USAGE
     policy = read_security_policy()
     catalog_path = args.catalog or bundled_path("examples") / "catalog.yaml"
-    loaded = load_catalog_file(str(catalog_path), policy)
-    if loaded is None:
-        return EXIT_USAGE
-    for diagnostic in loaded.diagnostics:
-        print(diagnostic.format(), file=sys.stderr)
-    if loaded.catalog is None:
-        return EXIT_REJECTED
+    catalog = catalog_from_file(str(catalog_path), policy)
+    if isinstance(catalog, int):
+        return catalog
     llama_server = local_llama_server()
     if args.cluster is not None:
         try:
@@ -224,7 +217,7 @@ def run_dev(args: argparse.Namespace) -> int:
             print(f"llmgw dev: --cluster {args.cluster}: {exc}", file=sys.stderr)
             return EXIT_USAGE
     else:
-        cpu_nodes = 1 if wants_cpu_node(loaded.catalog) else 0
+        cpu_nodes = 1 if wants_cpu_node(catalog) else 0
         nomad_config = StandInConfig(nodes=dev_nodes(args, cpu_nodes=cpu_nodes, llama_server=llama_server))
     try:
         nomad_config = replace(nomad_config, artifact_files=artifact_files(args.artifact or []))
@@ -235,7 +228,7 @@ def run_dev(args: argparse.Namespace) -> int:
     args.state_dir = args.state_dir.resolve()
     args.state_dir.mkdir(parents=True, exist_ok=True)
     # A CPU node runs a local llama-server only when llmgw dev lays out the nodes itself.
-    hint = answering_model(loaded.catalog, llama_server=args.cluster is None and llama_server is not None)
+    hint = answering_model(catalog, llama_server=args.cluster is None and llama_server is not None)
     return event_loop.run(_dev(args, nomad_config, text, str(catalog_path), policy, hint), loop)
 
 

@@ -14,13 +14,13 @@ import argparse
 import asyncio
 import importlib.util
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+from llmgw.flags import EVENT_LOOP, flag_or_variable
 
-ENV = "LLMGW_EVENT_LOOP"
+T = TypeVar("T")
 
 
 class EventLoop(StrEnum):
@@ -37,20 +37,22 @@ def add_event_loop_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--event-loop",
         choices=[choice.value for choice in EventLoop],
-        default=os.environ.get(ENV, EventLoop.AUTO.value),
         help=f"auto: uvloop when installed (it is with llmgw's dependencies), else asyncio's own "
-        f"(default ${ENV} or auto)",
+        f"(default ${EVENT_LOOP.name} or auto)",
     )
 
 
-def resolve(choice: str, *, uvloop_installed: bool | None = None) -> EventLoop:
-    """The loop ``choice`` (``--event-loop``'s value) means here: never AUTO."""
+def resolve(
+    choice: str | None, *, uvloop_installed: bool | None = None, environ: Mapping[str, str] = os.environ
+) -> EventLoop:
+    """The loop ``choice`` (``--event-loop``'s value, else LLMGW_EVENT_LOOP's) means here: never AUTO."""
+    chosen = flag_or_variable(choice, EVENT_LOOP, environ, EventLoop.AUTO.value)
     try:
-        wanted = EventLoop(choice)
+        wanted = EventLoop(chosen)
     except ValueError:
-        # argparse checks a flag's value against its choices but not a default from the environment.
+        # argparse checks a flag's value against its choices but not a variable's.
         names = ", ".join(loop.value for loop in EventLoop)
-        raise EventLoopError(f"--event-loop/{ENV} must be one of {names}; got {choice!r}") from None
+        raise EventLoopError(f"{EVENT_LOOP.name}={chosen!r} is not one of {names}") from None
     installed = uvloop_installed
     if installed is None:
         installed = importlib.util.find_spec("uvloop") is not None

@@ -34,12 +34,13 @@ from llmgw.core.mirror import (
     parse_sources,
 )
 from llmgw.core.mirror.sources import HUB_HOSTS, split_url
+from llmgw.flags import MIRROR_STORE, parse_rate
 from llmgw.mirror.credentials import HubToken, read_hub_token
 from llmgw.mirror.errors import MirrorError
 from llmgw.mirror.progress import ProgressMode, human_bytes, make_progress
-from llmgw.mirror.settings import MirrorSettings, parse_rate
+from llmgw.mirror.settings import MirrorSettings
 
-STORE_ENV = "LLMGW_MIRROR_STORE"
+STORE_ENV = MIRROR_STORE.name
 DEFAULT_PORT = 8900
 _EXITS = "Exit 0 done, 1 the operation failed, 2 usage."
 
@@ -229,7 +230,7 @@ def _settings(args: argparse.Namespace) -> MirrorSettings:
 
 
 def _store_location(args: argparse.Namespace) -> str:
-    location: str | None = args.store or os.environ.get(STORE_ENV)
+    location: str | None = args.store or MIRROR_STORE.read(os.environ)
     if not location:
         raise _Usage(f"give --store DIR (or set {STORE_ENV})")
     return location

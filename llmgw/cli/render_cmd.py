@@ -64,12 +64,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--templates",
         type=Path,
-        default=_env_path("LLMGW_TEMPLATES"),
         help="folder of templates overriding the bundled ones (default $LLMGW_TEMPLATES)",
     )
     parser.add_argument(
         "--mirror-url",
-        default=os.environ.get("LLMGW_MIRROR_URL"),
         help="the mirror nodes fetch mirror:NAME@VERSION sources from (default $LLMGW_MIRROR_URL)",
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when files in --out are stale")
@@ -81,11 +79,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--policy", type=Path, help="engine security policy (default: the bundled one)")
     parser.set_defaults(handler=_render)
-
-
-def _env_path(name: str) -> Path | None:
-    value = os.environ.get(name)
-    return Path(value) if value else None
 
 
 @dataclass(frozen=True, slots=True)

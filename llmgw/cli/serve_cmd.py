@@ -9,11 +9,11 @@ router's settings from its flags or LLMGW_ROUTER_*; the admin API's from
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from llmgw.admin.settings import add_admin_arguments
 from llmgw.cli.event_loop import add_event_loop_argument
+from llmgw.flags import CONTROL_METRICS_PORT, LOG_LEVEL, flag_type
 from llmgw.gateway.settings import add_router_arguments
 
 ROLES = ("all", "control-plane", "router")
@@ -65,21 +65,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--policy", type=Path, help="engine security policy (default: the bundled one)")
     parser.add_argument(
         "--log-level",
-        default=os.environ.get("LLMGW_LOG_LEVEL", "INFO"),
+        type=flag_type(LOG_LEVEL),
         help="DEBUG, INFO, WARNING or ERROR (default $LLMGW_LOG_LEVEL or INFO)",
     )
     add_event_loop_argument(parser)
     group = parser.add_argument_group("control plane")
     group.add_argument(
         "--control-metrics-host",
-        default=os.environ.get("LLMGW_CONTROL_METRICS_HOST", "127.0.0.1"),
         help="address of the control plane's /metrics and /health (default 127.0.0.1; "
         "env LLMGW_CONTROL_METRICS_HOST; 0.0.0.0 for a Prometheus elsewhere)",
     )
     group.add_argument(
         "--control-metrics-port",
-        type=int,
-        default=int(os.environ.get("LLMGW_CONTROL_METRICS_PORT", "8082")),
+        type=flag_type(CONTROL_METRICS_PORT),
         help="port of the control plane's /metrics and /health (default 8082; "
         "env LLMGW_CONTROL_METRICS_PORT)",
     )

@@ -17,12 +17,19 @@ import sys
 from llmgw.adapters.consul import ConsulNamespaceUnsupported
 from llmgw.admin import AdminSettings, AdminSettingsError, check_settings
 from llmgw.bundled import read_security_policy
-from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, event_loop
-from llmgw.cli.catalog_cmd import load_catalog_file
+from llmgw.cli import EXIT_OK, EXIT_USAGE, event_loop
+from llmgw.cli.catalog_cmd import catalog_from_file
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.control import ControlSettings, lost_node_problem
 from llmgw.control.metrics_server import MetricsListenerSettings
-from llmgw.core.engine_keys import EngineKeySecretError, engine_keys_from_env
+from llmgw.flags import (
+    CONTROL_METRICS_HOST,
+    CONTROL_METRICS_PORT,
+    ENGINE_KEY_SECRET,
+    LOG_LEVEL,
+    SettingError,
+    flag_or_variable,
+)
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError
 from llmgw.render.settings import RenderSettingsError, render_settings_from_env
 from llmgw.settings import ConsulConnection, NomadConnection, SettingsError
@@ -35,18 +42,22 @@ def configure_logging(level: str) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
     try:
+        configure_logging(flag_or_variable(args.log_level, LOG_LEVEL, os.environ, "INFO"))
         loop = event_loop.resolve(args.event_loop)
         nomad = NomadConnection.from_env(os.environ)
         consul = ConsulConnection.from_env(os.environ)
         router = RouterSettings.from_env_and_args(os.environ, args)
         admin = AdminSettings.from_env_and_args(os.environ, args)
         render = render_settings_from_env(os.environ)
-        engine_keys = engine_keys_from_env(dict(os.environ))
+        engine_keys = ENGINE_KEY_SECRET.read(os.environ)
+        control_metrics = MetricsListenerSettings(
+            flag_or_variable(args.control_metrics_host, CONTROL_METRICS_HOST, os.environ, "127.0.0.1"),
+            flag_or_variable(args.control_metrics_port, CONTROL_METRICS_PORT, os.environ, 8082),
+        )
     except (
-        SettingsError, RouterSettingsError, AdminSettingsError, RenderSettingsError,
-        EngineKeySecretError, event_loop.EventLoopError,
+        SettingsError, SettingError, RouterSettingsError, AdminSettingsError, RenderSettingsError,
+        event_loop.EventLoopError,
     ) as exc:  # fmt: skip
         print(f"llmgw serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -63,13 +74,9 @@ def run_serve(args: argparse.Namespace) -> int:
     policy = read_security_policy(args.policy)
     catalog_text = None
     if args.catalog is not None:
-        loaded = load_catalog_file(str(args.catalog), policy, render.allowlists)
-        if loaded is None:
-            return EXIT_USAGE
-        for diagnostic in loaded.diagnostics:
-            print(diagnostic.format(), file=sys.stderr)
-        if loaded.catalog is None:
-            return EXIT_REJECTED
+        catalog = catalog_from_file(str(args.catalog), policy, render.allowlists)
+        if isinstance(catalog, int):
+            return catalog
         catalog_text = args.catalog.read_text(encoding="utf-8")
     settings = ServiceSettings(
         role=Role(args.role),
@@ -79,7 +86,7 @@ def run_serve(args: argparse.Namespace) -> int:
         render=render,
         router=router,
         admin=admin,
-        control_metrics=MetricsListenerSettings(args.control_metrics_host, args.control_metrics_port),
+        control_metrics=control_metrics,
         engine_keys=engine_keys,
     )
     return event_loop.run(_run(settings, catalog_text), loop)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from llmgw.adapters.consul import ConsulClient, ConsulError, CorruptRecord, KvEntry, Watch, WatchSettings
 from llmgw.control.ports import CatalogText
 from llmgw.control.reconciling import CATALOG_FILENAME
+from llmgw.core.backoff import BackoffPolicy
 from llmgw.core.catalog import Catalog, SecurityPolicy, load_catalog
 from llmgw.core.conventions import KV_COMMANDS_PREFIX
 from llmgw.core.names import slug
@@ -125,10 +126,10 @@ class ModelCommandStore:
     def __init__(self, client: ConsulClient, *, attempts: int = 10, retry_spread: float = 0.05) -> None:
         self._client = client
         # Compare-and-set rounds before giving up on a record others keep changing; between
-        # two rounds a random pause of up to ``retry_spread`` seconds, so writers that keep
-        # colliding spread out.
+        # two rounds a random pause of up to ``retry_spread`` seconds (full jitter, no growth:
+        # the rounds are quick), so writers that keep colliding spread out.
         self._attempts = attempts
-        self._retry_spread = retry_spread
+        self._collision_pause = BackoffPolicy(retry_spread, retry_spread, factor=1.0, jitter=1.0)
         self._rng = random.Random()  # noqa: S311 (jitter, not secrets)
 
     async def get(self, model: str) -> ModelCommand | None:
@@ -142,7 +143,7 @@ class ModelCommandStore:
         compare-and-set; the record before and after. Nothing is written when nothing changes.
         Raises CorruptRecord for a record llmgw did not write (delete the key to start over)."""
         key = command_key(model)
-        for _ in range(self._attempts):
+        for attempt in range(1, self._attempts + 1):
             entry, _ = await self._client.kv_get(key)
             before = None if entry is None else decode(entry)
             after = change(before or ModelCommand(model=model))
@@ -150,7 +151,7 @@ class ModelCommandStore:
                 return before, after
             if await self._client.kv_put(key, encode(after), cas=entry.modify_index if entry else 0):
                 return before, after
-            await asyncio.sleep(self._rng.uniform(0, self._retry_spread))
+            await asyncio.sleep(self._collision_pause.delay(attempt, self._rng.random()))
         raise CommandConflict(f"the command record of {model!r} kept changing under this writer; try again")
 
     async def end_drain(self, model: str, drained_key: str) -> None:

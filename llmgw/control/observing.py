@@ -422,10 +422,7 @@ class ClusterView:
             self._metrics.event_reconnects.inc()
             log.info("Nomad %s; reconnecting and resyncing", reason)
             self.request_resync("reconnect")
-            delay = min(
-                self._settings.events_retry * 2 ** min(failures - 1, 16), self._settings.events_retry_max
-            )
-            await self._clock.sleep(delay)
+            await self._clock.sleep(self._settings.events_backoff.step(failures))
 
     def apply_events(self, events: Iterable[JSON], index: int) -> None:
         changed = False

@@ -143,6 +143,7 @@ class ControlPlane:
 
     async def _keep_view(self) -> None:
         # The first resync happens in the first pass's refresh, or here for a standby.
+        failures = 0
         while True:
             try:
                 await self.view.refresh()
@@ -150,8 +151,10 @@ class ControlPlane:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("cannot read Nomad yet (%s); retrying", exc)
-                await self.deps.clock.sleep(self.settings.events_retry)
+                failures += 1
+                delay = self.settings.events_backoff.step(failures)
+                log.warning("cannot read Nomad yet (%s); retrying in %.1fs", exc, delay)
+                await self.deps.clock.sleep(delay)
         await self.view.follow_events()
 
     def _forwarder(self, watch: Watched[Any]) -> Callable[[], Awaitable[None]]:

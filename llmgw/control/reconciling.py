@@ -365,7 +365,7 @@ class Reconciler:
                 raise
             except Exception as exc:
                 failures += 1
-                delay = min(s.pass_retry * 2 ** min(failures - 1, 16), s.pass_retry_max)
+                delay = s.pass_backoff.step(failures)
                 self._metrics.passes.labels(result="error").inc()
                 log.warning("reconcile pass failed (%s); retrying in %.1fs", exc, delay)
                 wake_at = self._clock.time() + delay

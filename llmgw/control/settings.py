@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from llmgw.core.backoff import BackoffPolicy
 from llmgw.core.planning import PlanningSettings
 
 
@@ -53,6 +54,16 @@ class ControlSettings:
     # The leader republishes its status at least this often even when nothing changed
     # (so a reader sees it is fresh), and at most once per pass otherwise.
     status_refresh: float = 30.0
+
+    @property
+    def pass_backoff(self) -> BackoffPolicy:
+        """After a failed pass: one control plane, so no jitter (nothing to spread out)."""
+        return BackoffPolicy(self.pass_retry, self.pass_retry_max)
+
+    @property
+    def events_backoff(self) -> BackoffPolicy:
+        """Reopening Nomad's event stream: one leader follows it, so no jitter either."""
+        return BackoffPolicy(self.events_retry, self.events_retry_max)
 
 
 class ControlSettingsError(ValueError):

@@ -55,9 +55,3 @@ class EngineKeys:
     def for_replica(self, job_id: str) -> str:
         digest = hmac.new(self.secret.encode(), job_id.encode(), hashlib.sha256).hexdigest()
         return KEY_PREFIX + digest
-
-
-def engine_keys_from_env(environ: dict[str, str] | None) -> EngineKeys | None:
-    """The keys of ``LLMGW_ENGINE_KEY_SECRET``, or None when it is unset (engines run without keys)."""
-    secret = (environ or {}).get("LLMGW_ENGINE_KEY_SECRET", "").strip()
-    return EngineKeys(secret) if secret else None

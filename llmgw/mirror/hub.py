@@ -15,7 +15,6 @@ does) nor write to disk.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -27,9 +26,18 @@ from llmgw.core.mirror import RepoFile, Sha256Hex, is_sha256
 from llmgw.mirror.credentials import HubToken
 from llmgw.mirror.errors import HubError
 from llmgw.mirror.settings import MirrorSettings
-from llmgw.mirror.transfer import safe_url
+from llmgw.mirror.transfer import retrying, safe_url
 
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# What another try may cure: a retryable status, a transport error, a timeout. A 401, 404 or
+# a bad answer is a HubError, never retried.
+_RETRYABLE = (aiohttp.ClientError, TimeoutError)
+
+
+class _TryAgain(Exception):
+    """A status worth another try (rate limiting, server trouble); the message names it."""
+
+
 # Pages of a tree listing followed at most: a model repository has hundreds of files, not millions.
 _MAX_PAGES = 1000
 
@@ -115,38 +123,46 @@ class HubClient:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self._settings.connect_timeout, sock_read=self._settings.read_timeout
         )
-        problem = ""
-        for attempt in range(self._settings.retries + 1):
-            if attempt:
-                await asyncio.sleep(
-                    min(self._settings.backoff_initial * 2 ** (attempt - 1), self._settings.backoff_max)
-                )
-            try:
-                async with self._session.get(url, headers=self._headers(), timeout=timeout) as resp:
-                    if resp.status in _RETRYABLE_STATUS:
-                        problem = f"HTTP {resp.status}"
-                        continue
-                    if resp.status in (401, 403):
-                        hint = (
-                            "the token was refused (does it have access to this gated or private repository?)"
-                            if self._token is not None
-                            else "set HF_TOKEN for a gated or private repository"
-                        )
-                        raise HubError(f"{repo_id}: HTTP {resp.status} from the Hub: {hint}")
-                    if resp.status == 404:
-                        raise HubError(
-                            f"{repo_id} at revision {revision} was not found on {self.endpoint} "
-                            "(check the repository id and --revision; a private one also needs HF_TOKEN)"
-                        )
-                    if resp.status != 200:
-                        raise HubError(f"{safe_url(url)}: HTTP {resp.status} from the Hub")
-                    if next_link is not None:
-                        nxt = resp.links.get("next")
-                        next_link[0] = str(nxt.get("url")) if nxt is not None and nxt.get("url") else None
-                    return await resp.read()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                problem = type(exc).__name__
+        problem = "no try made"
+        try:
+            async for attempt in retrying(self._settings, on=(_TryAgain, *_RETRYABLE)):
+                with attempt:
+                    return await self._get_once(url, repo_id, revision, timeout, next_link)
+        except _TryAgain as exc:
+            problem = str(exc)
+        except _RETRYABLE as exc:
+            problem = type(exc).__name__
         raise HubError(f"{safe_url(url)}: gave up after {self._settings.retries + 1} tries ({problem})")
+
+    async def _get_once(
+        self,
+        url: str,
+        repo_id: str,
+        revision: str,
+        client_timeout: aiohttp.ClientTimeout,
+        next_link: list[str | None] | None,
+    ) -> bytes:
+        async with self._session.get(url, headers=self._headers(), timeout=client_timeout) as resp:
+            if resp.status in _RETRYABLE_STATUS:
+                raise _TryAgain(f"HTTP {resp.status}")
+            if resp.status in (401, 403):
+                hint = (
+                    "the token was refused (does it have access to this gated or private repository?)"
+                    if self._token is not None
+                    else "set HF_TOKEN for a gated or private repository"
+                )
+                raise HubError(f"{repo_id}: HTTP {resp.status} from the Hub: {hint}")
+            if resp.status == 404:
+                raise HubError(
+                    f"{repo_id} at revision {revision} was not found on {self.endpoint} "
+                    "(check the repository id and --revision; a private one also needs HF_TOKEN)"
+                )
+            if resp.status != 200:
+                raise HubError(f"{safe_url(url)}: HTTP {resp.status} from the Hub")
+            if next_link is not None:
+                nxt = resp.links.get("next")
+                next_link[0] = str(nxt.get("url")) if nxt is not None and nxt.get("url") else None
+            return await resp.read()
 
 
 def _parse_entry(repo_id: str, entry: dict[str, Any]) -> RepoFile:

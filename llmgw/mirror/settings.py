@@ -8,9 +8,12 @@ and why; command-line flags override a few of them.
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from llmgw import flags
 
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
 
@@ -46,40 +49,27 @@ class MirrorSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> MirrorSettings:
-        """Defaults, overridden by ``HF_ENDPOINT``/``LLMGW_MIRROR_*`` variables (see ``ENV_SETTINGS``)."""
-        endpoint = env.get("LLMGW_MIRROR_HF_ENDPOINT") or env.get("HF_ENDPOINT") or DEFAULT_HUB_ENDPOINT
+        """Defaults, overridden by ``HF_ENDPOINT``/``LLMGW_MIRROR_*`` variables (``ENV_SETTINGS``).
+        Raises ``llmgw.flags.SettingError`` (a ValueError) naming a variable and its form."""
+        endpoint = flags.MIRROR_HF_ENDPOINT.read(env) or env.get("HF_ENDPOINT") or DEFAULT_HUB_ENDPOINT
         changes: dict[str, object] = {"hub_endpoint": endpoint.rstrip("/")}
-        for variable, (name, convert) in ENV_SETTINGS.items():
-            if env.get(variable):
-                try:
-                    changes[name] = convert(env[variable])
-                except ValueError:
-                    raise ValueError(f"{variable}={env[variable]!r} is not valid for {name}") from None
+        for field_name, variable in ENV_SETTINGS.items():
+            value = variable.read(env)
+            if value is not None:
+                changes[field_name] = value
         return dataclasses.replace(cls(), **changes)  # type: ignore[arg-type]
 
 
-_RATE = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[KMGkmg]?)(?:i?B)?(?:/s)?")
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-
-
-def parse_rate(text: str) -> int:
-    """``50M`` / ``50MB/s`` / ``1.5G`` / ``800k`` -> bytes per second (binary units)."""
-    match = _RATE.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"invalid rate {text!r}: write e.g. 50M (bytes per second, K/M/G suffixes)")
-    rate = int(float(match["number"]) * _UNITS[match["unit"].lower()])
-    if rate <= 0:
-        raise ValueError(f"invalid rate {text!r}: must be positive")
-    return rate
-
-
-ENV_SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
-    "LLMGW_MIRROR_CONCURRENCY": ("concurrency", int),
-    "LLMGW_MIRROR_BANDWIDTH_LIMIT": ("bandwidth_limit", parse_rate),
-    "LLMGW_MIRROR_CONNECT_TIMEOUT": ("connect_timeout", float),
-    "LLMGW_MIRROR_READ_TIMEOUT": ("read_timeout", float),
-    "LLMGW_MIRROR_RETRIES": ("retries", int),
-    "LLMGW_MIRROR_BACKOFF_INITIAL": ("backoff_initial", float),
-    "LLMGW_MIRROR_BACKOFF_MAX": ("backoff_max", float),
-    "LLMGW_MIRROR_LOCK_WAIT": ("lock_wait", float),
-}
+# Fields read from their LLMGW_MIRROR_* variable (the table in llmgw/flags.py).
+ENV_SETTINGS: Mapping[str, flags.Variable[Any]] = MappingProxyType(
+    {
+        "concurrency": flags.MIRROR_CONCURRENCY,
+        "bandwidth_limit": flags.MIRROR_BANDWIDTH_LIMIT,
+        "connect_timeout": flags.MIRROR_CONNECT_TIMEOUT,
+        "read_timeout": flags.MIRROR_READ_TIMEOUT,
+        "retries": flags.MIRROR_RETRIES,
+        "backoff_initial": flags.MIRROR_BACKOFF_INITIAL,
+        "backoff_max": flags.MIRROR_BACKOFF_MAX,
+        "lock_wait": flags.MIRROR_LOCK_WAIT,
+    }
+)

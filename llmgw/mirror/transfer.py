@@ -19,11 +19,12 @@ import asyncio
 import hashlib
 import os
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import stamina
 from yarl import URL
 
 from llmgw.core.mirror import Sha256Hex
@@ -54,6 +55,27 @@ class Downloaded:
     sha256: Sha256Hex
     resumed_from: int  # bytes already in the .part when this run started
     requests: int
+
+
+def retrying(settings: MirrorSettings, *, on: tuple[type[Exception], ...]) -> AsyncIterator[stamina.Attempt]:
+    """The mirror's HTTP retries (hub calls and downloads), stamina's: ``retries`` more tries
+    after the first on the exceptions ``on`` declares, waits doubling from ``backoff_initial``
+    up to ``backoff_max`` plus up to ``backoff_initial`` of jitter (a node's ranks fetch from
+    one mirror at once and should not retry in step). No overall deadline: the connect and
+    read timeouts bound each try, and a large file may take hours."""
+    return stamina.retry_context(
+        on=on,
+        attempts=settings.retries + 1,
+        timeout=None,
+        wait_initial=settings.backoff_initial,
+        wait_max=settings.backoff_max,
+        wait_jitter=settings.backoff_initial,
+        wait_exp_base=2,
+    ).__aiter__()
+
+
+class _Incomplete(Exception):
+    """A request that did not finish the file; another resumes where it stopped."""
 
 
 def part_path(dest: Path) -> Path:
@@ -167,26 +189,20 @@ class Downloader:
         resumed_from = offset
         self._progress.start_file(job.label, job.size, offset)
         requests = 0
-        failures = 0
-        last_problem = "no attempt made"
-        while True:
-            if job.size is not None and offset == job.size:
-                break
-            if failures > self._settings.retries:
-                raise DownloadFailed(
-                    job.label, f"gave up after {requests} request(s) at {offset} bytes: {last_problem}"
-                )
-            if failures:
-                await asyncio.sleep(
-                    min(self._settings.backoff_initial * 2 ** (failures - 1), self._settings.backoff_max)
-                )
-            requests += 1
-            outcome = await self._request(job, part, offset, hasher)
-            offset, hasher, done, problem = outcome
-            if done:
-                break
-            failures += 1
-            last_problem = problem
+        try:
+            async for attempt in retrying(self._settings, on=(_Incomplete,)):
+                with attempt:
+                    if job.size is not None and offset == job.size:
+                        break
+                    requests += 1
+                    offset, hasher, done, problem = await self._request(job, part, offset, hasher)
+                    # A connection dropped after the last byte still delivered the file.
+                    if not done and (job.size is None or offset != job.size):
+                        raise _Incomplete(problem)
+        except _Incomplete as exc:
+            raise DownloadFailed(
+                job.label, f"gave up after {requests} request(s) at {offset} bytes: {exc}"
+            ) from None
         digest = Sha256Hex(hasher.hexdigest())
         if job.size is not None and offset != job.size:
             raise DownloadFailed(job.label, f"got {offset} bytes, expected {job.size}")

@@ -8,22 +8,19 @@ timings). Read from ``LLMGW_*`` environment variables and flags by the CLI.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from llmgw import flags
 from llmgw.core.catalog.allowlists import ClusterAllowlists
 from llmgw.core.catalog.images import (
-    ImageError,
     default_allowed_images,
-    parse_allowed_images,
-    parse_trusted_digests,
     release_refusal,
 )
 from llmgw.core.catalog.model import Engine
-from llmgw.core.catalog.sources import IpNetwork, parse_allowed_networks
+from llmgw.core.catalog.sources import IpNetwork
 
 DEFAULT_MODEL_CACHE_DIR = "/var/lib/llmgw/models"
 # The client host volume (ops/README.md's GPU-node checklist) vLLM and SGLang download into.
@@ -168,7 +165,7 @@ def parse_variable_path(name: str, value: str) -> str:
 
 
 # Engine image overrides: LLMGW_IMAGE_VLLM, LLMGW_IMAGE_SGLANG, LLMGW_IMAGE_LLAMACPP.
-IMAGE_ENV = {engine: f"LLMGW_IMAGE_{engine.value.upper()}" for engine in DEFAULT_IMAGES}
+IMAGE_ENV = {engine: flags.IMAGES[engine].name for engine in DEFAULT_IMAGES}
 
 
 def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
@@ -176,48 +173,37 @@ def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
 
     Raises RenderSettingsError naming a variable whose value cannot be used.
     """
+    try:
+        return _render_settings(environ)
+    except flags.SettingError as exc:
+        raise RenderSettingsError(str(exc)) from None
+
+
+def _render_settings(environ: Mapping[str, str]) -> RenderSettings:
     images = dict(DEFAULT_IMAGES)
-    for engine, name in IMAGE_ENV.items():
-        if environ.get(name):
-            images[engine] = environ[name]
-    if "LLMGW_ALLOWED_IMAGES" in environ:
-        try:
-            allowed = parse_allowed_images(environ["LLMGW_ALLOWED_IMAGES"])
-        except ImageError as exc:
-            raise RenderSettingsError(f"LLMGW_ALLOWED_IMAGES: {exc}") from None
-    else:
-        allowed = default_allowed_images(images)
-    try:
-        trusted = parse_trusted_digests(environ.get("LLMGW_TRUSTED_IMAGE_DIGESTS", ""))
-    except ImageError as exc:
-        raise RenderSettingsError(f"LLMGW_TRUSTED_IMAGE_DIGESTS: {exc}") from None
-    try:
-        networks = parse_allowed_networks(environ.get("LLMGW_SOURCE_ALLOWED_NETWORKS", ""))
-    except ValueError as exc:
-        raise RenderSettingsError(f"LLMGW_SOURCE_ALLOWED_NETWORKS: {exc}") from None
-    try:
-        command = tuple(shlex.split(environ.get("LLMGW_NODE_COMMAND", "llmgw")))
-    except ValueError as exc:
-        raise RenderSettingsError(f"LLMGW_NODE_COMMAND: {exc}") from None
-    templates = environ.get("LLMGW_TEMPLATES")
-    hf_token = environ.get("LLMGW_HF_TOKEN_VARIABLE", "").strip()
+    for engine in images:
+        images[engine] = flags.IMAGES[engine].read(environ) or images[engine]
+    allowed = flags.ALLOWED_IMAGES.read(environ)
+    hf_token = flags.HF_TOKEN_VARIABLE.read(environ)
+    templates = flags.TEMPLATES.read(environ)
+    cache_volume = flags.MODEL_CACHE_VOLUME.read(environ)
     settings = RenderSettings(
         templates_dir=Path(templates) if templates else None,
-        datacenters=tuple(d for d in environ.get("LLMGW_DATACENTERS", "*").split(",") if d) or ("*",),
+        datacenters=flags.DATACENTERS.read(environ) or ("*",),
         region=environ.get("NOMAD_REGION") or None,
         namespace=environ.get("NOMAD_NAMESPACE") or None,
-        node_pool=environ.get("LLMGW_NODE_POOL") or None,
+        node_pool=flags.NODE_POOL.read(environ) or None,
         images=images,
-        allowed_images=allowed,
-        source_allowed_networks=networks,
-        llmgw_command=command or ("llmgw",),
-        mirror_url=environ.get("LLMGW_MIRROR_URL") or None,
-        model_cache_dir=environ.get("LLMGW_MODEL_CACHE_DIR") or DEFAULT_MODEL_CACHE_DIR,
+        allowed_images=default_allowed_images(images) if allowed is None else allowed,
+        source_allowed_networks=flags.SOURCE_ALLOWED_NETWORKS.read(environ) or (),
+        llmgw_command=flags.NODE_COMMAND.read(environ) or ("llmgw",),
+        mirror_url=flags.MIRROR_URL.read(environ) or None,
+        model_cache_dir=flags.MODEL_CACHE_DIR.read(environ) or DEFAULT_MODEL_CACHE_DIR,
         # Set but empty: no cache volume (a cluster whose clients declare none).
-        model_cache_volume=environ.get("LLMGW_MODEL_CACHE_VOLUME", DEFAULT_MODEL_CACHE_VOLUME) or None,
-        trusted_image_digests=trusted,
-        hf_token_variable=parse_variable_path("LLMGW_HF_TOKEN_VARIABLE", hf_token) if hf_token else None,
-        engine_api_keys=bool(environ.get("LLMGW_ENGINE_KEY_SECRET", "").strip()),
+        model_cache_volume=DEFAULT_MODEL_CACHE_VOLUME if cache_volume is None else cache_volume or None,
+        trusted_image_digests=flags.TRUSTED_IMAGE_DIGESTS.read(environ) or (),
+        hf_token_variable=parse_variable_path(flags.HF_TOKEN_VARIABLE.name, hf_token) if hf_token else None,
+        engine_api_keys=flags.ENGINE_KEY_SECRET.raw(environ) is not None,
     )
     for engine in images:
         refusal = settings.default_image_refusal(engine)

@@ -33,6 +33,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from llmgw.core.backoff import BackoffPolicy
 from llmgw.sim.lifecycle import Lifecycle
 from llmgw.sim.openai_api import ApiError
 from llmgw.sim.settings import ExitCode, SimSettings, parse_host_port
@@ -165,7 +166,9 @@ async def join_head(settings: SimSettings, link: WorkerLink, lifecycle: Lifecycl
     """Run for the worker's whole life; every way it ends is reported through `lifecycle`."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.join_timeout
-    backoff = settings.join_backoff_initial
+    # One worker per rank joins one head: nothing to spread out, so no jitter.
+    join_backoff = BackoffPolicy(settings.join_backoff_initial, settings.join_backoff_max)
+    failed_joins = 0
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=settings.heartbeat_timeout, sock_read=settings.heartbeat_timeout
     )
@@ -184,8 +187,8 @@ async def join_head(settings: SimSettings, link: WorkerLink, lifecycle: Lifecycl
                 if outcome is not None:
                     lifecycle.stop(*outcome)
                     return
-                retry_in = backoff
-                backoff = min(backoff * 2, settings.join_backoff_max)
+                failed_joins += 1
+                retry_in = join_backoff.step(failed_joins)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 lifecycle.stop(

@@ -241,6 +241,11 @@ def validate(settings: SimSettings) -> list[str]:
     for name in ("heartbeat_interval", "heartbeat_timeout", "join_backoff_max", "head_file_poll_interval"):
         if getattr(settings, name) <= 0:
             problems.append(f"--{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}")
+    if settings.join_backoff_max < settings.join_backoff_initial:
+        problems.append(
+            f"join_backoff_max must be at least join_backoff_initial ({settings.join_backoff_initial}), "
+            f"got {settings.join_backoff_max}"
+        )
     if settings.heartbeat_timeout <= settings.heartbeat_interval:
         problems.append("--heartbeat-timeout must exceed --heartbeat-interval, or every worker would leave")
     if not 0 <= settings.rank < settings.world_size:

@@ -296,9 +296,7 @@ class LeaderElection:
         self._notify()
 
     def _backoff(self, failures: int) -> float:
-        s = self._settings
-        ceiling = min(s.backoff_max, s.backoff_initial * 2.0 ** min(failures - 1, 32))
-        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+        return self._settings.backoff.delay(failures, self._rng.random())
 
     # ------------------------------------------------------------------ the session
 

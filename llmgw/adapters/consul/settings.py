@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmgw.core.backoff import BackoffPolicy
+
 
 class ConsulSettingsError(ValueError):
     """A timing setting that cannot work; the message says which and why."""
@@ -55,15 +57,19 @@ class WatchSettings:
     # a busy loop that loads the servers.
     min_interval: float = 1.0
     burst: int = 2
-    # After a failed request: full-jitter exponential backoff from `backoff_initial`
-    # doubling up to `backoff_max`, so a thousand routers do not reconnect in step
-    # when Consul comes back.
+    # After a failed request: exponential backoff from `backoff_initial` doubling up to
+    # `backoff_max`, with equal jitter (each delay between half the step and the step),
+    # so a thousand routers do not reconnect in step when Consul comes back.
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
     # ?stale lets any Consul server answer (not only the leader): reads scale with
     # the servers and keep working while a leader is being elected, at the price of
     # data up to a few hundred ms old. Off by default; the endpoint watch may turn it on.
     stale: bool = False
+
+    @property
+    def backoff(self) -> BackoffPolicy:
+        return BackoffPolicy(self.backoff_initial, self.backoff_max, jitter=0.5)
 
     def __post_init__(self) -> None:
         if self.wait <= 0:
@@ -114,7 +120,7 @@ class ElectionSettings:
     # 1 s keeps a failover within a second of the lock-delay's end, at one PUT a second).
     acquire_retry_interval: float = 1.0
     # After a failed session create, renew or acquire: retry after this long
-    # (doubling up to backoff_max, with jitter).
+    # (doubling up to backoff_max, with equal jitter as the watches have).
     backoff_initial: float = 0.5
     backoff_max: float = 10.0
     # The blocking query on the leader key while leading or waiting: shorter than
@@ -123,6 +129,10 @@ class ElectionSettings:
     # A clean stop releases the lock and destroys the session; if Consul does not
     # answer within this long, give up (the session then times out by itself).
     release_timeout: float = 5.0
+
+    @property
+    def backoff(self) -> BackoffPolicy:
+        return BackoffPolicy(self.backoff_initial, self.backoff_max, jitter=0.5)
 
     @property
     def renew_every(self) -> float:
@@ -155,3 +165,5 @@ class ElectionSettings:
             raise ConsulSettingsError("ElectionSettings.process_check_ttl must be positive (or None)")
         if min(self.acquire_retry_interval, self.backoff_initial, self.key_wait, self.release_timeout) <= 0:
             raise ConsulSettingsError("ElectionSettings: intervals must be positive")
+        if self.backoff_max < self.backoff_initial:
+            raise ConsulSettingsError("ElectionSettings.backoff_max must be at least backoff_initial")

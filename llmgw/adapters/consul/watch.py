@@ -265,10 +265,7 @@ class Watch(Generic[T]):
             log.warning("Consul watch %s: %s (keeping the last good value)", self.name, message)
 
     def _backoff(self, failures: int) -> float:
-        s = self._settings
-        ceiling = min(s.backoff_max, s.backoff_initial * 2.0 ** min(failures - 1, 32))
-        # Equal jitter: at least half the step, so retries never collapse to a busy loop.
-        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+        return self._settings.backoff.delay(failures, self._rng.random())
 
 
 def _equal(a: T, b: T) -> bool:

@@ -33,6 +33,7 @@ from typing import Any, Protocol, cast
 
 from llmgw.adapters.nomad.client import EventBatch, NomadError, Page
 from llmgw.cancellation import cancel_and_wait
+from llmgw.core.backoff import BackoffPolicy
 from llmgw.core.planning import JOB_PREFIX
 from llmgw.core.routing import AllocationFact, NomadView, canonical_address
 
@@ -61,7 +62,8 @@ class NomadReader(Protocol):
 @dataclass(frozen=True, slots=True)
 class AllocationWatchSettings:
     # Reopening the stream after it broke: the first delay, doubling up to the max
-    # (with jitter). A full read comes before every reopening.
+    # (with equal jitter: every router reopens when a Nomad server restarts). A full
+    # read comes before every reopening.
     retry_initial: float = 0.5
     retry_max: float = 10.0
     # A full read this often even while the stream runs (it repairs what a stream can
@@ -296,9 +298,8 @@ class AllocationWatch:
         self._set_health(False, message)
 
     def _backoff(self, failures: int) -> float:
-        s = self._settings
-        ceiling = min(s.retry_max, s.retry_initial * 2.0 ** min(failures - 1, 32))
-        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+        reopening = BackoffPolicy(self._settings.retry_initial, self._settings.retry_max, jitter=0.5)
+        return reopening.delay(failures, self._rng.random())
 
 
 def _parse_or_none(raw: JSON) -> AllocationFact | None:

@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeVar
 
+from llmgw.core.backoff import BackoffPolicy, stable_draw
 from llmgw.core.catalog.model import ScalingMode
 from llmgw.core.planning.actions import (
     Action,
@@ -50,7 +51,6 @@ from llmgw.core.planning.actions import (
     PlaceWhy,
     StopReplica,
 )
-from llmgw.core.planning.backoff import rebuild_delay
 from llmgw.core.planning.commands import ModelCommand
 from llmgw.core.planning.desired import ANY_GPU, Claim, Desired, ModelTarget, claims_conflict
 from llmgw.core.planning.observed import (
@@ -456,9 +456,8 @@ class _Pass:
 
         if failed_now:
             failures = (memo.backoff.failures if memo.backoff else 0) + 1
-            delay = rebuild_delay(
-                name, failures, self.s.backoff_base, self.s.backoff_max, self.s.backoff_jitter
-            )
+            rebuild = BackoffPolicy(self.s.backoff_base, self.s.backoff_max, jitter=self.s.backoff_jitter)
+            delay = rebuild.delay(failures, stable_draw(name, failures))
             memo = replace(
                 memo,
                 backoff=Backoff(failures=failures, retry_at=self.now + delay, last_failure=failed_now),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from llmgw.core.backoff import BackoffPolicy
 from llmgw.core.planning.actions import (
     Deferred,
     Done,
@@ -26,7 +27,6 @@ from llmgw.core.planning.actions import (
     StopReplica,
     Unplaceable,
 )
-from llmgw.core.planning.backoff import exponential
 from llmgw.core.planning.desired import Claim
 from llmgw.core.planning.observed import JobId, NodeId, ReplicaId
 from llmgw.core.planning.settings import PlanningSettings
@@ -173,8 +173,7 @@ def record_outcomes(
                 outcome.action,
                 f"{waiting}no profile fits: {outcome.explanation}",
                 now,
-                settings.unplaceable_retry,
-                settings.unplaceable_retry_max,
+                BackoffPolicy(settings.unplaceable_retry, settings.unplaceable_retry_max),
                 capacity_version,
                 freeing=freeing,
             )
@@ -184,8 +183,7 @@ def record_outcomes(
                 outcome.action,
                 f"register failed: {outcome.error}",
                 now,
-                settings.register_retry,
-                settings.unplaceable_retry_max,
+                BackoffPolicy(settings.register_retry, settings.unplaceable_retry_max),
                 None,
             )
         elif isinstance(outcome, Failed) and isinstance(outcome.action, StopReplica):
@@ -210,8 +208,7 @@ def _held(
     action: PlaceReplica,
     reason: str,
     now: float,
-    base: float,
-    cap: float,
+    backoff: BackoffPolicy,
     capacity_version: int | None,
     *,
     freeing: bool = False,
@@ -220,7 +217,7 @@ def _held(
     hold = PlacementHold(
         reason=reason,
         since=memo.hold.since if memo.hold else now,
-        retry_at=now + exponential(base, cap, attempts),
+        retry_at=now + backoff.step(attempts),
         attempts=attempts,
         capacity_version=capacity_version,
         freeing=freeing,

@@ -24,9 +24,13 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def serve(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return llmgw("serve", *args, **env)
+
+
+def llmgw(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "NOMAD_", "CONSUL_"))}
     return subprocess.run(
-        [sys.executable, "-m", "llmgw", "serve", *args],
+        [sys.executable, "-m", "llmgw", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -52,6 +56,29 @@ def test_unusable_connection_settings_name_their_variable() -> None:
     assert "short" not in result.stderr.replace("LLMGW_ENGINE_KEY_SECRET", "")  # the secret is not echoed
     result = serve(LLMGW_HF_TOKEN_VARIABLE="nomad/jobs/x")
     assert result.returncode == 2 and "LLMGW_HF_TOKEN_VARIABLE" in result.stderr
+
+
+def test_a_bad_variable_fails_only_the_command_that_reads_it() -> None:
+    for other in (("catalog", "--help"), ("serve", "--help"), ("--version",)):
+        result = llmgw(*other, LLMGW_CONTROL_METRICS_PORT="abc", LLMGW_LOG_LEVEL="loud")
+        assert result.returncode == 0, (other, result.stderr)
+        assert "Traceback" not in result.stderr
+    result = serve(LLMGW_CONTROL_METRICS_PORT="abc")
+    assert result.returncode == 2
+    assert "LLMGW_CONTROL_METRICS_PORT='abc' is not a port number, 0 to 65535" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = serve(LLMGW_LOG_LEVEL="loud")
+    assert (
+        result.returncode == 2
+        and "LLMGW_LOG_LEVEL='loud' is not DEBUG, INFO, WARNING or ERROR" in result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_a_bad_flag_value_says_the_form_expected() -> None:
+    result = serve("--control-metrics-port", "70000")
+    assert result.returncode == 2
+    assert "--control-metrics-port: '70000' is not a port number, 0 to 65535" in result.stderr
 
 
 def test_the_long_running_commands_run_on_uvloop_unless_told_otherwise() -> None:

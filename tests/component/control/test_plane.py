@@ -305,3 +305,24 @@ async def test_each_replica_gets_its_engine_key_in_its_own_variable_before_it_is
             assert h.nomad.called("delete_variable") and variable_path(job_id) in h.nomad.called(
                 "delete_variable"
             )
+
+
+class _EveryCall(dict[str, Exception]):
+    """``FakeNomad.fail`` that raises on every call instead of the next one only."""
+
+    def pop(self, key: str, default: Exception | None = None) -> Exception | None:  # type: ignore[override]
+        return self.get(key, default)
+
+
+async def test_a_standby_that_cannot_read_nomad_retries_with_backoff_not_every_second(
+    test_policy: SecurityPolicy,
+) -> None:
+    h = harness(test_policy, leader=FakeLeader("control-2"))  # a standby: only its view reads Nomad
+    h.nomad.fail = _EveryCall(jobs=ConnectionError("Nomad is unreachable"))
+    async with h:
+        await h.advance(31)
+        # events_backoff: 1 s doubling, so reads at 0, 1, 3, 7, 15 and 31 s (not 32 reads).
+        assert 5 <= len(h.nomad.called("jobs")) <= 7
+        h.nomad.fail = {}
+        await h.advance(33)
+        assert h.nomad.streams >= 1  # read at last, and following Nomad's events

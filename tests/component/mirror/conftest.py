@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import stamina
 from aiohttp import web
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -51,6 +52,7 @@ class FakeHub:
     commit: str = COMMIT  # what branch names resolve to; a 40-hex revision resolves to itself
     page_size: int = 4
     delay: float = 0.0  # seconds each file response waits before its body (to overlap downloads)
+    busy_answers: int = 0  # answer this many revision requests with 503 (the Hub overloaded)
     seen: list[Seen] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -74,6 +76,9 @@ class FakeHub:
     async def revision(self, request: web.Request) -> web.Response:
         self._check_auth(request)
         self._repo(request)
+        if self.busy_answers > 0:
+            self.busy_answers -= 1
+            raise web.HTTPServiceUnavailable(text='{"error": "overloaded"}', content_type="application/json")
         rev = request.match_info["rev"]
         sha = rev if len(rev) == 40 and all(c in "0123456789abcdef" for c in rev) else self.commit
         return web.json_response({"id": request.match_info["org"], "sha": sha, "siblings": []})
@@ -233,7 +238,8 @@ class Harness:
         for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "LLMGW_MIRROR_STORE"):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        # Retries back off for hundredths of a second, not seconds: tests stay fast.
+        # Retries back off for hundredths of a second in a mirror started as a process;
+        # in this one, stamina's testing mode (below) skips the waits altogether.
         monkeypatch.setenv("LLMGW_MIRROR_BACKOFF_INITIAL", "0.01")
         monkeypatch.setenv("LLMGW_MIRROR_BACKOFF_MAX", "0.05")
 
@@ -273,3 +279,11 @@ def harness(
         yield h
     finally:
         h.stop_all()
+
+
+@pytest.fixture(autouse=True)
+def retries_do_not_wait() -> Iterator[None]:
+    """The mirror's HTTP retries (stamina's) run without their backoff, each still counted:
+    ``cap=True`` keeps the tries the settings allow instead of stamina's testing default of one."""
+    with stamina.set_testing(True, attempts=1000, cap=True):
+        yield

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.flags import parse_rate
 from llmgw.mirror.credentials import read_hub_token
 from llmgw.mirror.progress import PlainProgress
-from llmgw.mirror.settings import MirrorSettings, parse_rate
+from llmgw.mirror.settings import MirrorSettings
 from llmgw.mirror.transfer import Throttle, safe_url
 
 SECRET = "hf_abcdefghijklmnopqrstuvwxyz012345"

@@ -1,4 +1,4 @@
-"""Small values of the planner: backoff arithmetic, GPU claims, status JSON, Nomad JSON parsing."""
+"""Small values of the planner: GPU claims, status JSON, Nomad JSON parsing."""
 
 from __future__ import annotations
 
@@ -19,15 +19,7 @@ from llmgw.core.planning import (
     profile_claim,
     replica_job_id,
 )
-from llmgw.core.planning.backoff import jitter_fraction, rebuild_delay
 from llmgw.core.planning.status import from_json, to_json
-
-
-def test_backoff_doubles_caps_and_jitters_the_same_way_every_run() -> None:
-    assert [rebuild_delay("m", n, 30, 600, 0.0) for n in (1, 2, 3, 6, 50)] == [30, 60, 120, 600, 600]
-    jittered = rebuild_delay("m", 3, 30, 600, 0.2)
-    assert 120 * 0.8 <= jittered <= 120 and jittered == rebuild_delay("m", 3, 30, 600, 0.2)
-    assert jitter_fraction("m", 1) != jitter_fraction("n", 1)
 
 
 def test_gpu_claims() -> None:

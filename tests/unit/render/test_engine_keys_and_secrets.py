@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from llmgw.core.catalog import SecurityPolicy, load_catalog
-from llmgw.core.engine_keys import EngineKeys, EngineKeySecretError, engine_keys_from_env, variable_path
+from llmgw.core.engine_keys import EngineKeys, EngineKeySecretError, variable_path
+from llmgw.flags import ENGINE_KEY_SECRET, SettingError
 from llmgw.render import Renderer, RenderSettings, ReplicaRequest
 from llmgw.render.settings import RenderSettingsError, render_settings_from_env
 
@@ -104,5 +105,10 @@ def test_keys_are_per_replica_derived_and_the_secret_is_never_shown() -> None:
     assert "k" * 32 not in repr(keys)
     with pytest.raises(EngineKeySecretError, match="at least 32"):
         EngineKeys("short")
-    assert engine_keys_from_env({}) is None
-    assert engine_keys_from_env({"LLMGW_ENGINE_KEY_SECRET": "k" * 32}) == keys
+    assert ENGINE_KEY_SECRET.read({}) is None
+    assert ENGINE_KEY_SECRET.read({"LLMGW_ENGINE_KEY_SECRET": "  "}) is None
+    assert ENGINE_KEY_SECRET.read({"LLMGW_ENGINE_KEY_SECRET": "k" * 32}) == keys
+    with pytest.raises(SettingError, match="at least 32") as refused:
+        ENGINE_KEY_SECRET.read({"LLMGW_ENGINE_KEY_SECRET": "short-secret"})
+    assert "LLMGW_ENGINE_KEY_SECRET" in str(refused.value)
+    assert "short-secret" not in str(refused.value)  # a secret is never repeated

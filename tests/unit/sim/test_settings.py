@@ -18,6 +18,7 @@ from llmgw.sim.settings import (
     flag_destinations,
     parse_host_port,
     settings_from_namespace,
+    validate,
 )
 
 
@@ -105,3 +106,8 @@ def test_head_addresses(text: str, parsed: tuple[str, int] | None) -> None:
 
 def test_exit_codes_are_distinct() -> None:
     assert len({int(code) for code in ExitCode}) == len(ExitCode)
+
+
+def test_a_join_backoff_that_shrinks_is_refused() -> None:
+    problems = validate(SimSettings(join_backoff_initial=3.0, join_backoff_max=1.0))
+    assert any("join_backoff_max must be at least join_backoff_initial" in p for p in problems)
