@@ -102,7 +102,7 @@ async def test_a_body_sent_a_byte_at_a_time_gets_408_after_the_body_read_timeout
             for _ in range(1000):
                 writer.write(b" ")
                 await writer.drain()
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # the drip is the point: a body a byte at a time
 
     dripping = asyncio.create_task(drip())
     try:
