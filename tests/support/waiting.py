@@ -53,7 +53,7 @@ async def eventually(
     within: float = 10.0,
     what: str | None = None,
     *,
-    every: float = 0.1,
+    every: float = 0.05,
     retry_on: tuple[type[BaseException], ...] = NOT_YET,
 ) -> T:
     """The first truthy result of ``probe()`` (sync or async). ``what`` names the
