@@ -203,7 +203,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
                 name="router:draining",
             ),
             asyncio.create_task(
-                _follow(deps.catalog, lambda v: _apply_catalog(context, v), context.book), name="router:catalog"
+                _follow(deps.catalog, lambda v: _apply_catalog(context, v), context.book),
+                name="router:catalog",
             ),
             asyncio.create_task(
                 _follow(deps.unavailable, lambda d: _apply_unavailable(context, d), context.book),
