@@ -1,11 +1,11 @@
 """Waiting in tests: the one wait-until helper, async and sync.
 
 A test that needs something to have happened first waits on the event that says it
-happened (``EndpointBook.wait_processed``, a stand-in's index or generation, a future a
-fake engine sets); where nothing announces it (another process, an HTTP API), it polls
-with ``eventually``. Never a bare sleep: a sleep is too short on a busy machine and too
-long on an idle one. A sleep stays only where time itself is under test (a slow client,
-a timeout), with a comment saying so.
+happened (``EndpointBook.wait_processed``, a stand-in's count of parked blocking
+queries, an event a fake engine sets) through ``awaited``; where nothing announces it
+(another process, an HTTP API), it polls with ``eventually``. Never a bare sleep: a
+sleep is too short on a busy machine and too long on an idle one. A sleep stays only
+where time itself is under test (a slow client, a timeout), with a comment saying so.
 
 ``eventually`` polls often at first and less often as it goes on (5 ms doubling up to
 ``every``), so a condition that holds at once costs nothing and a slow one costs little
