@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from llmgw.bundled import read_security_policy
 from llmgw.core.catalog import SecurityPolicy
+from tests.support.waiting import eventually_sync
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -66,11 +66,9 @@ def no_orphaned_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """After the whole session, nothing a test started may still run (engines, stand-ins, llmgw dev)."""
     base = tmp_path_factory.getbasetemp()
     yield
-    deadline = time.monotonic() + 10  # processes told to stop may take a moment to exit
+    with contextlib.suppress(AssertionError):  # processes told to stop may take a moment to exit
+        eventually_sync(lambda: not _processes_touching(base), 10, "every process the tests started gone")
     leftovers = _processes_touching(base)
-    while leftovers and time.monotonic() < deadline:
-        time.sleep(0.2)
-        leftovers = _processes_touching(base)
     for pid, _ in leftovers:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)

@@ -198,15 +198,20 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             await watch.start()
             started.append(watch)
         tasks += [
-            asyncio.create_task(_follow(deps.endpoints, context.book.replace), name="router:endpoints"),
             asyncio.create_task(
-                _follow(deps.draining, lambda marks: _apply_draining(context, marks)), name="router:draining"
+                _follow(deps.endpoints, context.book.replace, context.book), name="router:endpoints"
             ),
             asyncio.create_task(
-                _follow(deps.catalog, lambda v: _apply_catalog(context, v)), name="router:catalog"
+                _follow(deps.draining, lambda marks: _apply_draining(context, marks), context.book),
+                name="router:draining",
             ),
             asyncio.create_task(
-                _follow(deps.unavailable, lambda d: _apply_unavailable(context, d)), name="router:unavailable"
+                _follow(deps.catalog, lambda v: _apply_catalog(context, v), context.book),
+                name="router:catalog",
+            ),
+            asyncio.create_task(
+                _follow(deps.unavailable, lambda d: _apply_unavailable(context, d), context.book),
+                name="router:unavailable",
             ),
             asyncio.create_task(context.demand.run(), name="router:demand"),
             *(
@@ -225,7 +230,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             ring = context.keys
             tasks.append(
                 asyncio.create_task(
-                    _follow(deps.api_keys, lambda r: _apply_keys(ring, r)), name="router:keys"
+                    _follow(deps.api_keys, lambda r: _apply_keys(ring, r), context.book), name="router:keys"
                 )
             )
         yield
@@ -238,8 +243,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await context.upstream.close()
 
 
-async def _follow(watched: Watched[T], apply: Callable[[T], None]) -> None:
-    """Apply every new value of ``watched`` (the current one first), until cancelled."""
+async def _follow(watched: Watched[T], apply: Callable[[T], None], book: EndpointBook) -> None:
+    """Apply every new value of ``watched`` (the current one first), until cancelled;
+    tell ``book`` how far it got."""
     generation = 0
     while True:
         value = await watched.wait_changed(generation)
@@ -248,6 +254,7 @@ async def _follow(watched: Watched[T], apply: Callable[[T], None]) -> None:
             apply(value)
         except Exception:
             log.exception("applying a new %s value failed; keeping the previous one", watched.name)
+        book.processed(watched, generation)
 
 
 async def _follow_nomad(watched: Watched[NomadView], book: EndpointBook) -> None:
@@ -261,6 +268,7 @@ async def _follow_nomad(watched: Watched[NomadView], book: EndpointBook) -> None
             book.set_nomad(view, current=watched.healthy)
         except Exception:
             log.exception("applying a new Nomad view failed; keeping the previous one")
+        book.processed(watched, generation)
 
 
 def _apply_draining(context: RouterContext, marks: Mapping[str, DrainMark]) -> None:

@@ -11,7 +11,10 @@ address is routable; one whose allocation stops, fails or loses its node is take
 away at the event, and a registration no allocation matches is ignored and reported
 once), the in-flight count per endpoint
 (kept across snapshots, so a request that started on an endpoint is released on
-it even after the endpoint left the snapshot), and the waiters for a change.
+it even after the endpoint left the snapshot), the waiters for a change, and how far
+the router's watch loops have got: the generation of each watched value they have
+applied (``processed``), so a caller can wait until the router has seen a value
+(``wait_processed``) instead of guessing how long that takes.
 
 Everything runs on the event loop's thread, so there are no locks: an in-flight
 slot is taken in the same synchronous step that chooses the endpoint (no await
@@ -77,6 +80,9 @@ class EndpointBook:
         self._changed = asyncio.Event()
         self.snapshot_index = 0  # Consul's index of the snapshot in use
         self.generation = 0  # bumped on every change
+        # By watched value (a Watched, compared by identity): the generation its loop applied last.
+        self._processed: dict[int, int] = {}
+        self._processed_now = asyncio.Event()
 
     # --- changes (from the watch loops) ----------------------------------------------------------
 
@@ -143,6 +149,19 @@ class EndpointBook:
     async def wait_changed(self) -> None:
         """Returns at the next change (callers bound it with a timeout)."""
         await self._changed.wait()
+
+    def processed(self, source: object, generation: int) -> None:
+        """Told by the loop that follows ``source`` (a watched value) once it has applied
+        (or, failing, skipped) the value ``source`` had at ``generation``."""
+        self._processed[id(source)] = max(generation, self._processed.get(id(source), 0))
+        event, self._processed_now = self._processed_now, asyncio.Event()
+        event.set()
+
+    async def wait_processed(self, source: object, generation: int) -> None:
+        """Returns once the router has processed ``source``'s value at ``generation`` or a
+        later one (callers bound it with a timeout)."""
+        while self._processed.get(id(source), 0) < generation:
+            await self._processed_now.wait()
 
     # --- reading ---------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ Public face (import from the modules; this package imports nothing, so that
 - `llmgw.sim.server`: `main(argv)`, `run_from_namespace(...)`, `serve(settings)`.
 - `llmgw.sim.startup_policy`: `refusals(...)`, the start-policy seam.
 
-Its test helpers (`fast_settings`, `start_sim_process`, `SimProcess`, `wait_until`)
+Its test helpers (`fast_settings`, `start_sim_process`, `SimProcess`)
 live in `tests/support/sim.py`, outside the wheel.
 
 Must not import the other programs (gateway, control, devcluster, mirror).

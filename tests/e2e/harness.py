@@ -25,7 +25,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -60,6 +60,7 @@ from llmgw.gateway.app import RouterServer
 from llmgw.gateway.settings import RouterSettings
 from llmgw.render import Renderer
 from llmgw.settings import ConsulConnection, NomadConnection
+from tests.support.waiting import eventually as eventually  # the one wait-until helper, for the tests here
 
 log = logging.getLogger("tests.e2e")
 T = TypeVar("T")
@@ -94,33 +95,6 @@ def nodes(count: int, *, gpus: int = 1) -> tuple[NodeSpec, ...]:
     return tuple(
         NodeSpec(name=f"gpu-{i}", gpus=gpus, gpu_model="H100", fabric="fabric-a") for i in range(1, count + 1)
     )
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T | None]] | Callable[[], T | None],
-    within: float,
-    what: str,
-    *,
-    every: float = 0.2,
-) -> T:
-    """The first truthy result of ``probe()`` (sync or async), or AssertionError after ``within``
-    seconds naming ``what`` and the last result or error. The deadline only bounds a hang."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    last: object = None
-    while True:
-        try:
-            result = probe()
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return result  # type: ignore[return-value]
-            last = result
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            last = exc
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {within}s: {what} (last: {last!r})")
-        await asyncio.sleep(every)
 
 
 # --- what the cluster shows -------------------------------------------------------------------------
@@ -213,7 +187,7 @@ class Timeline:
                 self.samples.append(
                     Sample(loop.time(), frozenset(running), frozenset(healthy), frozenset(marked & running))
                 )
-            await asyncio.sleep(self.every)
+            await asyncio.sleep(self.every)  # a sampler: what the cluster shows, every ``every`` s
 
     def first(self, job_id: str, where: str) -> float | None:
         """When ``job_id`` was first seen in ``where`` (running, healthy or marked)."""
@@ -282,7 +256,7 @@ class Load(ClientPool):
                 raise
             except Exception as exc:
                 self.failures.append(f"{type(exc).__name__}: {exc}")
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # a user's client pauses before it tries again
 
     async def wait_answers(self, more: int, within: float = 30.0) -> None:
         """Until ``more`` further requests were answered (the load really runs)."""
@@ -394,7 +368,7 @@ class LeadershipWatch:
                 self.overlaps.append((now, leaders))
             if not self.changes or self.changes[-1][1] != leaders:
                 self.changes.append((now, leaders))
-            await asyncio.sleep(self.every)
+            await asyncio.sleep(self.every)  # a sampler: who leads, every ``every`` s
 
 
 # --- the stack -------------------------------------------------------------------------------------------

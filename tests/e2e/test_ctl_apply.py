@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.waiting import eventually_sync
 
 from .conftest import REPO, RunningDev, start_dev
 
@@ -58,13 +59,8 @@ def ctl(dev: RunningDev, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def wait_for(predicate, within: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"not within {within}s: {what}")
+    """``eventually_sync`` retrying whatever a probe raises while ``llmgw dev`` comes up."""
+    return eventually_sync(predicate, within, what, every=0.5, retry_on=(Exception,))
 
 
 def test_ci_apply_does_what_its_diff_said(tmp_path: Path, dev_runner: list[RunningDev]) -> None:

@@ -18,7 +18,7 @@ import os
 import shutil
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,6 +28,7 @@ import pytest
 
 from llmgw.core.conventions import META_JOB
 from llmgw.core.engine_keys import KEY_ITEM, variable_path
+from tests.support.waiting import eventually_sync
 
 from .conftest import RunningDev, start_dev
 from .tinygguf import write_llama
@@ -97,17 +98,6 @@ def llama_server() -> str:
     pytest.skip(
         f"{reason}: run scripts/build-llama-server (or set LLMGW_LLAMA_SERVER) for the real-engine tests"
     )
-
-
-def eventually(probe: Callable[[], T | None], within: float, what: str) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within}s: {what}")
-        time.sleep(0.2)
 
 
 def consul(dev: RunningDev, path: str) -> Any:
@@ -214,9 +204,9 @@ def real_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDev]:
             os.environ["LLMGW_LLAMA_SERVER"] = previous
     try:
         for model in ("tiny-llama", "tiny-embed"):
-            eventually(lambda m=model: engine_urls(dev, m) or None, 90, f"{model} passing in Consul")  # type: ignore[misc]
+            eventually_sync(lambda m=model: engine_urls(dev, m) or None, 90, f"{model} passing in Consul")  # type: ignore[misc]
         # ... and in the router's view, which follows Consul.
-        eventually(
+        eventually_sync(
             lambda: serving(dev) >= {"tiny-llama", "tiny-embed", "sim-chat"} or None, 30, "the router serving"
         )
         yield dev
@@ -326,7 +316,7 @@ def test_a_client_that_leaves_mid_stream_frees_the_engines_slot(
     assert metric(engine, "llamacpp:requests_processing") == 1
     stream.close()
     left = time.monotonic()
-    eventually(
+    eventually_sync(
         lambda: metric(engine, "llamacpp:requests_processing") == 0 or None,
         5,
         "the slot freed after the client left",
@@ -356,7 +346,7 @@ def test_a_real_engine_loads_on_demand_and_unloads_when_idle(
         ]
         return True if not running else None
 
-    eventually(unloaded, 60, "tiny-lazy unloaded after 8 idle seconds")
+    eventually_sync(unloaded, 60, "tiny-lazy unloaded after 8 idle seconds")
 
 
 def test_a_switched_off_real_model_falls_back_to_a_sim_model(client: openai.OpenAI) -> None:

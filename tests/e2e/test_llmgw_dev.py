@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import openai
 import pytest
+
+from tests.support.waiting import eventually_sync
 
 from .conftest import RunningDev, alive, start_dev
 
@@ -42,17 +43,8 @@ CLUSTER = (
 
 
 def wait_for(predicate, within: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"not within {within}s: {what} (last: {last!r})")
+    """``eventually_sync`` retrying whatever a probe raises while ``llmgw dev`` comes up."""
+    return eventually_sync(predicate, within, what, every=0.5, retry_on=(Exception,))
 
 
 def replicas(dev: RunningDev, model_slug_prefix: str) -> dict[str, set[str]]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.support.waiting import eventually_sync
 
 from .conftest import REPO, RunningDev, start_dev
 
@@ -50,15 +52,16 @@ def test_the_printed_curl_names_a_model_of_the_catalog_that_answers(
 
     # As a user pastes it into a shell; the first answers can be 503 while the router reads
     # the applied catalog and while `mine` loads.
-    deadline = time.monotonic() + 60
-    while True:
+    def pasted() -> dict[str, Any] | None:
         run = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, cwd=REPO)
-        answer = json.loads(run.stdout) if run.stdout.startswith("{") else {}
-        if "choices" in answer or time.monotonic() > deadline:
-            break
+        answer: dict[str, Any] = json.loads(run.stdout) if run.stdout.startswith("{") else {}
+        if "choices" in answer:
+            return answer
         assert answer.get("error", {}).get("code") in ("catalog_unavailable", "no_healthy_replica"), (
             run.stdout + run.stderr
         )
-        time.sleep(0.5)
-    assert answer["model"] == "mine" and answer["choices"][0]["message"]["content"], run.stdout
+        return None
+
+    answer = eventually_sync(pasted, 60, "an answer to the printed curl", every=0.5)
+    assert answer["model"] == "mine" and answer["choices"][0]["message"]["content"], answer
     assert dev.interrupt() == 0

@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from llmgw.mirror.server import create_app
 from llmgw.mirror.store import DirectoryStore
 from llmgw.settings import ConsulConnection, NomadConnection
 from tests.support.mirror import put_version
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -141,19 +142,6 @@ async def running(tmp_path: Path, mirror: str) -> AsyncIterator[Running]:
             )
 
 
-async def until(probe: Callable[[], Awaitable[Any]], within: float, what: str, interval: float = 0.2) -> Any:
-    """Poll until ``probe`` returns something truthy; the deadline only bounds a hang."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    last: Any = None
-    while loop.time() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"not within {within}s: {what} (last: {last!r})")
-
-
 async def model_status(running: Running, model: str) -> ModelStatus | None:
     document = await running.status.read()
     if document is None:
@@ -196,7 +184,7 @@ async def test_an_intact_version_is_fetched_verified_and_served_and_a_tampered_o
         status = await model_status(running, "sim-mirrored")
         return status if status is not None and status.healthy == 1 else None
 
-    good = await until(healthy, 90, "the replica of the intact version is healthy")
+    good = await eventually(healthy, 90, "the replica of the intact version is healthy")
 
     # Its job fetched before the engine started, from the mirror, into the node's model cache.
     [replica] = good.replicas
@@ -216,7 +204,7 @@ async def test_an_intact_version_is_fetched_verified_and_served_and_a_tampered_o
         status = await model_status(running, "sim-tampered")
         return status if status is not None and status.backoff is not None else None
 
-    bad = await until(failed, 90, "the tampered version's replica failed and the model backs off")
+    bad = await eventually(failed, 90, "the tampered version's replica failed and the model backs off")
     assert bad.healthy == 0
     reason = bad.backoff.last_failure if bad.backoff else ""
     assert "fetch-model" in reason, reason

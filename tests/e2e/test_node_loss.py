@@ -117,7 +117,7 @@ async def test_a_two_node_model_spreads_and_is_rebuilt_at_node_down_without_back
             if fresh and len(current[fresh[0]].allocs) == 2:
                 running = now
             survivor_missed += survivor not in await healthy_jobs(stack.consul, MODEL)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # a sampler: when each step is first seen
         assert down is not None and registered is not None and running is not None, (
             down,
             registered,

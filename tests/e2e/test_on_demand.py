@@ -8,6 +8,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from tests.support.waiting import eventually_sync
+
 from .conftest import RunningDev, start_dev
 
 pytestmark = pytest.mark.e2e
@@ -42,7 +44,7 @@ def test_a_request_loads_the_model_and_idleness_unloads_it(
     dev = start_dev(tmp_path, "--catalog", str(tmp_path / "catalog.yaml"))
     dev_runner.append(dev)
     client = openai.OpenAI(base_url=dev.base_url, api_key="unused", max_retries=0, timeout=60)
-    time.sleep(3)
+    time.sleep(3)  # a check that nothing happens: three seconds of llmgw dev running, no load
     assert lazy_jobs(dev) == [], "nothing runs an on-demand model before it is asked for"
 
     # A typo is unknown, never a load; a model switched off says so.
@@ -74,10 +76,7 @@ def test_a_request_loads_the_model_and_idleness_unloads_it(
         client.chat.completions.create(
             model="lazy", messages=[{"role": "user", "content": "x"}], max_tokens=1
         )
-        time.sleep(1)
+        time.sleep(1)  # one request a second is the use under test
     assert len(lazy_jobs(dev)) == 1
     # ...and nobody using it unloads it.
-    deadline = time.monotonic() + 60
-    while lazy_jobs(dev) and time.monotonic() < deadline:
-        time.sleep(1)
-    assert lazy_jobs(dev) == [], "the idle on-demand model was unloaded"
+    eventually_sync(lambda: lazy_jobs(dev) == [], 60, "the idle on-demand model unloaded", every=1.0)

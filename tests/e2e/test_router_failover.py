@@ -93,7 +93,7 @@ class MixedLoad(ClientPool):
                 self.outcomes.append(
                     Outcome(stream, None, False, False, False, f"{type(exc).__name__}: {exc}")
                 )
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # a user's client pauses before it tries again
             stream = not stream
 
     async def _one(self, stream: bool, n: int) -> Outcome:

@@ -18,6 +18,8 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.waiting import eventually_sync
+
 from .conftest import REPO, RunningDev, start_dev
 
 pytestmark = pytest.mark.e2e
@@ -83,14 +85,12 @@ def test_unplaceable_and_drained_models_are_refused_at_once_saying_why(
     assert "needs 6 ready nodes on one fabric" in wide.message
 
     # An operator drains a serving model: refused at once, not to be retried.
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
-            break
-        except openai.APIStatusError:
-            assert time.monotonic() < deadline, "sim-chat never served"
-            time.sleep(0.5)
+    eventually_sync(
+        lambda: client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1),
+        60,
+        "sim-chat serving",
+        retry_on=(openai.APIStatusError,),
+    )
     drain = subprocess.run(
         [sys.executable, "-m", "llmgw", "ctl", "--admin-url", dev.state["admin_url"], "drain", "sim-chat"],
         capture_output=True,
@@ -99,16 +99,15 @@ def test_unplaceable_and_drained_models_are_refused_at_once_saying_why(
         cwd=REPO,
     )
     assert drain.returncode == 0, drain.stderr
-    deadline = time.monotonic() + 30
-    while True:
+
+    def refused_as_drained() -> openai.APIStatusError | None:
         try:
             client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
         except openai.APIStatusError as exc:
-            if exc.code == "model_unavailable":
-                drained = exc
-                break
-        assert time.monotonic() < deadline, "the drain never reached the router"
-        time.sleep(0.3)
+            return exc if exc.code == "model_unavailable" else None
+        return None
+
+    drained = eventually_sync(refused_as_drained, 30, "the drain reaching the router")
     assert drained.response.headers["x-should-retry"] == "false"
     assert "drained by" in drained.message
     again, waited = refused(client, "sim-chat")

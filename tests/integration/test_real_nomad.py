@@ -13,7 +13,6 @@ import asyncio
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from llmgw.bundled import read_security_policy
 from llmgw.core.catalog import catalog_digest, load_catalog
 from llmgw.render import Renderer, RenderSettings, ReplicaRequest
 from llmgw.settings import NomadConnection
+from tests.support.waiting import NOT_YET, eventually_sync
 
 NOMAD = shutil.which("nomad")
 pytestmark = pytest.mark.skipif(
@@ -57,13 +57,14 @@ def nomad_dev_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     address = f"http://127.0.0.1:{http}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                asyncio.run(_leader(address))
-                break
-            except NomadError:
-                time.sleep(0.5)
+
+        def answering() -> bool:
+            asyncio.run(_leader(address))
+            return True
+
+        eventually_sync(
+            answering, 60, "nomad agent -dev answering", every=0.5, retry_on=(NomadError, *NOT_YET)
+        )
         yield address
     finally:
         process.terminate()

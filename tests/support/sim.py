@@ -2,7 +2,7 @@
 
 Owns: `fast_settings` (timings that keep a test within seconds),
 `SimProcess` / `start_sim_process` (a real ``python -m llmgw.sim`` on a free
-loopback port, its port read from the listening line), and `wait_until`.
+loopback port, its port read from the listening line).
 Meant for llmgw's own tests (the sim's, the router's, the end-to-end ones).
 
 Must not: import pytest or an HTTP client library beyond aiohttp, or leave a
@@ -16,7 +16,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -138,16 +138,3 @@ async def start_sim_process(
         raise RuntimeError(f"sim exited with {code} before listening: {line!r}\n{sim.log()}")
     sim.port = int(match.group(2))
     return sim
-
-
-async def wait_until(
-    predicate: Callable[[], Awaitable[bool]], within: float = 5.0, every: float = 0.02
-) -> bool:
-    """Poll `predicate` until it holds or `within` seconds pass; returns whether it held."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(every)
-    return await predicate()

@@ -33,6 +33,9 @@ class ChangeFeed:
         self._event = asyncio.Event()
         self._closed = False
         self._unsubscribe = state.subscribe(self._notify)
+        # Requests parked on a change right now (``ConsulStandIn.blocked_queries``): a
+        # test writes once its query is parked instead of sleeping first.
+        self.waiting = 0
 
     def _notify(self) -> None:
         event, self._event = self._event, asyncio.Event()
@@ -58,10 +61,13 @@ class ChangeFeed:
             return
         if within is not None and within <= 0:
             return
+        self.waiting += 1
         try:
             await asyncio.wait_for(event.wait(), within)
         except TimeoutError:
             return
+        finally:
+            self.waiting -= 1
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
         """Until ``predicate()`` holds (re-checked after every change) or the feed closes."""

@@ -111,6 +111,11 @@ class ConsulStandIn:
     def settings(self) -> ConsulSettings:
         return self._state.settings
 
+    @property
+    def blocked_queries(self) -> int:
+        """Blocking queries parked on a change of the store right now."""
+        return self._feed.waiting if self._feed is not None else 0
+
     async def start(self) -> None:
         """Listen for the server node's agent and start the background work."""
         if self._started:

@@ -265,6 +265,9 @@ class Store:
         self.allocs: dict[str, AllocRecord] = {}
         self.deployments: dict[str, DeploymentRecord] = {}
         self._changed = asyncio.Event()
+        # Blocking queries parked in ``wait_change`` right now: a test writes once its
+        # query is parked instead of sleeping first.
+        self.waiting = 0
         self._txn: _Txn | None = None
 
     # -- writes -----------------------------------------------------------
@@ -427,8 +430,12 @@ class Store:
     async def wait_change(self, seconds: float) -> None:
         """Sleep until the next commit or ``seconds``, whichever comes first."""
         changed = self._changed
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), seconds)
+        self.waiting += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), seconds)
+        finally:
+            self.waiting -= 1
 
     # -- reads ------------------------------------------------------------
 

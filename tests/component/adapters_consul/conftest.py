@@ -9,7 +9,6 @@ the stand-in's Python API is used only to shape the cluster (nodes, faults).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -23,27 +22,18 @@ from llmgw.core import conventions as c
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
 from llmgw.devcluster.partition import TcpProxy
 from llmgw.settings import ConsulConnection
+from tests.support import waiting
 
-Eventually = Callable[[Callable[[], bool]], Awaitable[None]]
+Eventually = Callable[..., Awaitable[object]]  # tests/support/waiting.py's eventually
 
 # Short clocks: a watch blocks 1 s at most, retries within a tenth of a second.
 FAST_WATCH = WatchSettings(wait=1.0, min_interval=0.01, burst=2, backoff_initial=0.02, backoff_max=0.1)
 FAST_CLIENT = ClientSettings(connect_timeout=0.5, request_timeout=1.0, blocking_slack=0.5)
 
 
-async def _eventually(predicate: Callable[[], bool], within: float = 10.0) -> None:
-    """Wait until ``predicate()`` holds; the deadline only bounds a hang."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition never held")
-        await asyncio.sleep(0.01)
-
-
 @pytest.fixture
 def eventually() -> Eventually:
-    return _eventually
+    return waiting.eventually
 
 
 @pytest.fixture

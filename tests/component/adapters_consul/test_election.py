@@ -57,7 +57,7 @@ class OverlapMonitor:
                 self.overlaps.append(leaders)
             if len(leaders) == 1 and (not self.leaders_seen or self.leaders_seen[-1] != leaders[0]):
                 self.leaders_seen.append(leaders[0])
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)  # a sampler: it looks at every elector each millisecond
 
     def __enter__(self) -> OverlapMonitor:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -100,7 +100,8 @@ async def test_one_of_two_leads_and_the_key_names_it(client: ConsulClient, event
         assert await group[0].leader() == leader.instance_id
         entry, _ = await client.kv_get(KV_LEADER)
         assert entry is not None and entry.session == leader.session_id
-        # The other keeps waiting: it never leads while the leader is healthy.
+        # The other keeps waiting: it never leads while the leader is healthy. Three TTLs
+        # without a change is the claim, so this sleep is the test, not a wait for something.
         await asyncio.sleep(FAST.ttl * 3)
         assert leader_of(group) == [leader] and not term.lost.is_set()
 

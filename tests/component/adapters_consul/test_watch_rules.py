@@ -11,6 +11,7 @@ import pytest
 
 from llmgw.adapters.consul import ConsulUnavailable, Watch, WatchClosed, WatchSettings
 from llmgw.adapters.consul.watch import next_index
+from tests.support.waiting import awaited, eventually
 
 QUICK = WatchSettings(wait=1.0, min_interval=0.0, backoff_initial=0.01, backoff_max=0.02)
 
@@ -43,7 +44,7 @@ class Script:
         self.calls.append((index, asyncio.get_running_loop().time()))
         if not self.answers:
             self.done.set()
-            await asyncio.sleep(3600)
+            await asyncio.Event().wait()  # blocks until the watch is stopped
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -69,15 +70,9 @@ async def test_errors_keep_the_last_value_and_back_off_with_growing_pauses(
     settings = WatchSettings(wait=1.0, min_interval=0.0, backoff_initial=0.02, backoff_max=0.08)
     async with Watch("t", script, settings) as watch:
         assert await watch.wait_ready() == "good"
-        saw_unhealthy: list[bool] = []
-
-        async def observe() -> None:
-            while not script.done.is_set():
-                saw_unhealthy.append(not watch.healthy and watch.latest == "good")
-                await asyncio.sleep(0.001)
-
-        await asyncio.wait_for(observe(), 5)
-        assert any(saw_unhealthy)
+        await eventually(lambda: not watch.healthy, 5, "the watch unhealthy while its fetches fail")
+        assert watch.latest == "good"  # the last value is kept meanwhile
+        await awaited(script.done.wait(), "the script played to its end", 5)
         assert watch.latest == "better" and watch.healthy
         assert watch.last_error == "Consul GET x: 500 No cluster leader"
     times = [t for _, t in script.calls]

@@ -13,6 +13,7 @@ import pytest
 
 from llmgw.adapters.nomad import AllocationWatch, AllocationWatchSettings, EventBatch, NomadError, Page
 from llmgw.adapters.nomad.allocations import parse_allocation
+from tests.support.waiting import eventually
 
 FAST = AllocationWatchSettings(retry_initial=0.01, retry_max=0.02)
 
@@ -74,14 +75,6 @@ def alloc_event(index: int, raw: dict[str, Any]) -> EventBatch:
     )
 
 
-async def until(predicate: Any, within: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not predicate():
-        assert loop.time() < deadline, "not in time"
-        await asyncio.sleep(0.005)
-
-
 async def test_the_watch_reads_whole_then_follows_events_in_order() -> None:
     nomad = FakeNomad()
     nomad.alloc_list = [alloc("a1"), alloc("other", job="not-llmgw")]
@@ -93,7 +86,7 @@ async def test_the_watch_reads_whole_then_follows_events_in_order() -> None:
         assert set(view.allocations) == {"a1"}  # only llmgw's jobs
         assert view.nodes_gone == frozenset({"node-2"})
         assert view.allocations["a1"].addresses == frozenset({("10.0.0.1", 24000)})
-        await until(lambda: watch.healthy)
+        await eventually(lambda: watch.healthy)
         assert nomad.opened_at == [11]  # from the read's index + 1
 
         generation = watch.generation
@@ -131,20 +124,20 @@ async def test_a_broken_stream_keeps_the_last_view_says_so_and_reads_whole_again
     caplog.set_level(logging.WARNING, "llmgw.adapters.nomad")
     await watch.start()
     try:
-        await until(lambda: watch.healthy)
+        await eventually(lambda: watch.healthy)
         nomad.fail_reads = NomadError("GET /v1/allocations: 403 Permission denied", 403)
         await nomad.streams.put(NomadError("event stream: lost the connection"))
-        await until(lambda: not watch.healthy)
+        await eventually(lambda: not watch.healthy)
         assert watch.latest is not None and set(watch.latest.allocations) == {"a1"}  # the last view
-        await until(lambda: "node read" in (watch.last_error or ""))
+        await eventually(lambda: "node read" in (watch.last_error or ""))
         warnings = [r.getMessage() for r in caplog.records]
         assert any("cannot follow Nomad" in w and "ops/README.md" in w for w in warnings), warnings
         reads = nomad.reads
-        await until(lambda: nomad.reads > reads + 2)  # it keeps trying, with a backoff
+        await eventually(lambda: nomad.reads > reads + 2)  # it keeps trying, with a backoff
 
         nomad.fail_reads = None
         nomad.alloc_list = [alloc("a1"), alloc("a2")]  # placed while the router could not see
-        await until(lambda: watch.healthy)
+        await eventually(lambda: watch.healthy)
         assert watch.latest is not None and set(watch.latest.allocations) == {"a1", "a2"}
     finally:
         await watch.stop()
@@ -163,7 +156,7 @@ async def test_the_stream_resumes_after_the_older_read_and_skips_what_each_read_
     nomad.nodes = older_nodes  # type: ignore[method-assign]
     await watch.start()
     try:
-        await until(lambda: watch.healthy)
+        await eventually(lambda: watch.healthy)
         assert nomad.opened_at == [6]  # nothing between the two reads is missed
         generation = watch.generation
         # Replayed from the buffer: a8 is older than the allocation read (it already says

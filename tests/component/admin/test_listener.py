@@ -126,7 +126,7 @@ async def _trickle(port: int, head: bytes, interval: float) -> tuple[bytes, floa
             for _ in range(1000):
                 writer.write(b" ")
                 await writer.drain()
-                await asyncio.sleep(interval)
+                await asyncio.sleep(interval)  # the drip is the point: a body a byte at a time
 
     writer.write(head)
     dripping = asyncio.create_task(drip())

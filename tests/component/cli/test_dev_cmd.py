@@ -35,7 +35,7 @@ async def hung_nomad() -> AsyncIterator[str]:
     """A Nomad address that accepts requests and does not answer."""
 
     async def hang(request: web.Request) -> web.Response:
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # a Nomad that does not answer is what the test needs
         return web.json_response([])
 
     app = web.Application()

@@ -20,25 +20,16 @@ from aiohttp import web
 
 from llmgw.apispec import check_document
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
+from tests.support import waiting
 
 KeyExact = Callable[[object, str], None]
-Eventually = Callable[[Callable[[], Awaitable[bool]]], Awaitable[None]]
+Eventually = Callable[..., Awaitable[object]]  # tests/support/waiting.py's eventually
 
 
 def _key_exact(doc: object, root: str) -> None:
     """The document has only the keys, spelt as, Consul's Go API structs have."""
     problems = check_document(doc, root, api="consul")
     assert problems == [], "\n".join(str(p) for p in problems)
-
-
-async def _eventually(predicate: Callable[[], Awaitable[bool]], within: float = 5.0) -> None:
-    """Poll ``predicate`` until it holds; fail if it never does (the deadline only bounds a hang)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not await predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition never held")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -48,7 +39,7 @@ def key_exact() -> KeyExact:
 
 @pytest.fixture
 def eventually() -> Eventually:
-    return _eventually
+    return waiting.eventually
 
 
 @dataclass
@@ -69,7 +60,7 @@ class HealthEndpoint:
         self.probes += 1
         self.seen_headers.append(dict(request.headers))
         if self.delay:
-            await asyncio.sleep(self.delay)
+            await asyncio.sleep(self.delay)  # a slow endpoint is what the test asks for
         return web.Response(status=self.status, text=f"status {self.status}")
 
 

@@ -10,20 +10,29 @@ import consul.aio
 from aiohttp import ClientSession
 
 from llmgw.devcluster.consul import ConsulStandIn
+from tests.support.waiting import eventually
 
 if TYPE_CHECKING:
     from conftest import KeyExact
 
 
+async def parked(standin: ConsulStandIn, queries: int = 1) -> None:
+    """Returns once ``queries`` blocking queries wait at the stand-in for a change."""
+    await eventually(lambda: standin.blocked_queries >= queries, what=f"{queries} blocking queries parked")
+
+
 async def test_long_poll_wakes_on_a_change_of_its_view(
-    node1_client: consul.aio.Consul, server_client: consul.aio.Consul, key_exact: KeyExact
+    standin: ConsulStandIn,
+    node1_client: consul.aio.Consul,
+    server_client: consul.aio.Consul,
+    key_exact: KeyExact,
 ) -> None:
     index, entries = await server_client.health.service("vllm")
     assert entries == []
     assert int(index) >= 1
 
     poll = asyncio.create_task(server_client.health.service("vllm", index=index, wait="10s"))
-    await asyncio.sleep(0.1)
+    await parked(standin)
     assert not poll.done()
     assert await node1_client.agent.service.register("vllm", service_id="vllm-1", port=8000)
 
@@ -34,7 +43,7 @@ async def test_long_poll_wakes_on_a_change_of_its_view(
 
 
 async def test_long_poll_ends_at_wait_with_the_same_index(
-    node1_client: consul.aio.Consul, server_client: consul.aio.Consul
+    standin: ConsulStandIn, node1_client: consul.aio.Consul, server_client: consul.aio.Consul
 ) -> None:
     assert await node1_client.agent.service.register("vllm", service_id="vllm-1", port=8000)
     index, _ = await server_client.health.service("vllm")
@@ -42,7 +51,7 @@ async def test_long_poll_ends_at_wait_with_the_same_index(
     started = loop.time()
     # Writes to other views (KV, another service) do not wake it.
     poll = asyncio.create_task(server_client.health.service("vllm", index=index, wait="300ms"))
-    await asyncio.sleep(0.05)
+    await parked(standin)
     assert await server_client.kv.put("unrelated", "x")
     assert await node1_client.agent.service.register("other", service_id="other-1", port=1)
     same, entries = await poll
@@ -93,11 +102,13 @@ async def test_bad_blocking_parameters_are_400(standin: ConsulStandIn, http: Cli
         assert (resp.status, await resp.text()) == (400, "Invalid wait time")
 
 
-async def test_blocking_on_a_kv_key_wakes_when_it_appears(server_client: consul.aio.Consul) -> None:
+async def test_blocking_on_a_kv_key_wakes_when_it_appears(
+    standin: ConsulStandIn, server_client: consul.aio.Consul
+) -> None:
     index, value = await server_client.kv.get("config/router")
     assert value is None
     poll = asyncio.create_task(server_client.kv.get("config/router", index=index, wait="5s"))
-    await asyncio.sleep(0.05)
+    await parked(standin)
     assert await server_client.kv.put("config/router", b"v1")
     new_index, value = await asyncio.wait_for(poll, 5)
     assert int(new_index) > int(index)
@@ -105,12 +116,12 @@ async def test_blocking_on_a_kv_key_wakes_when_it_appears(server_client: consul.
 
 
 async def test_catalog_services_blocks_and_wakes(
-    node1_client: consul.aio.Consul, server_client: consul.aio.Consul
+    standin: ConsulStandIn, node1_client: consul.aio.Consul, server_client: consul.aio.Consul
 ) -> None:
     index, services = await server_client.catalog.services()
     assert services == {}
     poll = asyncio.create_task(server_client.catalog.services(index=index, wait="5s"))
-    await asyncio.sleep(0.05)
+    await parked(standin)
     assert await node1_client.agent.service.register("vllm", service_id="v", port=1, tags=["t"])
     new_index, services = await asyncio.wait_for(poll, 5)
     assert int(new_index) > int(index)
@@ -123,7 +134,7 @@ async def test_sync_client_blocking_query(
     """py-consul's blocking (requests) client, as a thread in a sync program would use it."""
     index, _ = await asyncio.to_thread(sync_client.health.service, "vllm")
     poll = asyncio.create_task(asyncio.to_thread(sync_client.health.service, "vllm", index=index, wait="5s"))
-    await asyncio.sleep(0.1)
+    await parked(standin)
     assert await node1_client.agent.service.register("vllm", service_id="v", port=1)
     new_index, entries = await asyncio.wait_for(poll, 5)
     assert int(new_index) > int(index)

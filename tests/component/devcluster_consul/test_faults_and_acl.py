@@ -12,6 +12,7 @@ import pytest
 from aiohttp import ClientSession
 
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn, OutageMode
+from tests.support import waiting
 
 if TYPE_CHECKING:
     from conftest import Eventually
@@ -23,13 +24,13 @@ async def test_hang_outage_holds_requests_and_long_polls_until_it_ends(
     assert await node1_client.agent.service.register("vllm", service_id="v1", port=1)
     index, _ = await server_client.health.service("vllm")
     long_poll = asyncio.create_task(server_client.health.service("vllm", index=index, wait="10s"))
-    await asyncio.sleep(0.05)
+    await waiting.eventually(lambda: standin.blocked_queries == 1, what="the long poll parked")
 
     await standin.start_outage(OutageMode.HANG)
     plain_read = asyncio.create_task(server_client.health.service("vllm"))
     # A change during the outage must not be delivered through it.
     standin.fail_node("node-1")
-    done, _ = await asyncio.wait({long_poll, plain_read}, timeout=0.3)
+    done, _ = await asyncio.wait({long_poll, plain_read}, timeout=0.3)  # a check that nothing comes
     assert done == set()
 
     await standin.end_outage()

@@ -13,6 +13,7 @@ import pytest
 
 from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn, StandInConfig
 from llmgw.devcluster.nomad.apishape import response_problems
+from tests.support.waiting import eventually
 
 TASK_SERVER = str(Path(__file__).with_name("task_server.py"))
 PY = sys.executable
@@ -53,15 +54,7 @@ async def wait_for(probe: Callable[[], Any], what: str, limit_s: float = 45.0) -
 
     The deadline is generous: CI machines are shared, and a deadline is a hang guard, not a timing test.
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    last: Any = None
-    while loop.time() < deadline:
-        last = await asyncio.to_thread(probe)
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+    return await eventually(lambda: asyncio.to_thread(probe), limit_s, what)
 
 
 def assert_shape(doc: Any, struct: str) -> None:

@@ -21,7 +21,7 @@ def main() -> None:
     print(f"task {os.environ.get('NOMAD_TASK_NAME')} listening on {port}", flush=True)
     if len(sys.argv) > 3:
         delay, code = float(sys.argv[2]), int(sys.argv[3])
-        time.sleep(delay)
+        time.sleep(delay)  # a task that runs this long, then exits: what the test asks for
         print(f"exiting with {code}", flush=True)
         sys.exit(code)
 
@@ -40,7 +40,7 @@ def main() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     while True:
-        time.sleep(3600)
+        time.sleep(3600)  # serve until killed
 
 
 if __name__ == "__main__":

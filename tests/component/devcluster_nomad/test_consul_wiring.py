@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import nomad
 
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.consul import ConsulSettings
+from tests.support.waiting import eventually
 
 from .conftest import call, fast_config, group, read_alloc_file, wait_for
 
@@ -58,13 +58,11 @@ async def test_services_register_with_checks_and_templates_render_from_consul(tm
         ]
         await call(client.jobs.register_job, {"Job": {"ID": "svc", "TaskGroups": [web, watcher]}})
 
-        entries: list[dict[str, Any]] = []
-        for _ in range(200):
+        async def both_passing() -> list[dict[str, Any]] | None:
             entries = await passing(dev, "web")
-            if len(entries) == 2:
-                break
-            await asyncio.sleep(0.1)
-        assert len(entries) == 2, "both instances registered and their HTTP checks pass"
+            return entries if len(entries) == 2 else None
+
+        entries = await eventually(both_passing, 20, "both instances registered and their HTTP checks pass")
         allocs = {a["ID"]: a for a in await call(client.job.get_allocations, "svc")}
         for entry in entries:
             svc = entry["Service"]

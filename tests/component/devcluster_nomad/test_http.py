@@ -12,6 +12,7 @@ import nomad
 import pytest
 
 from llmgw.devcluster.nomad import NomadServer, NomadStandIn, StandInConfig
+from tests.support.waiting import eventually
 
 from .conftest import assert_shape, call, fast_config, group, wait_for
 
@@ -113,7 +114,7 @@ async def test_blocking_query_on_job_allocations_wakes_on_change(
         waiting = asyncio.create_task(
             http.get(f"{server.address}/v1/job/b/allocations", params={"index": str(index), "wait": "20s"})
         )
-        await asyncio.sleep(0.3)
+        await eventually(lambda: server.standin.store.waiting >= 1, what="the blocking query parked")
         assert not waiting.done(), "nothing changed: the query blocks"
         stop = await call(client.allocation.stop_allocation, allocs[0]["ID"])
         assert_shape(stop, "AllocStopResponse")

@@ -34,6 +34,8 @@ from llmgw.gateway.ports import RouterDeps
 from llmgw.gateway.settings import RouterSettings
 from llmgw.sim.app import create_app as create_sim_app
 from tests.support.sim import fast_settings
+from tests.support.waiting import awaited
+from tests.support.waiting import eventually as eventually  # the one wait-until helper, for the tests here
 
 T = TypeVar("T")
 
@@ -305,6 +307,20 @@ class Cluster:
     def set_catalog(self, text: str, version: int = 2) -> None:
         self.catalog.publish(CatalogVersion.of(version, text, "test", 1.0))
 
+    async def seen_by(self, router: RouterServer) -> None:
+        """Returns once ``router``'s watch loops have applied every value published so far
+        (the endpoint book's ``processed`` hook): what a test waits for after changing the cluster."""
+        context = router.app[CONTEXT]
+        watches = [w for _, w in context.watches()]
+        if context.deps.allocations is not None:
+            watches.append(context.deps.allocations)
+        for watched in watches:
+            generation = watched.generation
+            await awaited(
+                context.book.wait_processed(watched, generation),
+                f"the router applied {watched.name} generation {generation}",
+            )
+
     def deps(self, *, with_keys: bool = False) -> RouterDeps:
         return RouterDeps(
             endpoints=self.endpoints,
@@ -363,12 +379,7 @@ async def start_router(cluster: Cluster) -> AsyncIterator[StartRouter]:
         router = RouterServer(router_settings(**changes), cluster.deps(with_keys=with_keys))
         await router.start()
         routers.append(router)
-        # The catalog and the endpoints are applied by the router's watch loops: wait for both.
-        for _ in range(200):
-            context = router.app[CONTEXT]
-            if context.catalogs.catalog is not None and context.book.generation > 0:
-                break
-            await asyncio.sleep(0.005)
+        await cluster.seen_by(router)
         return router
 
     yield start
@@ -404,18 +415,6 @@ async def openai_for() -> AsyncIterator[OpenAIFor]:
     yield make
     for client in clients:
         await client.close()
-
-
-async def eventually(predicate: Callable[[], bool | Awaitable[bool]], within: float = 5.0) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result or loop.time() >= deadline:
-            return result
-        await asyncio.sleep(0.02)
 
 
 def metric_value(text: str, name: str, **labels: str) -> float | None:

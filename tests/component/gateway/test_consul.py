@@ -4,7 +4,6 @@ during which the router keeps routing on what it last saw."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -184,4 +183,3 @@ async def test_a_consul_outage_keeps_the_last_endpoints(
     finally:
         await standin.end_outage()
     assert await eventually(lambda: endpoints_watch.healthy, within=5.0)
-    await asyncio.sleep(0)

@@ -19,7 +19,7 @@ from llmgw.gateway import dispatch
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.context import CONTEXT
 
-from .conftest import Cluster, StartRouter
+from .conftest import Cluster, StartRouter, eventually
 
 CHAT = {"model": "sim-chat", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
 
@@ -170,7 +170,10 @@ async def test_a_stream_that_breaks_after_its_first_chunk_ends_in_an_error_event
     client = await RawClient.open(await start_router(upstream_idle_timeout=0.3))
 
     async def hang_soon() -> None:
-        await asyncio.sleep(0.15)  # a few tokens in (20 a second)
+        async def tokens_out() -> bool:
+            return int((await engine.stats(http))["generation_tokens"]) >= 2
+
+        await eventually(tokens_out)  # a few tokens in (20 a second)
         await engine.fault(http, hang=True)
 
     hanging = asyncio.create_task(hang_soon())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import replace
 from typing import Any
@@ -73,7 +72,7 @@ async def test_a_revoked_key_is_refused(
     client = openai_for(router, api_key=key)
     assert (await client.models.list()).data
     cluster.keys.publish({record.key_id: replace(record, revoked_at=cluster.clock.now)})
-    await asyncio.sleep(0.02)  # the router's key loop applies it
+    await cluster.seen_by(router)
     with pytest.raises(openai.AuthenticationError) as caught:
         await client.chat.completions.create(model="sim-chat", messages=MESSAGES)
     assert caught.value.code == "invalid_api_key"

@@ -10,11 +10,21 @@ import aiohttp
 import openai
 import pytest
 
+from llmgw.gateway.app import RouterServer
 from llmgw.gateway.context import CONTEXT
 
-from .conftest import Cluster, OpenAIFor, StartRouter, metric_value
+from .conftest import Cluster, OpenAIFor, StartRouter, eventually, metric_value
 
 MESSAGES: Any = [{"role": "user", "content": "hello there"}]
+
+
+async def queued_for(router: RouterServer, model: str) -> None:
+    """Returns once a request waits at ``router`` for ``model`` to load."""
+    demand = router.app[CONTEXT].demand
+    await eventually(
+        lambda: any(u.model == model and u.queued for u in demand.report().models),
+        what=f"a request waiting for {model} to load",
+    )
 
 
 async def test_a_sleeping_model_is_woken_and_the_request_told_it_is_loading(
@@ -58,16 +68,13 @@ async def test_simultaneous_requests_share_one_wake_up(
 async def test_a_request_waiting_for_a_load_is_served_when_a_replica_comes_up(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
 ) -> None:
-    client = openai_for(await start_router(load_wait=5.0))
-
-    async def replica_comes_up() -> None:
-        await asyncio.sleep(0.2)
-        await cluster.add_sim("sleepy")
-
+    router = await start_router(load_wait=5.0)
+    client = openai_for(router)
     waiting = asyncio.create_task(
         client.chat.completions.create(model="sleepy", messages=MESSAGES, max_tokens=3)
     )
-    await replica_comes_up()
+    await queued_for(router, "sleepy")
+    await cluster.add_sim("sleepy")
     completion = await waiting
     assert completion.model == "sleepy"
     report = cluster.sink.wakes("sleepy")[0]
@@ -79,17 +86,14 @@ async def test_a_stream_waiting_for_a_load_is_kept_alive_with_comments(
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
 ) -> None:
     router = await start_router(load_wait_streaming=5.0, loading_comment_interval=0.05)
-
-    async def replica_comes_up() -> None:
-        await asyncio.sleep(0.3)
-        await cluster.add_sim("sleepy")
-
-    task = asyncio.create_task(replica_comes_up())
     body = {"model": "sleepy", "messages": MESSAGES, "max_tokens": 3, "stream": True}
     async with http.post(router.url + "/v1/chat/completions", json=body) as response:
         assert response.status == 200
-        raw = (await response.read()).decode()
-    await task
+        head = b""
+        while head.count(b": loading model") < 2:  # two comments while nothing can serve it
+            head += await response.content.readuntil(b"\n\n")
+        await cluster.add_sim("sleepy")
+        raw = (head + await response.read()).decode()
     assert raw.startswith(": loading model\n\n")
     assert raw.count(": loading model") >= 2
     assert ": llmgw model=sleepy replica=sleepy-r0\n\n" in raw
@@ -100,17 +104,12 @@ async def test_the_official_client_ignores_the_loading_comments(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
 ) -> None:
     client = openai_for(await start_router(load_wait_streaming=5.0, loading_comment_interval=0.05))
-
-    async def replica_comes_up() -> None:
-        await asyncio.sleep(0.3)
-        await cluster.add_sim("sleepy")
-
-    task = asyncio.create_task(replica_comes_up())
+    # The stream's head goes with its first loading comment: the client has one to ignore.
     stream = await client.chat.completions.create(
         model="sleepy", messages=MESSAGES, max_tokens=4, stream=True
     )
+    await cluster.add_sim("sleepy")
     text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
-    await task
     assert len(text.split()) == 4
 
 
@@ -171,6 +170,7 @@ async def test_use_is_reported_in_batches(
     client = openai_for(router)
     for _ in range(3):
         await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
+    # A check that nothing happens: 50 ms gives an early report the time to go out, and none may.
     await asyncio.sleep(0.05)
     assert cluster.sink.reports == []  # ordinary use waits for the next report
     assert await router.app[CONTEXT].demand.publish_once()  # what the reporting loop does each interval

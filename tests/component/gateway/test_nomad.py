@@ -97,7 +97,7 @@ async def place(nomad: NomadClient, http: aiohttp.ClientSession, replica: int) -
                 return await nomad.allocation(str(stub["ID"]))
         return None
 
-    alloc = await eventually_value(running, f"{job['ID']} running")
+    alloc = await eventually(running, 30, f"{job['ID']} running")
     port = next(p for p in alloc["AllocatedResources"]["Shared"]["Ports"] if p["Label"] == "http")
     endpoint = Endpoint(
         service_id=f"_nomad-task-{alloc['ID']}-engine-llmgw-engine-http",
@@ -123,17 +123,6 @@ async def place(nomad: NomadClient, http: aiohttp.ClientSession, replica: int) -
 
     assert await eventually(answers, 30), f"{job['ID']}'s engine never answered"
     return Placed(job["ID"], str(alloc["ID"]), str(alloc["NodeID"]), endpoint)
-
-
-async def eventually_value(probe: Any, what: str, within: float = 30.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        value = await probe()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not within {within}s: {what}")
 
 
 @pytest.fixture
@@ -177,15 +166,8 @@ async def start_router(
     router = RouterServer(router_settings(load_wait=0.2), replace(cluster.deps(), allocations=watch))
     await router.start()
     routers.servers.append(router)
-    await eventually_value(_true_when(lambda: watch.healthy), "the router following Nomad")
+    await eventually(lambda: watch.healthy, 30, "the router following Nomad")
     return router, watch
-
-
-def _true_when(predicate: Any) -> Any:
-    async def probe() -> bool:
-        return bool(predicate())
-
-    return probe
 
 
 async def replicas_answering(http: aiohttp.ClientSession, router: RouterServer, requests: int) -> list[str]:

@@ -12,7 +12,15 @@ from aiohttp import web
 
 from llmgw.core.records import HealthStatus
 
-from .conftest import Cluster, OpenAIFor, StartRouter, endpoint_for, metric_value, replicas_answering
+from .conftest import (
+    Cluster,
+    OpenAIFor,
+    StartRouter,
+    endpoint_for,
+    eventually,
+    metric_value,
+    replicas_answering,
+)
 
 MESSAGES: Any = [{"role": "user", "content": "hello there"}]
 
@@ -62,10 +70,11 @@ async def test_draining_and_failing_replicas_get_no_traffic(
     a = await cluster.add_sim("sim-chat")
     b = await cluster.add_sim("sim-chat")
     c = await cluster.add_sim("sim-chat")
-    client = openai_for(await start_router())
+    router = await start_router()
+    client = openai_for(router)
     cluster.drain(a)
     cluster.set_status(b, HealthStatus.CRITICAL)
-    await asyncio.sleep(0.05)  # the router's watch loops apply both
+    await cluster.seen_by(router)
     for _ in range(4):
         await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=2)
     assert [(await e.stats(http))["requests_total"] for e in (a, b, c)] == [0, 0, 4]
@@ -188,10 +197,12 @@ def _stream_then_reset_engine(resets: list[int]) -> web.Application:
                 f'"choices":[{{"index":0,"delta":{{"content":"{word}"}},"finish_reason":null}}]}}'
             )
             await response.write(f"data: {chunk}\n\n".encode())
-        await asyncio.sleep(0.05)
+        transport = request.transport
+        assert transport is not None
+        # An abort drops what is still buffered: reset once both chunks have left.
+        await eventually(lambda: transport.get_write_buffer_size() == 0)
         resets.append(1)
-        assert request.transport is not None
-        request.transport.abort()
+        transport.abort()
         return response
 
     app = web.Application()

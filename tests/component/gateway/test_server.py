@@ -18,6 +18,7 @@ from aiohttp import web
 from llmgw.gateway.app import RouterServer, runner_options
 from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.settings import RouterSettings
+from tests.support.waiting import awaited
 
 from .conftest import Cluster, OpenAIFor, StartRouter, eventually, metric_value
 
@@ -101,7 +102,7 @@ async def test_a_body_sent_a_byte_at_a_time_gets_408_after_the_body_read_timeout
             for _ in range(1000):
                 writer.write(b" ")
                 await writer.drain()
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # the drip is the point: a body a byte at a time
 
     dripping = asyncio.create_task(drip())
     try:
@@ -181,13 +182,47 @@ async def test_a_slow_first_token_is_a_504_and_not_retried(
     await slow.fault(http, first_token_delay=0.0)
 
 
-async def test_more_than_100_concurrent_streams_pass(
-    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
-) -> None:
-    engine = await cluster.add_sim("sim-chat", token_rate=4.0)
+class _HoldingEngine:
+    """An engine that holds every stream open, after its first chunk, until ``streams``
+    are open at once, then ends them all: the test waits on that, not on a clock."""
+
+    def __init__(self, streams: int) -> None:
+        self.streams = streams
+        self.open = 0
+        self.peak = 0
+        self.all_open = asyncio.Event()
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        chunk = (
+            '{"id":"c","object":"chat.completion.chunk","created":1,"model":"chat-a",'
+            '"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}'
+        )
+        await response.write(f"data: {chunk}\n\n".encode())
+        self.open += 1
+        self.peak = max(self.peak, self.open)
+        if self.open >= self.streams:
+            self.all_open.set()
+        try:
+            await self.all_open.wait()
+            await response.write(b"data: [DONE]\n\n")
+        finally:
+            self.open -= 1
+        return response
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        return app
+
+
+async def test_more_than_100_concurrent_streams_pass(cluster: Cluster, start_router: StartRouter) -> None:
+    engine = _HoldingEngine(streams=150)
+    await cluster.add_app("chat-a", engine.app())
     router = await start_router()
-    body = {"model": "sim-chat", "messages": MESSAGES, "max_tokens": 3, "stream": True}
-    peak = 0
+    body = {"model": "chat-a", "messages": MESSAGES, "stream": True}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
         async def one() -> bytes:
@@ -195,14 +230,15 @@ async def test_more_than_100_concurrent_streams_pass(
                 return await response.read()
 
         tasks = [asyncio.create_task(one()) for _ in range(150)]
-
-        async def all_running() -> bool:
-            nonlocal peak
-            peak = max(peak, (await engine.stats(http))["running"])
-            return peak >= 150
-
-        assert await eventually(all_running, within=5.0), f"at most {peak} streams ran at once"
+        try:
+            # A cap at 100 anywhere between client and engine leaves the rest waiting for ever.
+            await awaited(
+                engine.all_open.wait(), lambda: f"150 streams open at once (at most {engine.peak} were)", 60
+            )
+        finally:
+            engine.all_open.set()  # lets every stream end, so a failure does not leave them hanging
         answers = await asyncio.gather(*tasks)
+    assert engine.peak == 150
     assert all(a.rstrip().endswith(b"data: [DONE]") for a in answers)
 
 

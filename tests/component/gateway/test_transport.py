@@ -113,7 +113,7 @@ async def send_slowly(writer: asyncio.StreamWriter, data: bytes, cuts: list[int]
     for cut in [*cuts, len(data)]:
         writer.write(data[start:cut])
         await writer.drain()
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the pause is the point: the reader gets each piece on its own
         start = cut
 
 
@@ -444,10 +444,10 @@ async def test_the_connection_cap_makes_requests_wait_for_a_free_connection() ->
         engines = pool(limit=1)
         try:
             task = asyncio.create_task(engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}"))
-            await asyncio.sleep(0.05)
+            await eventually(lambda: len(engine.requests) == 1)
             second = asyncio.create_task(engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}"))
-            await asyncio.sleep(0.1)
-            assert len(engine.requests) == 1 and not second.done()  # waiting for the one slot
+            await eventually(lambda: len(engines._slot_waiters) == 1)  # waiting for the one slot
+            assert len(engine.requests) == 1 and not second.done()
             release_first.set()
             first = await task
             await read_all(first)
@@ -464,11 +464,13 @@ async def test_the_connection_cap_makes_requests_wait_for_a_free_connection() ->
 
 
 async def test_a_reset_mid_body_is_body_broken() -> None:
+    first_part_read = asyncio.Event()
+
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, engine: RawEngine) -> None:
         await engine.request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\ndata: \r\n")
         await writer.drain()
-        await asyncio.sleep(0.05)
+        await first_part_read.wait()  # a reset drops what the reader has not taken yet
         writer.transport.get_extra_info("socket").setsockopt(
             socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
         )
@@ -479,6 +481,7 @@ async def test_a_reset_mid_body_is_body_broken() -> None:
         try:
             response = await engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}")
             assert await response.read() == b"data: "
+            first_part_read.set()
             with pytest.raises(BodyBroken):
                 await response.read()
             response.close()
@@ -495,17 +498,20 @@ async def test_a_reset_mid_body_is_body_broken() -> None:
     ],
 )
 async def test_a_body_cut_short_by_a_clean_close_is_body_broken(wire: bytes) -> None:
+    first_part_read = asyncio.Event()
+
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, engine: RawEngine) -> None:
         await engine.request(reader)
         writer.write(wire)
         await writer.drain()
-        await asyncio.sleep(0.05)  # then FIN, no reset
+        await first_part_read.wait()  # then FIN, no reset
 
     async with RawEngine(script) as engine:
         engines = pool()
         try:
             response = await engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}")
             assert await response.read() == b"data: "
+            first_part_read.set()
             with pytest.raises(BodyBroken):
                 await response.read()
             response.close()
@@ -520,7 +526,7 @@ async def test_closing_a_response_mid_stream_closes_the_engines_connection() -> 
         for _ in range(200):
             writer.write(b"6\r\ntoken \r\n")
             await writer.drain()
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # a paced stream, still going when the client closes it
         writer.write(b"0\r\n\r\n")
 
     async with RawEngine(script) as engine:
@@ -571,7 +577,8 @@ async def test_a_slow_reader_stops_the_socket_being_read_so_the_engine_waits() -
         engines = pool(high_water=64 * 1024)
         try:
             response = await engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}")
-            await asyncio.sleep(0.5)  # read nothing for a while
+            # A reader that reads nothing for a while is what is under test: these sleeps are it.
+            await asyncio.sleep(0.5)
             stalled_at = engine.sent
             await asyncio.sleep(0.3)
             assert engine.sent == stalled_at < total  # the engine is held back, not drained into memory
@@ -601,11 +608,13 @@ CHUNK = (
 async def test_through_the_router_a_reset_mid_stream_ends_it_with_an_error_event(
     cluster: Cluster, start_router: StartRouter
 ) -> None:
+    both_chunks_read = asyncio.Event()
+
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, engine: RawEngine) -> None:
         await engine.request(reader)
         writer.write(_sse_answer([CHUNK, CHUNK]))
         await writer.drain()
-        await asyncio.sleep(0.1)
+        await both_chunks_read.wait()  # by the client: a reset drops what is still on the way
         writer.transport.get_extra_info("socket").setsockopt(
             socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
         )
@@ -620,7 +629,9 @@ async def test_through_the_router_a_reset_mid_stream_ends_it_with_an_error_event
             http.post(router.url + "/v1/chat/completions", json=body) as response,
         ):
             assert response.status == 200
-            text = await response.text()
+            raw = await response.content.readuntil(b"\n\n") + await response.content.readuntil(b"\n\n")
+            both_chunks_read.set()
+            text = (raw + await response.read()).decode()
     events = [e for e in text.split("\n\n") if e]
     assert events[:2] == [CHUNK.decode().strip()] * 2
     error = json.loads(events[2].removeprefix("data: "))["error"]
@@ -702,7 +713,7 @@ def _streaming_engine(events: list[bytes], *, pause: float = 0.0) -> Script:
                 await writer.drain()
                 engine.sent += 1
                 if pause:
-                    await asyncio.sleep(pause)
+                    await asyncio.sleep(pause)  # a paced engine: its events come apart
             writer.write(b"0\r\n\r\n")
             await writer.drain()
 
@@ -762,7 +773,9 @@ async def test_a_slow_client_holds_the_engine_back_and_then_gets_every_event_in_
         router = await start_router(client_write_timeout=5.0)
         sock = await _raw_post(router.port, STREAM_BODY, rcvbuf=16384)
         try:
-            await asyncio.sleep(0.5)  # not reading: the router stops reading the engine
+            # Not reading for a while is what is under test (the router must stop reading the
+            # engine): these sleeps are the slow client, not a wait for something.
+            await asyncio.sleep(0.5)
             held_at = engine.sent
             await asyncio.sleep(0.3)
             assert engine.sent == held_at < len(events)
@@ -814,7 +827,7 @@ async def test_a_stale_report_drops_the_engines_other_idle_connections() -> None
                 asyncio.create_task(engines.post("127.0.0.1", engine.port, "/v1/x", HEADERS, b"{}"))
                 for _ in range(2)
             ]
-            await asyncio.sleep(0.1)
+            await eventually(lambda: len(engine.requests) == 2)  # two connections, both busy
             release.set()
             for response in await asyncio.gather(*posts):
                 await read_all(response)

@@ -188,8 +188,7 @@ async def test_an_untrusted_word_changes_nothing_the_model_is_loading_as_before(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, untrusted: dict[str, Any]
 ) -> None:
     publish(cluster, unplaceable("sleepy"), **untrusted)
-    router = await start_router(load_wait=0.3)
-    await asyncio.sleep(0.05)
+    router = await start_router(load_wait=0.3)  # returns once the router has applied the word
     error = await refusal(openai_for(router), "sleepy")
     assert error.code == "model_loading"
     assert len(cluster.sink.wakes("sleepy")) == 1

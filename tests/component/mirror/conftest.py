@@ -125,7 +125,7 @@ class FakeHub:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             if self.delay:
-                await asyncio.sleep(self.delay)
+                await asyncio.sleep(self.delay)  # a slow hub is what the test asks for
             resp = web.StreamResponse(status=206 if range_header else 200)
             resp.content_length = len(body) - start
             if range_header:

@@ -16,6 +16,7 @@ from llmgw.core.mirror import check_reference, parse_ref
 from llmgw.mirror import load_index
 from llmgw.mirror.server import create_app
 from llmgw.mirror.store import DirectoryStore
+from tests.support.waiting import eventually_sync
 
 if TYPE_CHECKING:
     from conftest import Harness, Result, ServerThread
@@ -238,7 +239,6 @@ def test_mirror_serve_runs_as_a_process(harness: Harness) -> None:
     import socket
     import subprocess
     import sys
-    import time
 
     harness.hub.repos[REPO] = harness.safetensors_repo(shards=1, shard_size=100)
     assert harness.add("llama@v1", REPO).code == 0
@@ -262,16 +262,12 @@ def test_mirror_serve_runs_as_a_process(harness: Harness) -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if get(f"{url}/healthz")[0] == 200:
-                    break
-            except OSError:
-                pass
+
+        def up() -> bool:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
-            assert time.monotonic() < deadline, "mirror serve did not come up"
-            time.sleep(0.1)
+            return get(f"{url}/healthz")[0] == 200
+
+        eventually_sync(up, 20, "mirror serve answering /healthz")
         index = load_index(url)
         assert [(str(v.ref), v.state.value) for v in index.versions] == [("llama@v1", "complete")]
         dest = harness.tmp / "node"

@@ -7,7 +7,6 @@ Nomad client to submit, python-nomad and py-consul to look.
 from __future__ import annotations
 
 import asyncio
-import time
 from urllib.parse import urlsplit
 
 import consul.aio
@@ -20,6 +19,7 @@ from llmgw.core.conventions import ENGINE_SERVICE
 from llmgw.devcluster.cluster import DevCluster
 from llmgw.render import Renderer, ReplicaRequest
 from llmgw.settings import NomadConnection
+from tests.support.waiting import eventually
 
 TWO_NODE_SIM = ("llama-3.1-405b", 1)
 
@@ -32,15 +32,6 @@ def _python_nomad(dev: DevCluster) -> nomad.Nomad:
 def _py_consul(dev: DevCluster) -> consul.aio.Consul:
     address = urlsplit(dev.consul_addr)
     return consul.aio.Consul(host=address.hostname, port=address.port, token=dev.consul_token)
-
-
-async def _until(predicate, within: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not within {within}s: {what}")
 
 
 async def test_every_example_profile_parses_and_registers_and_real_engines_say_why_they_cannot_run(
@@ -106,7 +97,7 @@ async def _run_two_node_scenario(dev, rendered, looker, registry) -> None:  # ty
 
     async with NomadClient(NomadConnection(address=dev.nomad_addr, token=dev.nomad_token)) as client:
         await client.register(await client.parse_hcl(rendered.hcl))
-    await _until(healthy_with_both_ranks, 60, "the two-rank replica passing its check")
+    await eventually(healthy_with_both_ranks, 60, "the two-rank replica passing its check")
     placed = {a["TaskGroup"]: a["NodeID"] for a in await allocations()}
     assert len(set(placed.values())) == 2, "ranks on distinct nodes"
     # update { max_parallel = 0 }: no Nomad deployment to fail while a model loads.
@@ -121,4 +112,4 @@ async def _run_two_node_scenario(dev, rendered, looker, registry) -> None:  # ty
         statuses = {a["TaskGroup"]: a["ClientStatus"] for a in await allocations()}
         return not await engine_passing() and statuses.get("rank-0") in ("failed", "complete")
 
-    await _until(replica_down, 30, "rank 0 failing after its worker's node died")
+    await eventually(replica_down, 30, "rank 0 failing after its worker's node died")

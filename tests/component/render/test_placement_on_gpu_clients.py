@@ -9,7 +9,6 @@ and python-nomad, as against a real cluster.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -33,6 +32,7 @@ from llmgw.devcluster.nomad.config import (
 from llmgw.devcluster.nomad.docker import pull_failure
 from llmgw.render import Renderer, RenderSettings, ReplicaRequest
 from llmgw.settings import NomadConnection
+from tests.support.waiting import eventually
 
 MULTI_NODE = """
 models:
@@ -169,15 +169,16 @@ def _python_nomad(dev: DevCluster) -> nomad.Nomad:
 async def _failed_engine_events(dev: DevCluster, job_id: str) -> list[dict[str, object]]:
     """The task events of the job's engine task, once its allocation failed."""
     looker = _python_nomad(dev)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    async def failed_events() -> list[dict[str, object]] | None:
         for stub in await asyncio.to_thread(looker.job.get_allocations, job_id):
             if stub["ClientStatus"] != "failed":
                 continue
             alloc = await asyncio.to_thread(looker.allocation.get_allocation, stub["ID"])
             return list(alloc["TaskStates"]["engine"]["Events"])
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no failed engine allocation of {job_id} within 30s")
+        return None
+
+    return await eventually(failed_events, 30, f"a failed engine allocation of {job_id}")
 
 
 async def _failed_engine_event(dev: DevCluster, job_id: str) -> str:
@@ -294,13 +295,10 @@ async def test_a_node_without_the_model_cache_volume_is_filtered_and_the_plan_na
 
 async def _placed_alloc(dev: DevCluster, job_id: str) -> dict:  # type: ignore[type-arg]
     looker = _python_nomad(dev)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        stubs = await asyncio.to_thread(looker.job.get_allocations, job_id)
-        if stubs:
-            return dict(await asyncio.to_thread(looker.allocation.get_allocation, stubs[0]["ID"]))
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{job_id} was not placed within 30s")
+    stubs = await eventually(
+        lambda: asyncio.to_thread(looker.job.get_allocations, job_id), 30, f"{job_id} placed"
+    )
+    return dict(await asyncio.to_thread(looker.allocation.get_allocation, stubs[0]["ID"]))
 
 
 async def test_a_replica_rebuilt_on_the_same_node_mounts_the_same_model_cache(

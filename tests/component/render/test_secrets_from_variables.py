@@ -9,9 +9,7 @@ for where it must be (the engine process's environment) and where it must not
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from llmgw.core.catalog import Catalog, catalog_digest
 from llmgw.devcluster.cluster import DevCluster
 from llmgw.render import Renderer, ReplicaRequest
 from llmgw.settings import NomadConnection
+from tests.support.waiting import eventually
 
 from .conftest import dev_render_settings
 
@@ -35,16 +34,6 @@ POLICY = f"""namespace "default" {{
   }}
 }}
 """
-
-
-async def _until(predicate, within: float, what: str) -> Any:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        found = await predicate()
-        if found:
-            return found
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not within {within}s: {what}")
 
 
 async def _nomad(dev: DevCluster, method: str, path: str, body: object = None) -> tuple[int, Any]:
@@ -119,7 +108,7 @@ async def test_the_engine_gets_hf_token_from_the_variable_and_nowhere_else_holds
         task = _engine(dev, rendered.job_id)
         return task if task is not None and task.proc is not None and task.state.state == "running" else None
 
-    task = await _until(running_engine, 30, "the engine running")
+    task = await eventually(running_engine, 30, "the engine running")
     assert _environ(task.proc.pid).get("HF_TOKEN") == TOKEN
     assert TOKEN not in str(stored), "the job Nomad keeps does not hold the token"
     logs = "".join(p.read_text(errors="replace") for p in (task.ar.root / "alloc" / "logs").glob("*"))
@@ -143,7 +132,7 @@ async def test_a_missing_variable_keeps_the_task_pending_until_it_is_written(
             for e in task.state.events
         )
 
-    await _until(waiting, 30, "the template reporting the missing variable")
+    await eventually(waiting, 30, "the template reporting the missing variable")
     task = _engine(dev, rendered.job_id)
     assert task.proc is None and task.state.state == "pending"
     await _put_token(dev)
@@ -151,7 +140,7 @@ async def test_a_missing_variable_keeps_the_task_pending_until_it_is_written(
     async def started() -> bool:
         return task.proc is not None and task.state.state == "running"
 
-    await _until(started, 30, "the engine starting once the variable exists")
+    await eventually(started, 30, "the engine starting once the variable exists")
     assert _environ(task.proc.pid).get("HF_TOKEN") == TOKEN
 
 
@@ -169,7 +158,7 @@ async def test_without_a_policy_for_the_path_the_task_fails_with_permission_deni
         state = (allocs[0].get("TaskStates") or {}).get("engine") if allocs else None
         return state if state and state["State"] == "dead" else None
 
-    state = await _until(failed, 30, "the task failing on the template")
+    state = await eventually(failed, 30, "the task failing on the template")
     assert state["Failed"]
     messages = [e["DisplayMessage"] for e in state["Events"]]
     assert any("Template failed" in m and "403 (Permission denied)" in m for m in messages), messages
@@ -256,7 +245,7 @@ async def test_an_engine_with_a_key_passes_its_check_refuses_strangers_and_serve
         return ours[0]["Service"] if ours else None
 
     # The Consul check (GET /health) needs no key: the replica turns healthy.
-    service = await _until(passing, 30, "the keyed engine passing its health check")
+    service = await eventually(passing, 30, "the keyed engine passing its health check")
     base = f"http://{service['Address']}:{service['Port']}"
     body = {"model": "sim-chat", "prompt": "hi", "max_tokens": 1}
     async with aiohttp.ClientSession() as session:
@@ -298,7 +287,7 @@ async def test_a_rotated_token_re_renders_and_restarts_the_engine_with_it(
         task = _engine(dev, rendered.job_id)
         return task if task is not None and task.proc is not None and task.state.state == "running" else None
 
-    task = await _until(running_engine, 30, "the engine running")
+    task = await eventually(running_engine, 30, "the engine running")
     first_pid = task.proc.pid
     rotated = "hf_r0tatedT0ken"
     status, text = await _nomad(
@@ -318,4 +307,4 @@ async def test_a_rotated_token_re_renders_and_restarts_the_engine_with_it(
             and _environ(proc.pid).get("HF_TOKEN") == rotated
         )
 
-    await _until(restarted_with_the_new_token, 30, "the engine restarted with the rotated token")
+    await eventually(restarted_with_the_new_token, 30, "the engine restarted with the rotated token")

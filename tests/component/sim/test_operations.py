@@ -8,7 +8,8 @@ import aiohttp
 import openai
 import pytest
 
-from tests.support.sim import TEST_MODEL, fast_settings, wait_until
+from tests.support.sim import TEST_MODEL, fast_settings
+from tests.support.waiting import eventually
 
 from .conftest import ClientFor, StartServer
 
@@ -36,7 +37,7 @@ async def test_health_is_503_while_loading_then_200(
             model=TEST_MODEL, messages=[{"role": "user", "content": "too early"}]
         )
     assert caught.value.status_code == 503
-    assert await wait_until(lambda: _healthy(http, server.make_url("/health")), within=5)
+    assert await eventually(lambda: _healthy(http, server.make_url("/health")), within=5)
     async with http.get(server.make_url("/health")) as response:
         assert await response.read() == b""  # like vLLM: 200 with an empty body
 
@@ -80,7 +81,7 @@ async def test_requests_beyond_max_num_seqs_wait(
         return content
 
     tasks = [asyncio.create_task(one()) for _ in range(5)]
-    assert await wait_until(lambda: _counts(http, stats_url, running=2, waiting=3))
+    assert await eventually(lambda: _counts(http, stats_url, running=2, waiting=3))
     async with http.get(server.make_url("/metrics")) as response:
         text = await response.text()
     assert f'vllm:num_requests_running{{model_name="{TEST_MODEL}"}} 2.0' in text
@@ -110,7 +111,7 @@ async def test_client_leaving_mid_stream_cancels_generation(
             break
     await stream.close()
     stats_url = server.make_url("/sim/stats")
-    assert await wait_until(lambda: _counts(http, stats_url, cancelled=1, running=0))
+    assert await eventually(lambda: _counts(http, stats_url, cancelled=1, running=0))
     stats = await _stats(http, stats_url)
     assert stats["completed"] == 0
     generated = stats["generation_tokens"]
@@ -130,7 +131,7 @@ async def test_client_leaving_a_non_streamed_request_cancels_it(
         ) as response:
             await response.read()
     stats_url = server.make_url("/sim/stats")
-    assert await wait_until(lambda: _counts(http, stats_url, cancelled=1, running=0))
+    assert await eventually(lambda: _counts(http, stats_url, cancelled=1, running=0))
 
 
 async def test_a_waiting_request_that_leaves_is_counted_as_cancelled(
@@ -141,14 +142,14 @@ async def test_a_waiting_request_that_leaves_is_counted_as_cancelled(
     stats_url = server.make_url("/sim/stats")
     long_body = {"model": TEST_MODEL, "prompt": "first", "max_tokens": 4000}
     holder = asyncio.create_task(http.post(url, json=long_body))
-    assert await wait_until(lambda: _counts(http, stats_url, running=1))
+    assert await eventually(lambda: _counts(http, stats_url, running=1))
     with pytest.raises(asyncio.TimeoutError):
         async with http.post(
             url, json={**long_body, "prompt": "second"}, timeout=aiohttp.ClientTimeout(total=0.3)
         ) as response:
             await response.read()
-    assert await wait_until(lambda: _counts(http, stats_url, cancelled=1, waiting=0, running=1))
+    assert await eventually(lambda: _counts(http, stats_url, cancelled=1, waiting=0, running=1))
     holder.cancel()
     with pytest.raises(asyncio.CancelledError):
         await holder
-    assert await wait_until(lambda: _counts(http, stats_url, cancelled=2, running=0))
+    assert await eventually(lambda: _counts(http, stats_url, cancelled=2, running=0))

@@ -13,7 +13,8 @@ import openai
 import pytest
 
 from llmgw.sim.settings import ExitCode
-from tests.support.sim import CLI_ENTRY, TEST_MODEL, SimProcess, wait_until
+from tests.support.sim import CLI_ENTRY, TEST_MODEL, SimProcess
+from tests.support.waiting import eventually
 
 from .conftest import ClientFor, StartProcess
 
@@ -102,7 +103,7 @@ async def test_two_rank_replica_lives_and_dies_together(
     async def both_healthy() -> bool:
         return await _health(http, head) == 200 and await _health(http, worker) == 200
 
-    assert await wait_until(both_healthy, within=EXIT_WITHIN)
+    assert await eventually(both_healthy, within=EXIT_WITHIN)
     reply = await client_for(head).chat.completions.create(
         model=TEST_MODEL, messages=[{"role": "user", "content": "replica"}], max_tokens=2
     )
@@ -126,7 +127,7 @@ async def test_worker_exits_when_its_head_dies(
     async def joined() -> bool:
         return await _health(http, worker) == 200
 
-    assert await wait_until(joined, within=EXIT_WITHIN)
+    assert await eventually(joined, within=EXIT_WITHIN)
     head.process.kill()
     assert await worker.wait(EXIT_WITHIN) == ExitCode.PEER_LOST
     await head.wait(EXIT_WITHIN)
@@ -146,7 +147,7 @@ async def test_worker_started_first_finds_its_head_through_the_head_file(
     async def head_healthy() -> bool:
         return await _health(http, head) == 200
 
-    assert await wait_until(head_healthy, within=EXIT_WITHIN)
+    assert await eventually(head_healthy, within=EXIT_WITHIN)
     worker.send_signal(signal.SIGTERM)  # a worker stopped on purpose exits 0 ...
     assert await worker.wait(EXIT_WITHIN) == ExitCode.OK
     assert await head.wait(EXIT_WITHIN) == ExitCode.PEER_LOST  # ... and still takes its replica down

@@ -10,7 +10,8 @@ from aiohttp.test_utils import TestServer
 
 from llmgw.sim.app import STATE
 from llmgw.sim.settings import ExitCode
-from tests.support.sim import fast_settings, wait_until
+from tests.support.sim import fast_settings
+from tests.support.waiting import eventually
 
 from .conftest import StartServer
 
@@ -33,7 +34,7 @@ async def _stopped_with(server: TestServer, code: ExitCode) -> bool:
     async def check() -> bool:
         return _exit_code(server) == code
 
-    return await wait_until(check, within=5.0)
+    return await eventually(check, within=5.0)
 
 
 async def test_head_is_healthy_only_once_every_worker_joined(
@@ -46,14 +47,14 @@ async def test_head_is_healthy_only_once_every_worker_joined(
     async def first_healthy() -> bool:
         return await _health(http, first) == 200
 
-    assert await wait_until(first_healthy)
+    assert await eventually(first_healthy)
     assert await _health(http, head) == 503  # one of two workers is not enough
     await start_server(fast_settings(world_size=3, rank=2, head=_address(head)))
 
     async def head_healthy() -> bool:
         return await _health(http, head) == 200
 
-    assert await wait_until(head_healthy)
+    assert await eventually(head_healthy)
     async with http.get(head.make_url("/sim/stats")) as response:
         assert (await response.json())["workers_joined"] == 2
 
@@ -67,7 +68,7 @@ async def test_a_taken_rank_and_a_wrong_world_size_are_refused(
     async def joined() -> bool:
         return await _health(http, head) == 200
 
-    assert await wait_until(joined)
+    assert await eventually(joined)
     async with http.get(head.make_url("/sim/rendezvous?rank=1&world_size=2")) as response:
         assert response.status == 409
     async with http.get(head.make_url("/sim/rendezvous?rank=1&world_size=4")) as response:
@@ -87,7 +88,7 @@ async def test_head_stops_with_peer_lost_when_a_joined_worker_leaves(
     async def joined() -> bool:
         return await _health(http, head) == 200
 
-    assert await wait_until(joined)
+    assert await eventually(joined)
     await worker.close()
     assert await _stopped_with(head, ExitCode.PEER_LOST)
     assert await _health(http, head) == 503
@@ -102,7 +103,7 @@ async def test_worker_stops_with_peer_lost_when_the_head_goes_away(
     async def joined() -> bool:
         return await _health(http, worker) == 200
 
-    assert await wait_until(joined)
+    assert await eventually(joined)
     await head.close()
     assert await _stopped_with(worker, ExitCode.PEER_LOST)
 
@@ -136,5 +137,5 @@ async def test_worker_waits_for_the_head_file_then_joins(
     async def both_healthy() -> bool:
         return await _health(http, head) == 200 and await _health(http, worker) == 200
 
-    assert await wait_until(both_healthy)
+    assert await eventually(both_healthy)
     assert _exit_code(worker) is None
