@@ -24,7 +24,7 @@ from llmgw.devcluster.consul.http_common import (
     agent_node,
     json_answer,
     now,
-    request_filter,
+    refuse_filter,
     state_of,
     text_answer,
 )
@@ -51,15 +51,14 @@ async def deregister_service(request: web.Request) -> web.StreamResponse:
 
 
 async def services(request: web.Request) -> web.StreamResponse:
+    refuse_filter(request)
+    if acl_filtered(request):
+        return json_answer({})
     state = state_of(request)
     dc = state.settings.datacenter
-    docs = {s.service_id: rendering.agent_service(s, dc) for s in state.agent_services(agent_node(request))}
-    if acl_filtered(request):
-        docs = {}
-    keep = request_filter(request, "AgentService")
-    if keep is not None:
-        docs = {k: v for k, v in docs.items() if keep(v)}
-    return json_answer(docs)
+    return json_answer(
+        {s.service_id: rendering.agent_service(s, dc) for s in state.agent_services(agent_node(request))}
+    )
 
 
 async def service(request: web.Request) -> web.StreamResponse:
@@ -73,13 +72,12 @@ async def service(request: web.Request) -> web.StreamResponse:
 
 
 async def checks(request: web.Request) -> web.StreamResponse:
-    docs = {c.check_id: rendering.agent_check(c) for c in state_of(request).agent_checks(agent_node(request))}
+    refuse_filter(request)
     if acl_filtered(request):
-        docs = {}
-    keep = request_filter(request, "AgentCheck")
-    if keep is not None:
-        docs = {k: v for k, v in docs.items() if keep(v)}
-    return json_answer(docs)
+        return json_answer({})
+    return json_answer(
+        {c.check_id: rendering.agent_check(c) for c in state_of(request).agent_checks(agent_node(request))}
+    )
 
 
 async def register_check(request: web.Request) -> web.StreamResponse:
