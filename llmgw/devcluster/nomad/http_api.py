@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -312,6 +312,22 @@ async def deployment_get(request: web.Request) -> web.Response:
 # Allocations and evaluations
 
 
+class _Indexed(Protocol):
+    modify_index: int
+
+
+async def _block_on_record(request: web.Request, find: Callable[[], _Indexed | None], table: str) -> int:
+    """A blocking read of one object: on its ModifyIndex, or on its table's index while
+    it does not exist (it may yet be created)."""
+    table_index = _standin(request).store.table_index
+
+    def index_of() -> int:
+        found = find()
+        return found.modify_index if found is not None else table_index[table]
+
+    return await _block(request, index_of)
+
+
 async def allocations_list(request: web.Request) -> web.Response:
     standin = _standin(request)
     index = await _block(request, lambda: standin.store.table_index["allocs"])
@@ -332,12 +348,7 @@ async def allocations_list(request: web.Request) -> web.Response:
 async def allocation_get(request: web.Request) -> web.Response:
     standin = _standin(request)
     alloc_id = request.match_info["alloc_id"]
-
-    def index_of() -> int:
-        alloc = standin.store.allocs.get(alloc_id)
-        return alloc.modify_index if alloc else standin.store.table_index["allocs"]
-
-    index = await _block(request, index_of)
+    index = await _block_on_record(request, lambda: standin.store.allocs.get(alloc_id), "allocs")
     alloc = standin.find_alloc(alloc_id)
     return _json(standin.store.alloc_json(alloc), index=index)
 
@@ -365,12 +376,7 @@ async def evaluations_list(request: web.Request) -> web.Response:
 async def evaluation_get(request: web.Request) -> web.Response:
     standin = _standin(request)
     eval_id = request.match_info["eval_id"]
-
-    def index_of() -> int:
-        ev = standin.store.evals.get(eval_id)
-        return ev.modify_index if ev else standin.store.table_index["evals"]
-
-    index = await _block(request, index_of)
+    index = await _block_on_record(request, lambda: standin.store.evals.get(eval_id), "evals")
     ev = standin.store.evals.get(eval_id)
     if ev is None:
         raise NotFound("eval not found")

@@ -483,15 +483,7 @@ class NomadStandIn:
             ev = self._new_eval(job_id, "job-register")
             ev.job_modify_index = record.job_modify_index
         self._enqueue(ev.id)
-        return {
-            "EvalID": ev.id,
-            "EvalCreateIndex": ev.create_index,
-            "JobModifyIndex": record.job_modify_index,
-            "Warnings": job_warnings(job_doc),
-            "KnownLeader": True,
-            "LastContact": 0,
-            "NextToken": "",
-        }
+        return _job_write_answer(ev, record, Warnings=job_warnings(job_doc))
 
     def deregister_job(self, job_id: str, *, purge: bool = False) -> JSON:
         record = self.store.jobs.get(job_id)
@@ -509,14 +501,7 @@ class NomadStandIn:
             ev = self._new_eval(job_id, "job-deregister")
             ev.job_modify_index = record.job_modify_index
         self._enqueue(ev.id)
-        return {
-            "EvalID": ev.id,
-            "EvalCreateIndex": ev.create_index,
-            "JobModifyIndex": record.job_modify_index,
-            "KnownLeader": True,
-            "LastContact": 0,
-            "NextToken": "",
-        }
+        return _job_write_answer(ev, record)
 
     def plan_job(self, job_doc: JSON, *, diff: bool) -> JSON:
         job_doc = as_registered(canonicalize(job_doc))
@@ -834,3 +819,17 @@ class NomadStandIn:
             self.procs.signal_group(task_runner.proc, 9)
             return pid
         raise NotFound(f"alloc {alloc.id} has no tasks")
+
+
+def _job_write_answer(ev: EvalRecord, record: JobRecord, **extra: object) -> JSON:
+    """What a job register or deregister answers (``api.JobRegisterResponse`` /
+    ``JobDeregisterResponse``): the evaluation, the job's modify index, the WriteMeta."""
+    return {
+        "EvalID": ev.id,
+        "EvalCreateIndex": ev.create_index,
+        "JobModifyIndex": record.job_modify_index,
+        **extra,
+        "KnownLeader": True,
+        "LastContact": 0,
+        "NextToken": "",
+    }

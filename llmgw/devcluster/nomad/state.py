@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from llmgw.devcluster.nomad.apishape import GO_ZERO_TIME, fill
 from llmgw.devcluster.nomad.config import NodeSpec
@@ -325,30 +325,17 @@ class Store:
             self.nodes[node.id] = node
             self.table_index["nodes"] = index
         for ev in tx.evals.values():
-            if ev.create_index == 0:
-                ev.create_index = index
-                ev.create_time = stamp
-            ev.modify_index = index
-            ev.modify_time = stamp
+            _stamp(ev, index, stamp)
             self.evals[ev.id] = ev
             self.table_index["evals"] = index
         for alloc in tx.allocs.values():
-            if alloc.create_index == 0:
-                alloc.create_index = index
-                alloc.create_time = stamp
+            # AllocModifyIndex moves on creation and on server-side changes only.
+            if _stamp(alloc, index, stamp) or alloc.id in tx.alloc_server_change:
                 alloc.alloc_modify_index = index
-            if alloc.id in tx.alloc_server_change:
-                alloc.alloc_modify_index = index
-            alloc.modify_index = index
-            alloc.modify_time = stamp
             self.allocs[alloc.id] = alloc
             self.table_index["allocs"] = index
         for deployment in tx.deployments.values():
-            if deployment.create_index == 0:
-                deployment.create_index = index
-                deployment.create_time = stamp
-            deployment.modify_index = index
-            deployment.modify_time = stamp
+            _stamp(deployment, index, stamp)
             self.deployments[deployment.id] = deployment
             self.table_index["deployment"] = index
         for job in tx.jobs.values():
@@ -380,48 +367,22 @@ class Store:
 
     def _events(self, tx: _Txn, index: int) -> list[JSON]:
         events: list[JSON] = []
+
+        def add(topic: str, key: str, filter_keys: list[str] | None, payload: JSON, namespace: str) -> None:
+            events.append(_event(topic, tx.kind, key, filter_keys, namespace, index, {topic: payload}))
+
         for ev in tx.evals.values():
-            events.append(
-                _event(
-                    "Evaluation",
-                    tx.kind,
-                    ev.id,
-                    [ev.job_id, ""],
-                    NAMESPACE,
-                    index,
-                    {"Evaluation": self.eval_json(ev)},
-                )
-            )
+            add("Evaluation", ev.id, [ev.job_id, ""], self.eval_json(ev), NAMESPACE)
         for alloc in tx.allocs.values():
             body = self.alloc_json(alloc)
             body["Job"] = None  # Nomad strips the job to keep alloc events small
-            events.append(
-                _event(
-                    "Allocation",
-                    tx.kind,
-                    alloc.id,
-                    [alloc.job_id, ""],
-                    NAMESPACE,
-                    index,
-                    {"Allocation": body},
-                )
-            )
+            add("Allocation", alloc.id, [alloc.job_id, ""], body, NAMESPACE)
         for deployment in tx.deployments.values():
-            events.append(
-                _event(
-                    "Deployment",
-                    tx.kind,
-                    deployment.id,
-                    [deployment.job_id],
-                    NAMESPACE,
-                    index,
-                    {"Deployment": self.deployment_json(deployment)},
-                )
-            )
+            add("Deployment", deployment.id, [deployment.job_id], self.deployment_json(deployment), NAMESPACE)
         for job in tx.jobs.values():
-            events.append(_event("Job", tx.kind, job.id, None, NAMESPACE, index, {"Job": self.job_json(job)}))
+            add("Job", job.id, None, self.job_json(job), NAMESPACE)
         for node in tx.nodes.values():
-            events.append(_event("Node", tx.kind, node.id, None, "", index, {"Node": self.node_json(node)}))
+            add("Node", node.id, None, self.node_json(node), "")
         return events
 
     async def wait_change(self, seconds: float) -> None:
@@ -779,6 +740,27 @@ def _deployment_status(alloc: AllocRecord) -> JSON | None:
         "Canary": False,
         "ModifyIndex": alloc.modify_index,
     }
+
+
+class _Written(Protocol):
+    """A record Nomad's state store stamps on every write (evaluations, allocations, deployments)."""
+
+    create_index: int
+    modify_index: int
+    create_time: int
+    modify_time: int
+
+
+def _stamp(record: _Written, index: int, stamp: int) -> bool:
+    """CreateIndex and CreateTime on the first write, ModifyIndex and ModifyTime on every
+    one; True when this write created the record."""
+    created = record.create_index == 0
+    if created:
+        record.create_index = index
+        record.create_time = stamp
+    record.modify_index = index
+    record.modify_time = stamp
+    return created
 
 
 def _event(
