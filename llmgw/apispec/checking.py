@@ -24,8 +24,6 @@ from enum import StrEnum
 
 from llmgw.apispec.tables import ApiName, GoType, Kind, StructSpec, go_type, struct
 
-JsonValue = object
-
 
 class ProblemKind(StrEnum):
     UNKNOWN_KEY = "unknown-key"  # Go would drop it silently

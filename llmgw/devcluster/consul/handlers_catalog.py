@@ -28,6 +28,7 @@ from llmgw.devcluster.consul.http_common import (
 )
 from llmgw.devcluster.consul.model import CheckRecord
 from llmgw.devcluster.consul.rendering import Json
+from llmgw.devcluster.consul.state import ConsulState
 
 
 def _passing(request: web.Request) -> bool:
@@ -70,33 +71,29 @@ async def health_service(request: web.Request) -> web.StreamResponse:
 
 
 async def _health_checks_answer(
-    request: web.Request, view: Callable[[], tuple[int, list[CheckRecord]]]
+    request: web.Request, view: Callable[[ConsulState], tuple[int, list[CheckRecord]]]
 ) -> web.StreamResponse:
-    index, checks = await blocking_read(request, view)
+    refuse_filter(request)
+    state = state_of(request)
+    view(state)  # a bad argument (an unknown state) is a 400 before any waiting
+    index, checks = await blocking_read(request, lambda: view(state))
     docs = _select(request, [rendering.health_check(c) for c in checks])
     return json_answer(docs, headers=meta_headers(request, index))
 
 
 async def health_checks(request: web.Request) -> web.StreamResponse:
-    state = state_of(request)
     name = request.match_info["service"]
-    refuse_filter(request)
-    return await _health_checks_answer(request, lambda: state.health_checks_of_service(name))
+    return await _health_checks_answer(request, lambda state: state.health_checks_of_service(name))
 
 
 async def health_state(request: web.Request) -> web.StreamResponse:
-    state = state_of(request)
     which = request.match_info["state"]
-    refuse_filter(request)
-    state.health_state(which)  # 400 for an unknown state before blocking
-    return await _health_checks_answer(request, lambda: state.health_state(which))
+    return await _health_checks_answer(request, lambda state: state.health_state(which))
 
 
 async def health_node(request: web.Request) -> web.StreamResponse:
-    state = state_of(request)
     node = request.match_info["node"]
-    refuse_filter(request)
-    return await _health_checks_answer(request, lambda: state.health_node(node))
+    return await _health_checks_answer(request, lambda state: state.health_node(node))
 
 
 async def catalog_services(request: web.Request) -> web.StreamResponse:

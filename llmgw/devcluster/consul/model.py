@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-EMPTY_MAP: Mapping[str, str] = MappingProxyType({})
-
 
 class ConsulError(Exception):
     """An error answer as Consul writes it: a status and a plain-text body."""

@@ -90,16 +90,6 @@ def _node_id(name: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}.node.llmgw-dev"))
 
 
-def _worst(statuses: Iterable[HealthStatus]) -> HealthStatus:
-    worst = HealthStatus.PASSING
-    for s in statuses:
-        if s is HealthStatus.CRITICAL:
-            return s
-        if s is HealthStatus.WARNING:
-            worst = s
-    return worst
-
-
 class ConsulState:
     """All of one stand-in cluster's data. See the module docstring."""
 
@@ -219,9 +209,6 @@ class ConsulState:
         if node is None:
             raise ConsulError(500, f"Unknown node {name!r}: add it to the stand-in first")
         return node
-
-    def node_failed(self, name: str) -> bool:
-        return name in self.faults.failed_nodes
 
     def fail_node(self, name: str, now: float) -> None:
         """Serf declares the node failed: serfHealth goes critical (so every service
@@ -708,9 +695,6 @@ class ConsulState:
 
     def catalog_node(self, name: str) -> tuple[int, NodeRecord | None, list[ServiceRecord]]:
         return self._table(Table.NODES, Table.SERVICES), self._nodes.get(name), self.agent_services(name)
-
-    def worst_status(self, svc: ServiceRecord) -> HealthStatus:
-        return _worst(c.catalog_status for c in self._node_checks(svc.node) + self._instance_checks(svc))
 
     # ------------------------------------------------------------------ KV
 

@@ -21,13 +21,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from llmgw.devcluster.nomad.apishape import GO_ZERO_TIME, fill
 from llmgw.devcluster.nomad.config import NodeSpec
 from llmgw.devcluster.nomad.events import EventBroker
 
 JSON = dict[str, Any]
+_R = TypeVar("_R")
 NAMESPACE = "default"
 
 # Event types, keyed by the FSM message that caused them (nomad/state/events.go).
@@ -39,7 +40,6 @@ EV_ALLOC_DESIRED = "AllocationUpdateDesiredStatus"
 EV_EVAL_UPDATED = "EvaluationUpdated"
 EV_NODE_REGISTRATION = "NodeRegistration"
 EV_NODE_EVENT = "NodeStreamEvent"
-EV_NODE_DRAIN = "NodeDrain"
 
 
 def now_ns() -> int:
@@ -71,9 +71,6 @@ class NodeRecord:
     http_addr: str
     status: str = "ready"
     status_description: str = ""
-    eligibility: str = "eligible"
-    drain_strategy: JSON | None = None
-    last_drain: JSON | None = None
     events: list[JSON] = field(default_factory=list)
     create_index: int = 0
     modify_index: int = 0
@@ -84,10 +81,6 @@ class NodeRecord:
     @property
     def name(self) -> str:
         return self.spec.name
-
-    @property
-    def draining(self) -> bool:
-        return self.drain_strategy is not None
 
 
 @dataclass
@@ -322,22 +315,18 @@ class Store:
             if node.create_index == 0:
                 node.create_index = index
             node.modify_index = index
-            self.nodes[node.id] = node
-            self.table_index["nodes"] = index
         for ev in tx.evals.values():
             _stamp(ev, index, stamp)
-            self.evals[ev.id] = ev
-            self.table_index["evals"] = index
         for alloc in tx.allocs.values():
             # AllocModifyIndex moves on creation and on server-side changes only.
             if _stamp(alloc, index, stamp) or alloc.id in tx.alloc_server_change:
                 alloc.alloc_modify_index = index
-            self.allocs[alloc.id] = alloc
-            self.table_index["allocs"] = index
         for deployment in tx.deployments.values():
             _stamp(deployment, index, stamp)
-            self.deployments[deployment.id] = deployment
-            self.table_index["deployment"] = index
+        self._put("nodes", self.nodes, tx.nodes, index)
+        self._put("evals", self.evals, tx.evals, index)
+        self._put("allocs", self.allocs, tx.allocs, index)
+        self._put("deployment", self.deployments, tx.deployments, index)
         for job in tx.jobs.values():
             self.jobs[job.id] = job
         for job_id in tx.deleted_jobs:
@@ -364,6 +353,11 @@ class Store:
         self.broker.publish(index, self._events(tx, index))
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _put(self, table: str, records: dict[str, _R], written: dict[str, _R], index: int) -> None:
+        if written:
+            records.update(written)
+            self.table_index[table] = index
 
     def _events(self, tx: _Txn, index: int) -> list[JSON]:
         events: list[JSON] = []
@@ -673,15 +667,16 @@ class Store:
                 "Meta": node.meta,
                 "NodeClass": spec.node_class,
                 "NodePool": spec.node_pool,
-                "Drain": node.draining,
-                "DrainStrategy": node.drain_strategy,
-                "SchedulingEligibility": node.eligibility,
+                # No node drain or eligibility API here (see DESIGN.md): always schedulable.
+                "Drain": False,
+                "DrainStrategy": None,
+                "SchedulingEligibility": "eligible",
                 "Status": node.status,
                 "StatusDescription": node.status_description,
                 "StatusUpdatedAt": node.status_updated_at,
                 "Events": node.events,
                 "Drivers": node.drivers,
-                "LastDrain": node.last_drain,
+                "LastDrain": None,
                 "HostVolumes": {
                     volume.name: {"ID": "", "Path": volume.path, "ReadOnly": volume.read_only}
                     for volume in spec.host_volumes
@@ -704,12 +699,12 @@ class Store:
             "NodeClass": node.spec.node_class,
             "NodePool": node.spec.node_pool,
             "Version": node.attributes.get("nomad.version", ""),
-            "Drain": node.draining,
-            "SchedulingEligibility": node.eligibility,
+            "Drain": False,
+            "SchedulingEligibility": "eligible",
             "Status": node.status,
             "StatusDescription": node.status_description,
             "Drivers": node.drivers,
-            "LastDrain": node.last_drain,
+            "LastDrain": None,
             "CreateIndex": node.create_index,
             "ModifyIndex": node.modify_index,
         }
