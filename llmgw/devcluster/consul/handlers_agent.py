@@ -14,7 +14,6 @@ from aiohttp import web
 from llmgw.devcluster.consul import rendering
 from llmgw.devcluster.consul.decoding import (
     decode_check_registration,
-    decode_check_update,
     decode_service_registration,
     parse_bool,
 )
@@ -111,14 +110,6 @@ check_warn = _ttl(HealthStatus.WARNING)
 check_fail = _ttl(HealthStatus.CRITICAL)
 
 
-async def check_update(request: web.Request) -> web.StreamResponse:
-    status, output = decode_check_update(await request.read())
-    state_of(request).update_ttl(
-        agent_node(request), request.match_info["check_id"], status, output, now(request)
-    )
-    return web.Response()
-
-
 def _enable(request: web.Request) -> bool:
     raw = request.query.get("enable")
     if raw is None:
@@ -137,13 +128,6 @@ async def service_maintenance(request: web.Request) -> web.StreamResponse:
     return web.Response()
 
 
-async def node_maintenance(request: web.Request) -> web.StreamResponse:
-    state_of(request).set_node_maintenance(
-        agent_node(request), _enable(request), request.query.get("reason", ""), now(request)
-    )
-    return web.Response()
-
-
 async def agent_self(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     return json_answer(rendering.agent_self(state.require_node(agent_node(request)), state.settings))
@@ -152,8 +136,3 @@ async def agent_self(request: web.Request) -> web.StreamResponse:
 async def status_leader(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     return json_answer(f"{state.settings.server_address}:8300")
-
-
-async def status_peers(request: web.Request) -> web.StreamResponse:
-    state = state_of(request)
-    return json_answer([f"{state.settings.server_address}:8300"])

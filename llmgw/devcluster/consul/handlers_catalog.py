@@ -122,19 +122,3 @@ async def catalog_nodes(request: web.Request) -> web.StreamResponse:
     dc = state.settings.datacenter
     docs = _select(request, [rendering.node(n, dc) for n in nodes], lambda d: d["Meta"])
     return json_answer(docs, headers=meta_headers(request, index))
-
-
-async def catalog_node(request: web.Request) -> web.StreamResponse:
-    state = state_of(request)
-    name = request.match_info["node"]
-    index, (found, services) = await blocking_read(
-        request, lambda: (lambda r: (r[0], (r[1], r[2])))(state.catalog_node(name))
-    )
-    if found is None or acl_filtered(request):
-        return json_answer(None, headers=meta_headers(request, index))
-    dc = state.settings.datacenter
-    body = {
-        "Node": rendering.node(found, dc),
-        "Services": {s.service_id: rendering.catalog_agent_service(s) for s in services},
-    }
-    return json_answer(body, headers=meta_headers(request, index))

@@ -27,10 +27,8 @@ from enum import StrEnum
 from llmgw.devcluster.consul.decoding import CheckSpec, ServiceSpec, SessionSpec
 from llmgw.devcluster.consul.durations import DurationError, format_go_duration, parse_go_duration
 from llmgw.devcluster.consul.model import (
-    DEFAULT_NODE_MAINT_REASON,
     DEFAULT_SERVICE_MAINT_REASON,
     NO_DEFINITION,
-    NODE_MAINT_CHECK_ID,
     SERF_ALIVE,
     SERF_CHECK_ID,
     SERF_CHECK_NAME,
@@ -529,7 +527,7 @@ class ConsulState:
                 self._invalidate_session(sess.session_id, idx, now)
 
     def update_ttl(self, node: str, check_id: str, status: HealthStatus, output: str, now: float) -> None:
-        """``PUT /v1/agent/check/pass|warn|fail/:id`` and ``/check/update/:id``."""
+        """``PUT /v1/agent/check/pass|warn|fail/:id``."""
         chk = self._checks.get((node, check_id))
         if chk is None:
             raise ConsulError(
@@ -554,18 +552,6 @@ class ConsulState:
             svc,
             enable,
             reason or DEFAULT_SERVICE_MAINT_REASON,
-            now,
-        )
-
-    def set_node_maintenance(self, node: str, enable: bool, reason: str, now: float) -> None:
-        self.require_node(node)
-        self._set_maintenance(
-            node,
-            NODE_MAINT_CHECK_ID,
-            "Node Maintenance Mode",
-            None,
-            enable,
-            reason or DEFAULT_NODE_MAINT_REASON,
             now,
         )
 
@@ -692,9 +678,6 @@ class ConsulState:
 
     def catalog_nodes(self) -> tuple[int, list[NodeRecord]]:
         return self._table(Table.NODES), self.nodes()
-
-    def catalog_node(self, name: str) -> tuple[int, NodeRecord | None, list[ServiceRecord]]:
-        return self._table(Table.NODES, Table.SERVICES), self._nodes.get(name), self.agent_services(name)
 
     # ------------------------------------------------------------------ KV
 
