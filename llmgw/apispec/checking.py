@@ -25,8 +25,6 @@ from enum import StrEnum
 from llmgw.apispec.tables import ApiName, GoType, Kind, StructSpec, go_type, struct
 from llmgw.core.json_values import json_kind
 
-JsonValue = object
-
 
 class ProblemKind(StrEnum):
     UNKNOWN_KEY = "unknown-key"  # Go would drop it silently

@@ -44,7 +44,8 @@ from llmgw.adapters.consul.settings import (
 )
 from llmgw.adapters.consul.status import StatusDocument, StatusPublisher
 from llmgw.adapters.consul.unavailable import UnavailableStore
-from llmgw.adapters.consul.watch import Watch, WatchClosed, WatchStatus
+from llmgw.adapters.consul.watch import Watch, WatchStatus
+from llmgw.adapters.watched import WatchClosed
 
 __all__ = [
     "ApiKeyConflict",

@@ -11,7 +11,8 @@ clock) so its owner can decide how long stale data stays usable.
 The owner reads :attr:`Watch.latest` whenever it likes and waits for a change with
 :meth:`Watch.wait_changed` or ``async for value in watch.values()``; a new value is
 published only when it differs from the last one (Consul also answers on timeouts
-and idempotent writes).
+and idempotent writes). That published side is ``llmgw.adapters.watched``'s
+``WatchedState``, shared with Nomad's allocation watch.
 
 Must not: know what it watches (a fetch function does), or raise out of its loop:
 every failure is a status, never a dead task.
@@ -22,14 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Generic, TypeVar, cast
+from typing import TypeVar
 
 from llmgw.adapters.consul.client import ConsulError
 from llmgw.adapters.consul.settings import WatchSettings
-from llmgw.cancellation import cancel_and_wait
+from llmgw.adapters.watched import WatchedState
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,6 @@ T = TypeVar("T")
 
 # fetch(index, wait) -> (value, X-Consul-Index of the answer). index 0: answer at once.
 Fetch = Callable[[int, float], Awaitable[tuple[T, int]]]
-
-
-class WatchClosed(RuntimeError):
-    """The watch was stopped while someone waited on it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +89,7 @@ class _TokenBucket:
         self._tokens -= 1
 
 
-class Watch(Generic[T]):
+class Watch(WatchedState[T]):
     """The latest value of one blocking query, kept by a background task.
 
     ``async with watch:`` (or :meth:`start` / :meth:`stop`) runs the loop. Before
@@ -109,42 +105,13 @@ class Watch(Generic[T]):
         same: Callable[[T, T], bool] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self.name = name
+        super().__init__(name, task_name=f"consul-watch:{name}", same=same)
         self._fetch = fetch
         self._settings = settings or WatchSettings()
-        self._same: Callable[[T, T], bool] = same if same is not None else _equal
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not secrets)
-        self._latest: T | None = None
-        self._generation = 0
         self._index = 0
-        self._healthy = False
-        self._last_error: str | None = None
-        self._last_success_at: float | None = None
-        self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closed = False
 
     # ------------------------------------------------------------------ reading
-
-    @property
-    def latest(self) -> T | None:
-        return self._latest
-
-    @property
-    def generation(self) -> int:
-        return self._generation
-
-    @property
-    def healthy(self) -> bool:
-        return self._healthy
-
-    @property
-    def last_error(self) -> str | None:
-        return self._last_error
-
-    @property
-    def last_success_at(self) -> float | None:
-        return self._last_success_at
 
     @property
     def settings(self) -> WatchSettings:
@@ -153,74 +120,18 @@ class Watch(Generic[T]):
     def status(self) -> WatchStatus:
         return WatchStatus(
             name=self.name,
-            healthy=self._healthy,
-            last_error=self._last_error,
-            last_success_at=self._last_success_at,
+            healthy=self.healthy,
+            last_error=self.last_error,
+            last_success_at=self.last_success_at,
             index=self._index,
-            generation=self._generation,
+            generation=self.generation,
         )
-
-    async def wait_changed(self, generation: int) -> T:
-        """The latest value once more than ``generation`` values have been published
-        (pass :attr:`generation` as you last saw it). Raises WatchClosed on stop."""
-        while self._generation <= generation:
-            if self._closed:
-                raise WatchClosed(f"watch {self.name} stopped")
-            await self._changed.wait()
-        # generation > 0: a value was published (it may itself be None for an optional T).
-        return cast(T, self._latest)
-
-    async def wait_ready(self) -> T:
-        """The first value (at once if there is one already)."""
-        return await self.wait_changed(0)
-
-    async def values(self) -> AsyncIterator[T]:
-        """The current value (once there is one), then every new one. A slow consumer
-        skips intermediate values: it always gets the latest."""
-        seen = 0
-        while True:
-            try:
-                value = await self.wait_changed(seen)
-            except WatchClosed:
-                return
-            seen = self._generation
-            yield value
-
-    # ------------------------------------------------------------------ lifecycle
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._closed = False
-            self._task = asyncio.create_task(self._run(), name=f"consul-watch:{self.name}")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        self._closed = True
-        if task is not None:
-            await cancel_and_wait(task)
-        self._wake()
 
     async def __aenter__(self) -> Watch[T]:
         await self.start()
         return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
-
     # ------------------------------------------------------------------ the loop
-
-    def _wake(self) -> None:
-        event, self._changed = self._changed, asyncio.Event()
-        event.set()
-
-    def _publish(self, value: T) -> None:
-        if self._generation and self._same(cast(T, self._latest), value):
-            return
-        self._latest = value
-        self._generation += 1
-        self._wake()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -240,8 +151,7 @@ class Watch(Generic[T]):
             if failures:
                 log.info("Consul watch %s: answering again after %d failed requests", self.name, failures)
             failures = 0
-            self._healthy = True
-            self._last_success_at = loop.time()
+            self._succeeded(loop.time())
             new_index = next_index(self._index, returned)
             if new_index == 0:
                 log.info(
@@ -255,9 +165,7 @@ class Watch(Generic[T]):
 
     def _fail(self, exc: Exception, failures: int) -> None:
         message = str(exc) if isinstance(exc, ConsulError) else f"{type(exc).__name__}: {exc}"
-        changed = message != self._last_error
-        self._healthy = False
-        self._last_error = message
+        changed = self._failed(message)
         if not isinstance(exc, ConsulError):
             # A bug in a fetch function: say so loudly, but keep the watch alive.
             log.error("Consul watch %s: unexpected error", self.name, exc_info=exc)
@@ -266,7 +174,3 @@ class Watch(Generic[T]):
 
     def _backoff(self, failures: int) -> float:
         return self._settings.backoff.delay(failures, self._rng.random())
-
-
-def _equal(a: T, b: T) -> bool:
-    return a == b

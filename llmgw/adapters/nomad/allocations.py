@@ -9,7 +9,9 @@ a full read again and the stream from there, as the control plane's observing lo
 does (``llmgw.control.observing``: Nomad silently starts at its oldest retained
 batch when the index asked for has left its buffer). A periodic full read repairs
 anything a stream could have missed. On any failure it KEEPS the last view and says
-so (``healthy`` False, ``last_error``); it never raises out of its loop.
+so (``healthy`` False, ``last_error``); it never raises out of its loop. The
+published side (latest view, generation, health, waiting) is
+``llmgw.adapters.watched``'s ``WatchedState``, shared with the Consul watches.
 
 Parses right here, at the edge, the fields routing needs (``routing.AllocationFact``):
 an allocation's id, job, node, client and desired status, and the host IP and port of
@@ -29,10 +31,10 @@ import logging
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from llmgw.adapters.nomad.client import EventBatch, NomadError, Page
-from llmgw.cancellation import cancel_and_wait
+from llmgw.adapters.watched import WatchedState
 from llmgw.core.backoff import BackoffPolicy
 from llmgw.core.planning import JOB_PREFIX
 from llmgw.core.routing import AllocationFact, NomadView, canonical_address
@@ -106,15 +108,14 @@ def _addresses(raw: JSON) -> list[tuple[str, int]]:
     return out
 
 
-class AllocationWatch:
+class AllocationWatch(WatchedState[NomadView]):
     """A ``Watched[NomadView]`` (``llmgw.gateway.ports``) over Nomad's event stream.
 
     ``healthy`` is True while the last full read succeeded and the stream it was
     followed by is open; the view is then current. Before the first read ``latest``
-    is None.
+    is None. A change of health publishes the view again (the router re-reads
+    ``healthy`` with each view).
     """
-
-    name = "nomad"
 
     def __init__(
         self,
@@ -123,6 +124,7 @@ class AllocationWatch:
         *,
         rng: random.Random | None = None,
     ) -> None:
+        super().__init__("nomad", task_name="nomad-watch:allocations", same=_same_view)
         self._nomad = nomad
         self._settings = settings or AllocationWatchSettings()
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not secrets)
@@ -130,68 +132,11 @@ class AllocationWatch:
         self._nodes_gone: set[str] = set()
         self._index = 0
         self._read_index: dict[str, int] = {}  # by topic: the index of the last full read's table
-        self._latest: NomadView | None = None
-        self._generation = 0
-        self._healthy = False
-        self._last_error: str | None = None
-        self._last_success_at: float | None = None
-        self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        # Event-loop clock when the latest view was published (the router's side of a
-        # reaction time, for the benchmark).
-        self.published_at: float | None = None
-
-    # --- Watched ---------------------------------------------------------------------------------
-
-    @property
-    def latest(self) -> NomadView | None:
-        return self._latest
-
-    @property
-    def generation(self) -> int:
-        return self._generation
-
-    @property
-    def healthy(self) -> bool:
-        return self._healthy
-
-    @property
-    def last_error(self) -> str | None:
-        return self._last_error
-
-    @property
-    def last_success_at(self) -> float | None:
-        return self._last_success_at
-
-    async def wait_changed(self, generation: int) -> NomadView:
-        while self._generation <= generation:
-            await self._changed.wait()
-        return cast(NomadView, self._latest)
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="nomad-watch:allocations")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            await cancel_and_wait(task)
 
     # --- the loop --------------------------------------------------------------------------------
 
-    def _publish(self, *, health_changed: bool = False) -> None:
-        view = NomadView(dict(self._allocs), frozenset(self._nodes_gone), self._index)
-        if not health_changed and self._latest is not None and self._same(self._latest, view):
-            return
-        self._latest = view
-        self._generation += 1
-        self.published_at = asyncio.get_running_loop().time()
-        event, self._changed = self._changed, asyncio.Event()
-        event.set()
-
-    @staticmethod
-    def _same(a: NomadView, b: NomadView) -> bool:
-        return a.nodes_gone == b.nodes_gone and a.allocations == b.allocations
+    def _publish_view(self) -> None:
+        self._publish(NomadView(dict(self._allocs), frozenset(self._nodes_gone), self._index))
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -202,12 +147,11 @@ class AllocationWatch:
                 if failures:
                     log.info("Nomad answers the router again after %d failed attempts", failures)
                 failures = 0
-                self._set_health(True, None)
-                self._last_success_at = loop.time()
+                self._set_health(at=loop.time())
                 async with asyncio.timeout(self._settings.resync_interval):
                     async for batch in self._nomad.events(TOPICS, index=self._index + 1):
                         self._apply(batch)
-                        self._last_success_at = loop.time()
+                        self._succeeded(loop.time())
                 # The stream ended (a server restarting): read afresh and reopen, not in a busy loop.
                 await asyncio.sleep(self._settings.retry_initial)
                 continue
@@ -241,7 +185,7 @@ class AllocationWatch:
         # of an allocation, even for a moment, could be routed to).
         self._read_index = {"Allocation": allocs_page.index, "Node": nodes_page.index}
         self._index = min(allocs_page.index, nodes_page.index)
-        self._publish()
+        self._publish_view()
 
     def _apply(self, batch: EventBatch) -> None:
         if batch.index <= self._index:
@@ -268,15 +212,18 @@ class AllocationWatch:
                 else:
                     self._nodes_gone.discard(node_id)
         self._index = batch.index
-        self._publish()
+        self._publish_view()
 
-    def _set_health(self, healthy: bool, error: str | None) -> None:
-        was = self._healthy
-        self._healthy = healthy
-        if error is not None:
-            self._last_error = error
-        if was != healthy and self._latest is not None:
-            self._publish(health_changed=True)  # the book re-reads "current" with the view
+    def _set_health(self, *, at: float | None = None, error: str | None = None) -> None:
+        """Record a success at ``at`` or a failure with ``error``. A change of health
+        publishes the view again: the book re-reads "current" with each view."""
+        was = self.healthy
+        if error is None:
+            self._succeeded(at if at is not None else asyncio.get_running_loop().time())
+        else:
+            self._failed(error)
+        if was != self.healthy and self.latest is not None:
+            self._publish(self.latest, even_if_same=True)
 
     def _fail(self, exc: Exception, failures: int) -> None:
         if isinstance(exc, NomadError):
@@ -289,17 +236,21 @@ class AllocationWatch:
         else:
             message = f"{type(exc).__name__}: {exc}"
             log.error("Nomad allocation watch: unexpected error", exc_info=exc)
-        if failures == 1 or message != self._last_error:
+        if failures == 1 or message != self.last_error:
             log.warning(
                 "the router cannot follow Nomad (%s): it keeps routing to the endpoints it trusted, "
                 "and new ones wait until Nomad answers",
                 message,
             )
-        self._set_health(False, message)
+        self._set_health(error=message)
 
     def _backoff(self, failures: int) -> float:
         reopening = BackoffPolicy(self._settings.retry_initial, self._settings.retry_max, jitter=0.5)
         return reopening.delay(failures, self._rng.random())
+
+
+def _same_view(a: NomadView, b: NomadView) -> bool:
+    return a.nodes_gone == b.nodes_gone and a.allocations == b.allocations
 
 
 def _parse_or_none(raw: JSON) -> AllocationFact | None:

@@ -1,7 +1,12 @@
-"""Go's ``time.ParseDuration``, to the byte: jobspec2 reads duration strings with it.
+"""Go's ``time.ParseDuration`` and ``time.Duration.String``, to the byte.
+
+jobspec2 reads duration strings with the first; Consul reads and writes its check
+and session durations with both, and Nomad's client writes its checks' with the
+second, so the stand-ins use this module too (``llmgw.devcluster``).
 
 Owns turning ``"1h30m"``, ``"1.5s"``, ``"-2m"`` into integer nanoseconds and
-raising Go's own error text (``time: unknown unit "x" in duration "30x"``).
+raising Go's own error text (``time: unknown unit "x" in duration "30x"``), and
+nanoseconds back into Go's text (``"1m30s"``, ``"150ms"``, ``"1h0m0s"``).
 Must not accept anything Go refuses (a bare ``"30"`` has no unit; ``"0"`` alone is fine).
 """
 
@@ -101,3 +106,33 @@ def parse_go_duration(text: str) -> int:
     if total > _MAX - 1:
         raise invalid
     return total
+
+
+def _decimal(value: int, unit: int) -> str:
+    whole, frac = divmod(value, unit)
+    if frac == 0:
+        return str(whole)
+    width = len(str(unit)) - 1
+    return f"{whole}.{str(frac).rjust(width, '0').rstrip('0')}"
+
+
+def format_go_duration(ns: int) -> str:
+    """``ns`` as Go's Duration.String writes it: "0s", "150ms", "10s", "1m30s", "1h0m0s"."""
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    u = abs(ns)
+    if u < 1_000:
+        return f"{sign}{u}ns"
+    if u < 1_000_000:
+        return f"{sign}{_decimal(u, 1_000)}\u00b5s"
+    if u < 1_000_000_000:
+        return f"{sign}{_decimal(u, 1_000_000)}ms"
+    hours, rest = divmod(u, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    secs = _decimal(rest, 1_000_000_000) + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{secs}"
+    if minutes:
+        return f"{sign}{minutes}m{secs}"
+    return f"{sign}{secs}"

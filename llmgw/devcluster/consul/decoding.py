@@ -1,8 +1,7 @@
 """Request bodies and query values, read the way a Consul agent reads them.
 
 Owns turning the JSON of ``PUT /v1/agent/service/register``,
-``/v1/agent/check/register``, ``/v1/agent/check/update/:id`` and
-``/v1/session/create`` into typed specs, and the small query-value parsers
+``/v1/agent/check/register`` and ``/v1/session/create`` into typed specs, and the small query-value parsers
 (booleans, unsigned integers) with Consul's error texts.
 
 Like Consul (Go's encoding/json plus ``lib.TranslateKeys``): keys match
@@ -284,17 +283,6 @@ def decode_check_registration(body: bytes) -> CheckSpec:
     if not _str(doc, "Name"):
         raise _bad("Missing check name")
     return _check(doc, "Check")
-
-
-def decode_check_update(body: bytes) -> tuple[HealthStatus, str]:
-    """The checkUpdate body of ``PUT /v1/agent/check/update/:id``."""
-    doc = _decode(body, "checkUpdate")
-    text = _str(doc, "Status")
-    try:
-        status = HealthStatus(text)
-    except ValueError:
-        raise _bad(f'Invalid check status: "{text}"') from None
-    return status, _str(doc, "Output")
 
 
 def _lock_delay(raw: object) -> float | None:

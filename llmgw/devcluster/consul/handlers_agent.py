@@ -14,7 +14,6 @@ from aiohttp import web
 from llmgw.devcluster.consul import rendering
 from llmgw.devcluster.consul.decoding import (
     decode_check_registration,
-    decode_check_update,
     decode_service_registration,
     parse_bool,
 )
@@ -24,7 +23,7 @@ from llmgw.devcluster.consul.http_common import (
     agent_node,
     json_answer,
     now,
-    request_filter,
+    refuse_filter,
     state_of,
     text_answer,
 )
@@ -51,15 +50,14 @@ async def deregister_service(request: web.Request) -> web.StreamResponse:
 
 
 async def services(request: web.Request) -> web.StreamResponse:
+    refuse_filter(request)
+    if acl_filtered(request):
+        return json_answer({})
     state = state_of(request)
     dc = state.settings.datacenter
-    docs = {s.service_id: rendering.agent_service(s, dc) for s in state.agent_services(agent_node(request))}
-    if acl_filtered(request):
-        docs = {}
-    keep = request_filter(request, "AgentService")
-    if keep is not None:
-        docs = {k: v for k, v in docs.items() if keep(v)}
-    return json_answer(docs)
+    return json_answer(
+        {s.service_id: rendering.agent_service(s, dc) for s in state.agent_services(agent_node(request))}
+    )
 
 
 async def service(request: web.Request) -> web.StreamResponse:
@@ -73,13 +71,12 @@ async def service(request: web.Request) -> web.StreamResponse:
 
 
 async def checks(request: web.Request) -> web.StreamResponse:
-    docs = {c.check_id: rendering.agent_check(c) for c in state_of(request).agent_checks(agent_node(request))}
+    refuse_filter(request)
     if acl_filtered(request):
-        docs = {}
-    keep = request_filter(request, "AgentCheck")
-    if keep is not None:
-        docs = {k: v for k, v in docs.items() if keep(v)}
-    return json_answer(docs)
+        return json_answer({})
+    return json_answer(
+        {c.check_id: rendering.agent_check(c) for c in state_of(request).agent_checks(agent_node(request))}
+    )
 
 
 async def register_check(request: web.Request) -> web.StreamResponse:
@@ -113,14 +110,6 @@ check_warn = _ttl(HealthStatus.WARNING)
 check_fail = _ttl(HealthStatus.CRITICAL)
 
 
-async def check_update(request: web.Request) -> web.StreamResponse:
-    status, output = decode_check_update(await request.read())
-    state_of(request).update_ttl(
-        agent_node(request), request.match_info["check_id"], status, output, now(request)
-    )
-    return web.Response()
-
-
 def _enable(request: web.Request) -> bool:
     raw = request.query.get("enable")
     if raw is None:
@@ -139,13 +128,6 @@ async def service_maintenance(request: web.Request) -> web.StreamResponse:
     return web.Response()
 
 
-async def node_maintenance(request: web.Request) -> web.StreamResponse:
-    state_of(request).set_node_maintenance(
-        agent_node(request), _enable(request), request.query.get("reason", ""), now(request)
-    )
-    return web.Response()
-
-
 async def agent_self(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     return json_answer(rendering.agent_self(state.require_node(agent_node(request)), state.settings))
@@ -154,8 +136,3 @@ async def agent_self(request: web.Request) -> web.StreamResponse:
 async def status_leader(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     return json_answer(f"{state.settings.server_address}:8300")
-
-
-async def status_peers(request: web.Request) -> web.StreamResponse:
-    state = state_of(request)
-    return json_answer([f"{state.settings.server_address}:8300"])

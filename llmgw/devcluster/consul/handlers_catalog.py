@@ -1,9 +1,9 @@
 """The health and catalog reads (``/v1/health/...``, ``/v1/catalog/...``), all blocking.
 
 Owns, per endpoint: reading the view from the store as a blocking query,
-rendering it, applying ``?filter=`` and ``?node-meta=`` on the rendered
-documents (as Consul filters its structs), emptying it for an anonymous reader
-when ACLs are on, and answering with the view's index. ``?near=``, ``?stale``,
+rendering it, applying ``?node-meta=`` on the rendered documents (as Consul
+filters its structs), refusing ``?filter=`` (see ``refuse_filter``), emptying it
+for an anonymous reader when ACLs are on, and answering with the view's index. ``?near=``, ``?stale``,
 ``?consistent`` and ``?cached`` are accepted and ignored (one server, no cache).
 
 Must not: hold rules (the store) or shapes (rendering).
@@ -17,17 +17,18 @@ from aiohttp import web
 
 from llmgw.devcluster.consul import rendering
 from llmgw.devcluster.consul.decoding import parse_bool
-from llmgw.devcluster.consul.filtering import Predicate
 from llmgw.devcluster.consul.http_common import (
     acl_filtered,
     blocking_read,
     json_answer,
     meta_headers,
     node_meta_filter,
-    request_filter,
+    refuse_filter,
     state_of,
 )
+from llmgw.devcluster.consul.model import CheckRecord
 from llmgw.devcluster.consul.rendering import Json
+from llmgw.devcluster.consul.state import ConsulState
 
 
 def _passing(request: web.Request) -> bool:
@@ -39,19 +40,17 @@ def _passing(request: web.Request) -> bool:
 
 
 def _select(
-    request: web.Request, docs: list[Json], root: str, node_meta_at: Callable[[Json], object] | None = None
+    request: web.Request, docs: list[Json], node_meta_at: Callable[[Json], object] | None = None
 ) -> list[Json]:
     if acl_filtered(request):
         return []
-    keep: Predicate | None = request_filter(request, root)
     meta = node_meta_filter(request)
+    if not meta or node_meta_at is None:
+        return docs
     out = []
     for d in docs:
-        if meta and node_meta_at is not None:
-            have = node_meta_at(d)
-            if not isinstance(have, dict) or any(have.get(k) != v for k, v in meta.items()):
-                continue
-        if keep is None or keep(d):
+        have = node_meta_at(d)
+        if isinstance(have, dict) and all(have.get(k) == v for k, v in meta.items()):
             out.append(d)
     return out
 
@@ -59,7 +58,7 @@ def _select(
 async def health_service(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     name = request.match_info["service"]
-    request_filter(request, "ServiceEntry")  # a bad filter is a 400 before any waiting
+    refuse_filter(request)  # before any waiting, as Consul compiles it first
     tags = request.query.getall("tag", [])
     passing = _passing(request)
     index, rows = await blocking_read(
@@ -67,36 +66,34 @@ async def health_service(request: web.Request) -> web.StreamResponse:
     )
     dc = state.settings.datacenter
     docs = [rendering.service_entry(r.node, r.service, list(r.checks), dc) for r in rows]
-    docs = _select(request, docs, "ServiceEntry", lambda d: d["Node"]["Meta"])  # type: ignore[index]
+    docs = _select(request, docs, lambda d: d["Node"]["Meta"])  # type: ignore[index]
+    return json_answer(docs, headers=meta_headers(request, index))
+
+
+async def _health_checks_answer(
+    request: web.Request, view: Callable[[ConsulState], tuple[int, list[CheckRecord]]]
+) -> web.StreamResponse:
+    refuse_filter(request)
+    state = state_of(request)
+    view(state)  # a bad argument (an unknown state) is a 400 before any waiting
+    index, checks = await blocking_read(request, lambda: view(state))
+    docs = _select(request, [rendering.health_check(c) for c in checks])
     return json_answer(docs, headers=meta_headers(request, index))
 
 
 async def health_checks(request: web.Request) -> web.StreamResponse:
-    state = state_of(request)
     name = request.match_info["service"]
-    request_filter(request, "HealthCheck")
-    index, checks = await blocking_read(request, lambda: state.health_checks_of_service(name))
-    docs = _select(request, [rendering.health_check(c) for c in checks], "HealthCheck")
-    return json_answer(docs, headers=meta_headers(request, index))
+    return await _health_checks_answer(request, lambda state: state.health_checks_of_service(name))
 
 
 async def health_state(request: web.Request) -> web.StreamResponse:
-    state = state_of(request)
     which = request.match_info["state"]
-    request_filter(request, "HealthCheck")
-    state.health_state(which)  # 400 for an unknown state before blocking
-    index, checks = await blocking_read(request, lambda: state.health_state(which))
-    docs = _select(request, [rendering.health_check(c) for c in checks], "HealthCheck")
-    return json_answer(docs, headers=meta_headers(request, index))
+    return await _health_checks_answer(request, lambda state: state.health_state(which))
 
 
 async def health_node(request: web.Request) -> web.StreamResponse:
-    state = state_of(request)
     node = request.match_info["node"]
-    request_filter(request, "HealthCheck")
-    index, checks = await blocking_read(request, lambda: state.health_node(node))
-    docs = _select(request, [rendering.health_check(c) for c in checks], "HealthCheck")
-    return json_answer(docs, headers=meta_headers(request, index))
+    return await _health_checks_answer(request, lambda state: state.health_node(node))
 
 
 async def catalog_services(request: web.Request) -> web.StreamResponse:
@@ -109,35 +106,19 @@ async def catalog_services(request: web.Request) -> web.StreamResponse:
 async def catalog_service(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     name = request.match_info["service"]
-    request_filter(request, "CatalogService")
+    refuse_filter(request)
     tags = request.query.getall("tag", [])
     index, rows = await blocking_read(request, lambda: state.catalog_service(name, tags))
     dc = state.settings.datacenter
     docs = [rendering.catalog_service(n, s, dc) for n, s in rows]
-    docs = _select(request, docs, "CatalogService", lambda d: d["NodeMeta"])
+    docs = _select(request, docs, lambda d: d["NodeMeta"])
     return json_answer(docs, headers=meta_headers(request, index))
 
 
 async def catalog_nodes(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
-    request_filter(request, "Node")
+    refuse_filter(request)
     index, nodes = await blocking_read(request, state.catalog_nodes)
     dc = state.settings.datacenter
-    docs = _select(request, [rendering.node(n, dc) for n in nodes], "Node", lambda d: d["Meta"])
+    docs = _select(request, [rendering.node(n, dc) for n in nodes], lambda d: d["Meta"])
     return json_answer(docs, headers=meta_headers(request, index))
-
-
-async def catalog_node(request: web.Request) -> web.StreamResponse:
-    state = state_of(request)
-    name = request.match_info["node"]
-    index, (found, services) = await blocking_read(
-        request, lambda: (lambda r: (r[0], (r[1], r[2])))(state.catalog_node(name))
-    )
-    if found is None or acl_filtered(request):
-        return json_answer(None, headers=meta_headers(request, index))
-    dc = state.settings.datacenter
-    body = {
-        "Node": rendering.node(found, dc),
-        "Services": {s.service_id: rendering.catalog_agent_service(s) for s in services},
-    }
-    return json_answer(body, headers=meta_headers(request, index))

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from llmgw.devcluster.consul.blocking import BlockingParams, ChangeFeed, block_until_changed, parse_blocking
 from llmgw.devcluster.consul.devcontrol import DevControl
-from llmgw.devcluster.consul.filtering import Predicate, compile_filter
+from llmgw.devcluster.consul.model import ConsulError
 from llmgw.devcluster.consul.state import ConsulState
 
 T = TypeVar("T")
@@ -140,10 +140,22 @@ async def blocking_read(request: web.Request, view: Callable[[], tuple[int, T]])
     return await block_until_changed(request.app[FEED], params, state_of(request).settings, view)
 
 
-def request_filter(request: web.Request, root: str) -> Predicate | None:
-    """The request's ``?filter=`` compiled against Go type ``root``, or None."""
-    expr = request.query.get("filter", "")
-    return compile_filter(expr, root) if expr else None
+def refuse_filter(request: web.Request) -> None:
+    """Refuse a ``?filter=`` expression as Consul refuses one it cannot parse.
+
+    The stand-in evaluates no go-bexpr expressions: nothing in llmgw sends one.
+    Consul answers a filter it cannot compile with 500 and bexpr's
+    ``Failed to create boolean expression evaluator: ...`` (see DESIGN.md), so a
+    client that sends one fails here as it would on a filter real Consul rejects,
+    instead of silently getting the unfiltered list.
+    """
+    if request.query.get("filter", ""):
+        raise ConsulError(
+            500,
+            "Failed to create boolean expression evaluator: the llmgw dev stand-in does not evaluate "
+            "?filter= expressions (real Consul does); leave out ?filter= and select from the answer "
+            "in the client",
+        )
 
 
 def node_meta_filter(request: web.Request) -> dict[str, str]:

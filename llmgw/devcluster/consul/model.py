@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-EMPTY_MAP: Mapping[str, str] = MappingProxyType({})
-
 
 class ConsulError(Exception):
     """An error answer as Consul writes it: a status and a plain-text body."""
@@ -67,12 +65,8 @@ SERF_CHECK_NAME = "Serf Health Status"
 SERF_ALIVE = "Agent alive and reachable"
 SERF_FAILED = "Agent not live or unreachable"
 SERVICE_MAINT_PREFIX = "_service_maintenance:"
-NODE_MAINT_CHECK_ID = "_node_maintenance"
 DEFAULT_SERVICE_MAINT_REASON = (
     "Maintenance mode is enabled for this service, but no reason was provided. This is a default message."
-)
-DEFAULT_NODE_MAINT_REASON = (
-    "Maintenance mode is enabled for this node, but no reason was provided. This is a default message."
 )
 
 

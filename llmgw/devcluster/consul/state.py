@@ -27,10 +27,8 @@ from enum import StrEnum
 from llmgw.devcluster.consul.decoding import CheckSpec, ServiceSpec, SessionSpec
 from llmgw.devcluster.consul.durations import DurationError, format_go_duration, parse_go_duration
 from llmgw.devcluster.consul.model import (
-    DEFAULT_NODE_MAINT_REASON,
     DEFAULT_SERVICE_MAINT_REASON,
     NO_DEFINITION,
-    NODE_MAINT_CHECK_ID,
     SERF_ALIVE,
     SERF_CHECK_ID,
     SERF_CHECK_NAME,
@@ -88,16 +86,6 @@ class ServiceEntryView:
 def _node_id(name: str) -> str:
     # Stable across runs so a restarted stand-in keeps its node IDs.
     return str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}.node.llmgw-dev"))
-
-
-def _worst(statuses: Iterable[HealthStatus]) -> HealthStatus:
-    worst = HealthStatus.PASSING
-    for s in statuses:
-        if s is HealthStatus.CRITICAL:
-            return s
-        if s is HealthStatus.WARNING:
-            worst = s
-    return worst
 
 
 class ConsulState:
@@ -219,9 +207,6 @@ class ConsulState:
         if node is None:
             raise ConsulError(500, f"Unknown node {name!r}: add it to the stand-in first")
         return node
-
-    def node_failed(self, name: str) -> bool:
-        return name in self.faults.failed_nodes
 
     def fail_node(self, name: str, now: float) -> None:
         """Serf declares the node failed: serfHealth goes critical (so every service
@@ -542,7 +527,7 @@ class ConsulState:
                 self._invalidate_session(sess.session_id, idx, now)
 
     def update_ttl(self, node: str, check_id: str, status: HealthStatus, output: str, now: float) -> None:
-        """``PUT /v1/agent/check/pass|warn|fail/:id`` and ``/check/update/:id``."""
+        """``PUT /v1/agent/check/pass|warn|fail/:id``."""
         chk = self._checks.get((node, check_id))
         if chk is None:
             raise ConsulError(
@@ -567,18 +552,6 @@ class ConsulState:
             svc,
             enable,
             reason or DEFAULT_SERVICE_MAINT_REASON,
-            now,
-        )
-
-    def set_node_maintenance(self, node: str, enable: bool, reason: str, now: float) -> None:
-        self.require_node(node)
-        self._set_maintenance(
-            node,
-            NODE_MAINT_CHECK_ID,
-            "Node Maintenance Mode",
-            None,
-            enable,
-            reason or DEFAULT_NODE_MAINT_REASON,
             now,
         )
 
@@ -705,12 +678,6 @@ class ConsulState:
 
     def catalog_nodes(self) -> tuple[int, list[NodeRecord]]:
         return self._table(Table.NODES), self.nodes()
-
-    def catalog_node(self, name: str) -> tuple[int, NodeRecord | None, list[ServiceRecord]]:
-        return self._table(Table.NODES, Table.SERVICES), self._nodes.get(name), self.agent_services(name)
-
-    def worst_status(self, svc: ServiceRecord) -> HealthStatus:
-        return _worst(c.catalog_status for c in self._node_checks(svc.node) + self._instance_checks(svc))
 
     # ------------------------------------------------------------------ KV
 

@@ -90,10 +90,6 @@ def own_fields(name: str) -> dict[str, GoType]:
     return {key: parse_go_type(f["type"]) for key, f in _structs()[name]["fields"].items()}
 
 
-def is_struct(name: str) -> bool:
-    return name in _structs()
-
-
 def zero_value(go_type: GoType) -> Any:
     if go_type.kind in ("pointer", "slice", "map"):
         return None

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from llmgw.apispec.jobspec.goduration import format_go_duration
 from llmgw.cancellation import cancel_and_wait
 from llmgw.devcluster.nomad import docker
 from llmgw.devcluster.nomad import template as tmpl
@@ -97,12 +98,6 @@ def _group(job: JSON, name: str) -> JSON:
 def _hook(task: JSON) -> tuple[str, bool]:
     lifecycle = task.get("Lifecycle") or {}
     return str(lifecycle.get("Hook") or ""), bool(lifecycle.get("Sidecar"))
-
-
-def _duration_text(ns: int) -> str:
-    from llmgw.devcluster.nomad.consul_http import go_duration
-
-    return go_duration(ns)
 
 
 def parse_env_file(text: str) -> dict[str, str]:
@@ -469,15 +464,15 @@ class TaskRunner:
                 self.event(
                     "Restarting",
                     f"Exceeded allowed attempts, applying a delay - Task restarting in "
-                    f"{_duration_text(wait_ns)}",
+                    f"{format_go_duration(wait_ns)}",
                     StartDelay=wait_ns,
                     RestartReason="Exceeded allowed attempts, applying a delay",
                 )
                 self.restart_times.append(now + wait_ns)
                 return wait_ns / NS
             reason = (
-                f"Exceeded allowed attempts {attempts} in interval {_duration_text(interval)} and mode is "
-                f'"{mode}"'
+                f"Exceeded allowed attempts {attempts} in interval {format_go_duration(interval)} "
+                f'and mode is "{mode}"'
             )
             self.event("Not Restarting", reason, RestartReason=reason, FailsTask=True)
             return None
@@ -485,7 +480,7 @@ class TaskRunner:
         reason = "Restart within policy"
         self.event(
             "Restarting",
-            f"Task restarting in {_duration_text(delay_ns)}",
+            f"Task restarting in {format_go_duration(delay_ns)}",
             StartDelay=delay_ns,
             RestartReason=reason,
         )
@@ -584,7 +579,7 @@ class TaskRunner:
         signal_name = str(self.task.get("KillSignal") or "SIGINT")
         self.event(
             "Killing",
-            f"Sent interrupt. Waiting {_duration_text(timeout_ns)} before force killing",
+            f"Sent interrupt. Waiting {format_go_duration(timeout_ns)} before force killing",
             KillTimeout=timeout_ns,
             KillReason=reason,
         )

@@ -22,39 +22,13 @@ from urllib.parse import quote, urljoin
 
 import aiohttp
 
+from llmgw.apispec.jobspec.goduration import format_go_duration
+
 JSON = dict[str, Any]
 
 
 class ConsulError(Exception):
     """Consul answered with an error, or could not be reached."""
-
-
-def go_duration(ns: int) -> str:
-    """time.Duration.String(): 10s, 1m30s, 500ms, 1h0m0s."""
-    if ns == 0:
-        return "0s"
-    sign = "-" if ns < 0 else ""
-    ns = abs(ns)
-    if ns < 1_000:
-        return f"{sign}{ns}ns"
-    if ns < 1_000_000:
-        return f"{sign}{_trim(ns / 1_000)}µs"
-    if ns < 1_000_000_000:
-        return f"{sign}{_trim(ns / 1_000_000)}ms"
-    total_s = ns / 1_000_000_000
-    hours = int(total_s // 3600)
-    minutes = int((total_s - hours * 3600) // 60)
-    seconds = total_s - hours * 3600 - minutes * 60
-    if hours:
-        return f"{sign}{hours}h{minutes}m{_trim(seconds)}s"
-    if minutes:
-        return f"{sign}{minutes}m{_trim(seconds)}s"
-    return f"{sign}{_trim(seconds)}s"
-
-
-def _trim(value: float) -> str:
-    text = f"{value:.9f}".rstrip("0").rstrip(".")
-    return text or "0"
 
 
 @dataclass(frozen=True)
@@ -108,8 +82,8 @@ def registration(
             "Name": check.get("Name") or f'service: "{service.get("Name")}" check',
             "ServiceID": sid,
             "Status": check.get("InitialStatus") or "",
-            "Interval": go_duration(int(check.get("Interval") or 0)),
-            "Timeout": go_duration(int(check.get("Timeout") or 0)),
+            "Interval": format_go_duration(int(check.get("Interval") or 0)),
+            "Timeout": format_go_duration(int(check.get("Timeout") or 0)),
         }
         if check.get("SuccessBeforePassing"):
             reg["SuccessBeforePassing"] = check["SuccessBeforePassing"]

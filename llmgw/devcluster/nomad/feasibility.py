@@ -436,10 +436,7 @@ class Placer:
         ready = [
             n
             for n in in_pool
-            if n.status == "ready"
-            and n.eligibility == "eligible"
-            and not n.draining
-            and any(_dc_match(dc, n.spec.datacenter) for dc in datacenters)
+            if n.status == "ready" and any(_dc_match(dc, n.spec.datacenter) for dc in datacenters)
         ]
         available: dict[str, int] = {}
         for n in ready:

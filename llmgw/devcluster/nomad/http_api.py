@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -125,12 +125,25 @@ async def _body(request: web.Request, struct: str) -> JSON:
 
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if isinstance(request.match_info.http_exception, web.HTTPNotFound):
+        return _unserved(request)
     try:
         return await handler(request)
     except NotFound as exc:
         return _error(404, str(exc))
     except (BadRequest, JobInvalid, VariableProblem) as exc:
         return _error(400, str(exc))
+
+
+def _unserved(request: web.Request) -> web.Response:
+    """A path the stand-in has no endpoint for, answered as real Nomad answers a path it
+    has no handler for: 404, before and without any ACL check (``handleRootFallthrough``
+    in ``command/agent/http.go``). Nomad's body is empty; this one says what is missing."""
+    return _error(
+        404,
+        f"the llmgw dev stand-in does not serve {request.method} {request.path}; it serves the "
+        "endpoints llmgw and its tests use (llmgw/devcluster/DESIGN.md lists them)",
+    )
 
 
 # Real Nomad answers these without a token (no ACL check in their handlers).
@@ -300,16 +313,24 @@ async def job_deployments(request: web.Request) -> web.Response:
     return _json([standin.store.deployment_json(d) for d in found], index=index)
 
 
-async def deployment_get(request: web.Request) -> web.Response:
-    standin = _standin(request)
-    deployment = standin.store.deployments.get(request.match_info["deployment_id"])
-    if deployment is None:
-        raise NotFound("deployment not found")
-    return _json(standin.store.deployment_json(deployment), index=standin.store.table_index["deployment"])
-
-
 # ---------------------------------------------------------------------------
 # Allocations and evaluations
+
+
+class _Indexed(Protocol):
+    modify_index: int
+
+
+async def _block_on_record(request: web.Request, find: Callable[[], _Indexed | None], table: str) -> int:
+    """A blocking read of one object: on its ModifyIndex, or on its table's index while
+    it does not exist (it may yet be created)."""
+    table_index = _standin(request).store.table_index
+
+    def index_of() -> int:
+        found = find()
+        return found.modify_index if found is not None else table_index[table]
+
+    return await _block(request, index_of)
 
 
 async def allocations_list(request: web.Request) -> web.Response:
@@ -332,12 +353,7 @@ async def allocations_list(request: web.Request) -> web.Response:
 async def allocation_get(request: web.Request) -> web.Response:
     standin = _standin(request)
     alloc_id = request.match_info["alloc_id"]
-
-    def index_of() -> int:
-        alloc = standin.store.allocs.get(alloc_id)
-        return alloc.modify_index if alloc else standin.store.table_index["allocs"]
-
-    index = await _block(request, index_of)
+    index = await _block_on_record(request, lambda: standin.store.allocs.get(alloc_id), "allocs")
     alloc = standin.find_alloc(alloc_id)
     return _json(standin.store.alloc_json(alloc), index=index)
 
@@ -365,12 +381,7 @@ async def evaluations_list(request: web.Request) -> web.Response:
 async def evaluation_get(request: web.Request) -> web.Response:
     standin = _standin(request)
     eval_id = request.match_info["eval_id"]
-
-    def index_of() -> int:
-        ev = standin.store.evals.get(eval_id)
-        return ev.modify_index if ev else standin.store.table_index["evals"]
-
-    index = await _block(request, index_of)
+    index = await _block_on_record(request, lambda: standin.store.evals.get(eval_id), "evals")
     ev = standin.store.evals.get(eval_id)
     if ev is None:
         raise NotFound("eval not found")
@@ -406,36 +417,6 @@ async def node_get(request: web.Request) -> web.Response:
     node = standin.node_by_name_or_id(request.match_info["node_id"])
     index = await _block(request, lambda: node.modify_index)
     return _json(standin.store.node_json(node), index=index)
-
-
-async def node_allocations(request: web.Request) -> web.Response:
-    standin = _standin(request)
-    node = standin.node_by_name_or_id(request.match_info["node_id"])
-    index = await _block(request, lambda: standin.store.table_index["allocs"])
-    return _json([standin.store.alloc_json(a) for a in standin.store.node_allocs(node.id)], index=index)
-
-
-async def node_drain(request: web.Request) -> web.Response:
-    standin = _standin(request)
-    if request.can_read_body:
-        body = await _body(request, "NodeUpdateDrainRequest")
-    else:
-        # python-nomad's drain_node(enable=...) sends ?enable= without a body (pre-0.8 API).
-        enable = _bool(request, "enable")
-        body = {"DrainSpec": {"Deadline": 3600 * 10**9} if enable else None, "MarkEligible": not enable}
-    result = standin.drain_node(
-        request.match_info["node_id"], body.get("DrainSpec"), bool(body.get("MarkEligible"))
-    )
-    return _json(fill("NodeDrainUpdateResponse", result, own_only=True), index=result["NodeModifyIndex"])
-
-
-async def node_eligibility(request: web.Request) -> web.Response:
-    standin = _standin(request)
-    body = await _body(request, "NodeUpdateEligibilityRequest")
-    result = standin.set_eligibility(request.match_info["node_id"], str(body.get("Eligibility") or ""))
-    return _json(
-        fill("NodeEligibilityUpdateResponse", result, own_only=True), index=result["NodeModifyIndex"]
-    )
 
 
 # ---------------------------------------------------------------------------
@@ -733,7 +714,6 @@ def create_app(standin: NomadStandIn) -> web.Application:
     r.add_get("/v1/job/{job_id}/allocations", job_allocations)
     r.add_get("/v1/job/{job_id}/evaluations", job_evaluations)
     r.add_get("/v1/job/{job_id}/deployments", job_deployments)
-    r.add_get("/v1/deployment/{deployment_id}", deployment_get)
     r.add_get("/v1/allocations", allocations_list)
     r.add_get("/v1/allocation/{alloc_id}", allocation_get)
     r.add_post("/v1/allocation/{alloc_id}/stop", allocation_stop)
@@ -743,11 +723,6 @@ def create_app(standin: NomadStandIn) -> web.Application:
     r.add_get("/v1/evaluation/{eval_id}/allocations", evaluation_allocations)
     r.add_get("/v1/nodes", nodes_list)
     r.add_get("/v1/node/{node_id}", node_get)
-    r.add_get("/v1/node/{node_id}/allocations", node_allocations)
-    r.add_post("/v1/node/{node_id}/drain", node_drain)
-    r.add_put("/v1/node/{node_id}/drain", node_drain)
-    r.add_post("/v1/node/{node_id}/eligibility", node_eligibility)
-    r.add_put("/v1/node/{node_id}/eligibility", node_eligibility)
     r.add_get("/v1/agent/self", agent_self)
     r.add_get("/v1/agent/health", agent_health)
     r.add_get("/v1/status/leader", status_leader)

@@ -4,7 +4,7 @@ Owns: Nomad's reconciler rules for service (and simple batch) jobs — count, de
 versus in-place updates, lost allocations on down nodes (replaced unless the group
 says ``prevent_reschedule_on_lost`` or ``disconnect { replace = false }``, and always
 once their ``lost_after`` ran out), failed allocations (rescheduled only as the group's
-``reschedule`` policy allows), migration off draining nodes, deployments (created for
+``reschedule`` policy allows), migration of allocations told to stop, deployments (created for
 the first run of a job version whose groups have an update strategy; after a failed
 one only lost allocations are replaced) — and turning one evaluation into a
 ``PlanOutcome``. ``apply``

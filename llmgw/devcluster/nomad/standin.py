@@ -1,8 +1,8 @@
 """``NomadStandIn``: one object that owns the dev Nomad's state, loops, nodes and processes.
 
 Owns: the store, event broker, scheduler and its evaluation queue (one worker, like a
-single scheduler worker), the simulated client nodes (heartbeats, failure and restore,
-drain and eligibility), the alloc runners and every child process, and the write
+single scheduler worker), the simulated client nodes (heartbeats, failure and restore; no drain or
+eligibility API: see DESIGN.md), the alloc runners and every child process, and the write
 operations the HTTP API calls (register, deregister, stop alloc...). ``stop()`` kills
 every process it started and cancels every task it created.
 
@@ -41,7 +41,6 @@ from llmgw.devcluster.nomad.state import (
     EV_ALLOC_UPDATED,
     EV_JOB_DEREGISTERED,
     EV_JOB_REGISTERED,
-    EV_NODE_DRAIN,
     EV_NODE_EVENT,
     EV_NODE_REGISTRATION,
     AllocRecord,
@@ -343,7 +342,6 @@ class NomadStandIn:
             self._create_eval(alloc.job_id, "alloc-failure")
         if alloc.client_terminal():
             self._retry_blocked()
-            self._check_drains()
 
     # -- evaluations ----------------------------------------------------------
 
@@ -412,7 +410,6 @@ class NomadStandIn:
         self._sync_clients()
         for stop in outcome.stops:
             self._after_alloc_change(stop.alloc)
-        self._check_drains()
 
     async def _reschedule_now(self, alloc_id: str) -> None:
         alloc = self.store.allocs.get(alloc_id)
@@ -483,15 +480,7 @@ class NomadStandIn:
             ev = self._new_eval(job_id, "job-register")
             ev.job_modify_index = record.job_modify_index
         self._enqueue(ev.id)
-        return {
-            "EvalID": ev.id,
-            "EvalCreateIndex": ev.create_index,
-            "JobModifyIndex": record.job_modify_index,
-            "Warnings": job_warnings(job_doc),
-            "KnownLeader": True,
-            "LastContact": 0,
-            "NextToken": "",
-        }
+        return _job_write_answer(ev, record, Warnings=job_warnings(job_doc))
 
     def deregister_job(self, job_id: str, *, purge: bool = False) -> JSON:
         record = self.store.jobs.get(job_id)
@@ -509,14 +498,7 @@ class NomadStandIn:
             ev = self._new_eval(job_id, "job-deregister")
             ev.job_modify_index = record.job_modify_index
         self._enqueue(ev.id)
-        return {
-            "EvalID": ev.id,
-            "EvalCreateIndex": ev.create_index,
-            "JobModifyIndex": record.job_modify_index,
-            "KnownLeader": True,
-            "LastContact": 0,
-            "NextToken": "",
-        }
+        return _job_write_answer(ev, record)
 
     def plan_job(self, job_doc: JSON, *, diff: bool) -> JSON:
         job_doc = as_registered(canonicalize(job_doc))
@@ -605,96 +587,10 @@ class NomadStandIn:
 
     # -- node operations ------------------------------------------------------------
 
-    def _jobs_on_node(self, node_id: str) -> set[str]:
-        return {a.job_id for a in self.store.node_allocs(node_id) if not a.terminal()}
-
     def _all_jobs_on_node(self, node_id: str) -> list[str]:
         """Nomad's ``createNodeEvals``: one eval per job with *any* alloc on the node, terminal
         ones included (a stopped job's alloc the dead client never confirmed must end lost)."""
         return sorted({a.job_id for a in self.store.node_allocs(node_id)})
-
-    def set_eligibility(self, node_id: str, eligibility: str) -> JSON:
-        node = self.node_by_name_or_id(node_id)
-        if eligibility not in ("eligible", "ineligible"):
-            raise BadRequest(f"invalid scheduling eligibility {eligibility!r}")
-        if node.draining and eligibility == "eligible":
-            raise BadRequest("can not set node's scheduling eligibility to eligible while it is draining")
-        eval_ids: list[str] = []
-        with self.store.txn(EV_NODE_DRAIN):
-            node.eligibility = eligibility
-            self._node_event(node, f"Node marked as {eligibility}")
-            self.store.touch_node(node)
-        if eligibility == "eligible":
-            self._retry_blocked()
-        return {"EvalIDs": eval_ids or None, "EvalCreateIndex": 0, "NodeModifyIndex": node.modify_index}
-
-    def drain_node(self, node_id: str, drain_spec: JSON | None, mark_eligible: bool) -> JSON:
-        node = self.node_by_name_or_id(node_id)
-        evals: list[EvalRecord] = []
-        with self.store.txn(EV_NODE_DRAIN):
-            if drain_spec is not None:
-                now = now_ns()
-                deadline = int(drain_spec.get("Deadline") or 0)
-                node.drain_strategy = {
-                    "Deadline": deadline,
-                    "IgnoreSystemJobs": bool(drain_spec.get("IgnoreSystemJobs")),
-                    "ForceDeadline": go_time(now + deadline) if deadline > 0 else "0001-01-01T00:00:00Z",
-                    "StartedAt": go_time(now),
-                }
-                node.last_drain = {
-                    "Status": "draining",
-                    "StartedAt": go_time(now),
-                    "UpdatedAt": go_time(now),
-                    "AccessorID": "",
-                    "Meta": None,
-                }
-                node.eligibility = "ineligible"
-                self._node_event(node, "Node drain strategy set")
-                for alloc in self.store.node_allocs(node.id):
-                    if not alloc.terminal():
-                        alloc.desired_transition = {**alloc.desired_transition, "Migrate": True}
-                        self.store.touch_alloc(alloc, server=True)
-                for job_id in self._jobs_on_node(node.id):
-                    evals.append(self._new_eval(job_id, "node-drain", node_id=node.id))
-            else:
-                if node.drain_strategy is not None and node.last_drain is not None:
-                    node.last_drain = {
-                        **node.last_drain,
-                        "Status": "canceled",
-                        "UpdatedAt": go_time(now_ns()),
-                    }
-                node.drain_strategy = None
-                self._node_event(node, "Node drain strategy unset")
-                if mark_eligible:
-                    node.eligibility = "eligible"
-            self.store.touch_node(node)
-        for ev in evals:
-            self._enqueue(ev.id)
-        if drain_spec is None and mark_eligible:
-            self._retry_blocked()
-        self._check_drains()
-        return {
-            "EvalIDs": [e.id for e in evals] or None,
-            "EvalCreateIndex": evals[0].create_index if evals else 0,
-            "NodeModifyIndex": node.modify_index,
-        }
-
-    def _check_drains(self) -> None:
-        for node in self.store.nodes.values():
-            if not node.draining:
-                continue
-            if any(not a.terminal() for a in self.store.node_allocs(node.id)):
-                continue
-            with self.store.txn(EV_NODE_DRAIN):
-                node.drain_strategy = None
-                if node.last_drain is not None:
-                    node.last_drain = {
-                        **node.last_drain,
-                        "Status": "complete",
-                        "UpdatedAt": go_time(now_ns()),
-                    }
-                self._node_event(node, "Node drain complete")
-                self.store.touch_node(node)
 
     # -- faults ---------------------------------------------------------------------
 
@@ -834,3 +730,17 @@ class NomadStandIn:
             self.procs.signal_group(task_runner.proc, 9)
             return pid
         raise NotFound(f"alloc {alloc.id} has no tasks")
+
+
+def _job_write_answer(ev: EvalRecord, record: JobRecord, **extra: object) -> JSON:
+    """What a job register or deregister answers (``api.JobRegisterResponse`` /
+    ``JobDeregisterResponse``): the evaluation, the job's modify index, the WriteMeta."""
+    return {
+        "EvalID": ev.id,
+        "EvalCreateIndex": ev.create_index,
+        "JobModifyIndex": record.job_modify_index,
+        **extra,
+        "KnownLeader": True,
+        "LastContact": 0,
+        "NextToken": "",
+    }

@@ -21,13 +21,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from llmgw.devcluster.nomad.apishape import GO_ZERO_TIME, fill
 from llmgw.devcluster.nomad.config import NodeSpec
 from llmgw.devcluster.nomad.events import EventBroker
 
 JSON = dict[str, Any]
+_R = TypeVar("_R")
 NAMESPACE = "default"
 
 # Event types, keyed by the FSM message that caused them (nomad/state/events.go).
@@ -39,7 +40,6 @@ EV_ALLOC_DESIRED = "AllocationUpdateDesiredStatus"
 EV_EVAL_UPDATED = "EvaluationUpdated"
 EV_NODE_REGISTRATION = "NodeRegistration"
 EV_NODE_EVENT = "NodeStreamEvent"
-EV_NODE_DRAIN = "NodeDrain"
 
 
 def now_ns() -> int:
@@ -71,9 +71,6 @@ class NodeRecord:
     http_addr: str
     status: str = "ready"
     status_description: str = ""
-    eligibility: str = "eligible"
-    drain_strategy: JSON | None = None
-    last_drain: JSON | None = None
     events: list[JSON] = field(default_factory=list)
     create_index: int = 0
     modify_index: int = 0
@@ -84,10 +81,6 @@ class NodeRecord:
     @property
     def name(self) -> str:
         return self.spec.name
-
-    @property
-    def draining(self) -> bool:
-        return self.drain_strategy is not None
 
 
 @dataclass
@@ -325,35 +318,18 @@ class Store:
             if node.create_index == 0:
                 node.create_index = index
             node.modify_index = index
-            self.nodes[node.id] = node
-            self.table_index["nodes"] = index
         for ev in tx.evals.values():
-            if ev.create_index == 0:
-                ev.create_index = index
-                ev.create_time = stamp
-            ev.modify_index = index
-            ev.modify_time = stamp
-            self.evals[ev.id] = ev
-            self.table_index["evals"] = index
+            _stamp(ev, index, stamp)
         for alloc in tx.allocs.values():
-            if alloc.create_index == 0:
-                alloc.create_index = index
-                alloc.create_time = stamp
+            # AllocModifyIndex moves on creation and on server-side changes only.
+            if _stamp(alloc, index, stamp) or alloc.id in tx.alloc_server_change:
                 alloc.alloc_modify_index = index
-            if alloc.id in tx.alloc_server_change:
-                alloc.alloc_modify_index = index
-            alloc.modify_index = index
-            alloc.modify_time = stamp
-            self.allocs[alloc.id] = alloc
-            self.table_index["allocs"] = index
         for deployment in tx.deployments.values():
-            if deployment.create_index == 0:
-                deployment.create_index = index
-                deployment.create_time = stamp
-            deployment.modify_index = index
-            deployment.modify_time = stamp
-            self.deployments[deployment.id] = deployment
-            self.table_index["deployment"] = index
+            _stamp(deployment, index, stamp)
+        self._put("nodes", self.nodes, tx.nodes, index)
+        self._put("evals", self.evals, tx.evals, index)
+        self._put("allocs", self.allocs, tx.allocs, index)
+        self._put("deployment", self.deployments, tx.deployments, index)
         for job in tx.jobs.values():
             self.jobs[job.id] = job
         for job_id in tx.deleted_jobs:
@@ -381,50 +357,29 @@ class Store:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def _put(self, table: str, records: dict[str, _R], written: dict[str, _R], index: int) -> None:
+        if written:
+            records.update(written)
+            self.table_index[table] = index
+
     def _events(self, tx: _Txn, index: int) -> list[JSON]:
         events: list[JSON] = []
+
+        def add(topic: str, key: str, filter_keys: list[str] | None, payload: JSON, namespace: str) -> None:
+            events.append(_event(topic, tx.kind, key, filter_keys, namespace, index, {topic: payload}))
+
         for ev in tx.evals.values():
-            events.append(
-                _event(
-                    "Evaluation",
-                    tx.kind,
-                    ev.id,
-                    [ev.job_id, ""],
-                    NAMESPACE,
-                    index,
-                    {"Evaluation": self.eval_json(ev)},
-                )
-            )
+            add("Evaluation", ev.id, [ev.job_id, ""], self.eval_json(ev), NAMESPACE)
         for alloc in tx.allocs.values():
             body = self.alloc_json(alloc)
             body["Job"] = None  # Nomad strips the job to keep alloc events small
-            events.append(
-                _event(
-                    "Allocation",
-                    tx.kind,
-                    alloc.id,
-                    [alloc.job_id, ""],
-                    NAMESPACE,
-                    index,
-                    {"Allocation": body},
-                )
-            )
+            add("Allocation", alloc.id, [alloc.job_id, ""], body, NAMESPACE)
         for deployment in tx.deployments.values():
-            events.append(
-                _event(
-                    "Deployment",
-                    tx.kind,
-                    deployment.id,
-                    [deployment.job_id],
-                    NAMESPACE,
-                    index,
-                    {"Deployment": self.deployment_json(deployment)},
-                )
-            )
+            add("Deployment", deployment.id, [deployment.job_id], self.deployment_json(deployment), NAMESPACE)
         for job in tx.jobs.values():
-            events.append(_event("Job", tx.kind, job.id, None, NAMESPACE, index, {"Job": self.job_json(job)}))
+            add("Job", job.id, None, self.job_json(job), NAMESPACE)
         for node in tx.nodes.values():
-            events.append(_event("Node", tx.kind, node.id, None, "", index, {"Node": self.node_json(node)}))
+            add("Node", node.id, None, self.node_json(node), "")
         return events
 
     async def wait_change(self, seconds: float) -> None:
@@ -719,15 +674,16 @@ class Store:
                 "Meta": node.meta,
                 "NodeClass": spec.node_class,
                 "NodePool": spec.node_pool,
-                "Drain": node.draining,
-                "DrainStrategy": node.drain_strategy,
-                "SchedulingEligibility": node.eligibility,
+                # No node drain or eligibility API here (see DESIGN.md): always schedulable.
+                "Drain": False,
+                "DrainStrategy": None,
+                "SchedulingEligibility": "eligible",
                 "Status": node.status,
                 "StatusDescription": node.status_description,
                 "StatusUpdatedAt": node.status_updated_at,
                 "Events": node.events,
                 "Drivers": node.drivers,
-                "LastDrain": node.last_drain,
+                "LastDrain": None,
                 "HostVolumes": {
                     volume.name: {"ID": "", "Path": volume.path, "ReadOnly": volume.read_only}
                     for volume in spec.host_volumes
@@ -750,12 +706,12 @@ class Store:
             "NodeClass": node.spec.node_class,
             "NodePool": node.spec.node_pool,
             "Version": node.attributes.get("nomad.version", ""),
-            "Drain": node.draining,
-            "SchedulingEligibility": node.eligibility,
+            "Drain": False,
+            "SchedulingEligibility": "eligible",
             "Status": node.status,
             "StatusDescription": node.status_description,
             "Drivers": node.drivers,
-            "LastDrain": node.last_drain,
+            "LastDrain": None,
             "CreateIndex": node.create_index,
             "ModifyIndex": node.modify_index,
         }
@@ -786,6 +742,27 @@ def _deployment_status(alloc: AllocRecord) -> JSON | None:
         "Canary": False,
         "ModifyIndex": alloc.modify_index,
     }
+
+
+class _Written(Protocol):
+    """A record Nomad's state store stamps on every write (evaluations, allocations, deployments)."""
+
+    create_index: int
+    modify_index: int
+    create_time: int
+    modify_time: int
+
+
+def _stamp(record: _Written, index: int, stamp: int) -> bool:
+    """CreateIndex and CreateTime on the first write, ModifyIndex and ModifyTime on every
+    one; True when this write created the record."""
+    created = record.create_index == 0
+    if created:
+        record.create_index = index
+        record.create_time = stamp
+    record.modify_index = index
+    record.modify_time = stamp
+    return created
 
 
 def _event(

@@ -7,10 +7,11 @@ pipelines, parentheses, fields such as ``.Address`` ``.Port`` ``.ServiceMeta.k``
 the functions ``service`` (``"name"``, ``"tag.name"``, ``"name|any"``,
 ``"name|passing,warning"``), ``key``, ``keyOrDefault``, ``nomadVar`` (``"path"``,
 ``"path@namespace"``: the variable's items, read as the task's workload identity),
-``env``, ``len``, ``index``,
-``eq ne lt le gt ge and or not``, ``join``, ``split``, ``contains``, ``printf``,
-``print``, ``toLower``, ``toUpper``, ``trimSpace``, ``replaceAll``, ``parseInt``,
-``toJSON``.
+``env``, ``len``, ``index``, ``eq``, ``gt``, ``join``: what llmgw's templates,
+``ops/llmgw.nomad.hcl`` and the tests call. consul-template has many more; any
+other name fails as Go's text/template fails a function it was not given:
+``function "toUpper" not defined`` (``text/template/parse/parse.go``), followed by
+the list the stand-in has.
 
 Rendering is synchronous: lookups go through a ``DataSource``; an unknown dependency
 is recorded (``Render.missing``) so the caller can fetch it and render again. A
@@ -367,28 +368,6 @@ def _compare(a: Any, b: Any) -> int:
     raise TemplateError(f"incompatible types for comparison: {type(a).__name__} and {type(b).__name__}")
 
 
-def _printf(fmt: str, *args: Any) -> str:
-    out = []
-    it = iter(args)
-    i = 0
-    while i < len(fmt):
-        ch = fmt[i]
-        if ch == "%" and i + 1 < len(fmt):
-            verb = fmt[i + 1]
-            i += 2
-            if verb == "%":
-                out.append("%")
-            elif verb in "sdvq":
-                value = next(it, None)
-                out.append(json.dumps(value) if verb == "q" else to_text(value))
-            else:
-                raise TemplateError(f"printf verb %{verb} is not supported by the dev stand-in")
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
 @dataclass
 class Render:
     output: str
@@ -410,23 +389,8 @@ class _Exec:
             "len": lambda v: len(v) if v is not None else 0,
             "index": self.f_index,
             "eq": lambda a, *bs: any(a == b for b in bs),
-            "ne": lambda a, b: a != b,
-            "lt": lambda a, b: _compare(a, b) < 0,
-            "le": lambda a, b: _compare(a, b) <= 0,
             "gt": lambda a, b: _compare(a, b) > 0,
-            "ge": lambda a, b: _compare(a, b) >= 0,
-            "not": lambda v: not truthy(v),
             "join": lambda sep, items: str(sep).join(to_text(i) for i in (items or [])),
-            "split": lambda sep, text: str(text).split(str(sep)) if text else [],
-            "contains": lambda needle, hay: needle in (hay or []),
-            "printf": _printf,
-            "print": lambda *a: "".join(to_text(x) for x in a),
-            "toLower": lambda s: str(s).lower(),
-            "toUpper": lambda s: str(s).upper(),
-            "trimSpace": lambda s: str(s).strip(),
-            "replaceAll": lambda old, new, s: str(s).replace(str(old), str(new)),
-            "parseInt": lambda s: int(str(s)),
-            "toJSON": lambda v: json.dumps(v, separators=(",", ":")),
         }
 
     def f_service(self, text: str, *_: Any) -> list[Record]:

@@ -13,6 +13,7 @@ import pytest
 
 from llmgw.adapters.nomad import AllocationWatch, AllocationWatchSettings, EventBatch, NomadError, Page
 from llmgw.adapters.nomad.allocations import parse_allocation
+from llmgw.adapters.watched import WatchClosed
 from tests.support.waiting import eventually
 
 FAST = AllocationWatchSettings(retry_initial=0.01, retry_max=0.02)
@@ -188,3 +189,21 @@ def test_an_allocation_without_its_ids_is_refused_and_old_style_networks_count()
     }
     assert parse_allocation(old).addresses == frozenset({("10.0.0.2", 25000)})
     assert parse_allocation(old).client_status == "pending"
+
+
+async def test_stopping_the_watch_releases_its_waiters_as_a_consul_watch_does() -> None:
+    # Both watches share one published side (``llmgw.adapters.watched``): a waiter on a
+    # stopped watch gets WatchClosed instead of hanging on a loop that is gone.
+    nomad = FakeNomad()
+    nomad.alloc_list = [alloc("a1")]
+    watch = AllocationWatch(nomad, FAST)
+    await watch.start()
+    await watch.wait_changed(0)
+    waiter = asyncio.create_task(watch.wait_changed(watch.generation))
+    await watch.stop()  # stopping yields to the loop, so the waiter is parked by then
+    async with asyncio.timeout(5):
+        with pytest.raises(WatchClosed, match="watch nomad stopped"):
+            await waiter
+    with pytest.raises(WatchClosed):
+        await watch.wait_changed(watch.generation)
+    assert watch.latest is not None and set(watch.latest.allocations) == {"a1"}  # the last view stays

@@ -124,6 +124,16 @@ async def test_unknown_paths_and_methods_read_like_consul(
 ) -> None:
     async with http.get(standin.url + "/v1/nothing/here") as resp:
         assert (resp.status, await resp.text()) == (404, "404 page not found")
+    # Endpoints real Consul has and nothing in llmgw calls are absent, answered alike
+    # (and, like any unknown path, before any ACL rule).
+    for method, path in (
+        ("GET", "/v1/catalog/node/node-1"),
+        ("PUT", "/v1/agent/maintenance?enable=true"),
+        ("PUT", "/v1/agent/check/update/serfHealth"),
+        ("GET", "/v1/status/peers"),
+    ):
+        async with http.request(method, standin.agent_url("node-1") + path) as resp:
+            assert (resp.status, await resp.text()) == (404, "404 page not found"), path
     async with http.delete(standin.url + "/v1/agent/services") as resp:
         assert (resp.status, await resp.text()) == (405, "method DELETE not allowed")
 

@@ -165,6 +165,36 @@ async def test_acl_token_is_required_when_configured(tmp_path: Path) -> None:
         assert await call(anonymous.status.leader.get_leader)
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/node/{node}/drain"),
+        ("POST", "/v1/node/{node}/eligibility"),
+        ("GET", "/v1/node/{node}/allocations"),
+        ("GET", "/v1/deployment/0b9e1e0c-0000-0000-0000-000000000000"),
+        ("GET", "/v1/operator/raft/configuration"),
+    ],
+)
+async def test_an_endpoint_the_stand_in_lacks_is_a_404_before_any_acl_check(
+    tmp_path: Path, method: str, path: str
+) -> None:
+    # Nothing in llmgw drains nodes, sets eligibility or reads these; real Nomad serves
+    # them, and answers a path it has no handler for with 404 whatever the token
+    # (handleRootFallthrough): the stand-in answers its missing ones the same way.
+    async with NomadServer(NomadStandIn(fast_config(tmp_path, acl_token="s3cret"))) as srv:
+        node = next(iter(srv.standin.store.nodes))
+        url = f"{srv.address}{path.format(node=node)}"
+        async with aiohttp.ClientSession() as http:
+            for headers in ({}, {"X-Nomad-Token": "s3cret"}):
+                async with http.request(method, url, headers=headers, json={}) as resp:
+                    text = await resp.text()
+                    assert (resp.status, resp.content_type) == (404, "text/plain"), text
+                    assert f"does not serve {method} " in text and "DESIGN.md" in text
+            # A path it serves still asks for the token.
+            async with http.get(f"{srv.address}/v1/nodes") as resp:
+                assert resp.status == 403
+
+
 async def test_logs_agent_and_parse_endpoints(client: nomad.Nomad, server: NomadServer) -> None:
     await call(client.jobs.register_job, {"Job": {"ID": "log", "TaskGroups": [group("g")]}})
     alloc = (

@@ -55,6 +55,10 @@ def test_missing_key_is_not_ready_and_unsupported_syntax_is_named() -> None:
         tmpl.render(tmpl.parse('{{ key "nope" }}'), Data({}, {}))
     with pytest.raises(tmpl.TemplateError, match="secret"):
         tmpl.render(tmpl.parse('{{ secret "x" }}'), Data({}, {}))
+    # consul-template has toUpper; the stand-in has only the functions llmgw calls and
+    # answers any other as Go's text/template answers a function it was not given.
+    with pytest.raises(tmpl.TemplateError, match=r'^function "toUpper" not defined'):
+        tmpl.render(tmpl.parse('{{ toUpper "x" }}'), Data({}, {}))
     with pytest.raises(tmpl.TemplateError, match="define"):
         tmpl.parse('{{ define "x" }}{{ end }}')
     with pytest.raises(tmpl.TemplateError, match="end"):

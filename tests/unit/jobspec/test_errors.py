@@ -202,6 +202,24 @@ CASES = [
         'There is no function named "nosuch".',
     ),
     (
+        # Real Nomad has lower(); the stand-in's table holds only what llmgw calls, so it
+        # answers as HCL answers any name its table lacks.
+        "a function llmgw does not call",
+        'job "j" {\n  region = lower("A")\n}\n',
+        2,
+        12,
+        "Call to unknown function",
+        'There is no function named "lower".',
+    ),
+    (
+        "a filesystem function, disabled on the parse endpoint",
+        'job "j" {\n  region = file("/etc/passwd")\n}\n',
+        2,
+        12,
+        "Error in function call",
+        'Call to function "file" failed: filesystem function disabled.',
+    ),
+    (
         "attribute of an undeclared variable",
         'job "j" {\n  region = var.nope\n}\n',
         2,
