@@ -176,7 +176,8 @@ class _Opened:
     response: EngineResponse
     head: bytes  # a stream's first chunk, or a whole non-streamed body
     lease: Lease
-    sent: bool = False  # the client has the whole answer, or a stream's head, already (``_DirectAnswer``)
+    # The client has the whole answer, or a stream's head, already (``_DirectAnswer``).
+    sent_directly: bool = False
 
 
 @dataclass
@@ -209,7 +210,7 @@ class _Route:
     loading: _LoadingComments | None = None  # a stream's, while it waits for a model
     # The client's connection, when the answer may be written to it from the engine
     # connection's callbacks (``_DirectAnswer``); None: the handler answers.
-    client: asyncio.Transport | None = None
+    direct_to: asyncio.Transport | None = None
     attempts_total: int = 0
     failures: int = 0
     waited_for: str | None = None
@@ -266,7 +267,7 @@ class Dispatcher:
             # HTTP/1.1 keep-alive only: the head it writes is for that case (aiohttp's
             # path handles HTTP/1.0 and Connection: close). Not for a stream whose usage
             # event the router takes out: the first chunk may be it.
-            client=request.transport
+            direct_to=request.transport
             if request.version == HttpVersion11
             and request.keep_alive
             and not (call.stream and force_usage and not call.include_usage)
@@ -283,7 +284,7 @@ class Dispatcher:
         with opened.lease:
             served.model = opened.model
             served.engine_status = opened.response.status
-            served.sent = opened.sent
+            served.sent = opened.sent_directly
             self._demand.record_use(opened.model)
             if opened.model != model:
                 self._metrics.fallbacks.labels(model, opened.model).inc()
@@ -293,8 +294,8 @@ class Dispatcher:
                 if not call.stream or upstream.status != 200:
                     return await self._answer_whole(route, opened, headers, served, on_usage)
                 response: web.StreamResponse
-                if opened.sent and route.client is not None:
-                    response = SentDirectly(200, route.client)
+                if opened.sent_directly and route.direct_to is not None:
+                    response = SentDirectly(200, route.direct_to)
                 elif route.loading is not None and route.loading.stream is not None:
                     response = route.loading.stream
                     # Headers are gone: say who answers in a comment the chat page reads.
@@ -315,7 +316,7 @@ class Dispatcher:
                     opened.head,
                     self._settings,
                     strip_usage=force_usage and not call.include_usage,
-                    first_sent=opened.sent,
+                    first_sent=opened.sent_directly,
                 )
                 if result.end is PumpEnd.COMPLETE:
                     self._count_usage(opened.model, result.usage, served, on_usage)
@@ -344,7 +345,7 @@ class Dispatcher:
             asyncio.get_running_loop().call_soon(
                 self._count_body_usage, opened.model, opened.head, served, on_usage
             )
-        if opened.sent:
+        if opened.sent_directly:
             return SentDirectly(upstream.status).ended(len(opened.head))
         loading = route.loading
         if loading is not None and loading.stream is not None:
@@ -552,11 +553,11 @@ class Dispatcher:
     async def _attempt(self, route: _Route, model: str, endpoint: Endpoint, lease: Lease) -> _Opened:
         direct = None
         # Not once a load wait's comments sent a stream's head.
-        if route.client is not None and (route.loading is None or route.loading.stream is None):
+        if route.direct_to is not None and (route.loading is None or route.loading.stream is None):
             fields = answer_fields(route.request_id, model, endpoint.replica)
             if fields is not None:
                 direct = _DirectAnswer(
-                    route.client, fields, self._settings.max_response_bytes, stream=route.stream
+                    route.direct_to, fields, self._settings.max_response_bytes, stream=route.stream
                 )
         try:
             async with asyncio.timeout(self._settings.upstream_first_byte_timeout) as timeout:
@@ -589,7 +590,7 @@ class Dispatcher:
             response=response,
             head=head,
             lease=lease,
-            sent=direct is not None and direct.sent,
+            sent_directly=direct is not None and direct.sent,
         )
 
     async def _wait_for_change(self, route: _Route, deadline: float) -> None:
