@@ -1,10 +1,14 @@
 """Every use the router makes of aiohttp's private parts, in one place.
 
-Verified on aiohttp 3.14.0 and 3.14.5 (``web_response.py``, ``web_protocol.py``,
-``http_writer.py``, ``helpers.py`` of each); ``pyproject.toml`` allows only
-``>=3.14,<3.15``, and ``tests/component/gateway/test_aiohttp_private.py`` fails on an
-aiohttp that moves any of it. To widen the range: read those files of the new
-release for each touch below, run that test on it, then widen the pin.
+Verified on aiohttp 3.14.4 and 3.14.5 (``web_response.py``, ``web_protocol.py``,
+``http_writer.py``, ``helpers.py``: the same in both), and
+``tests/component/gateway/test_aiohttp_private.py`` fails on an aiohttp that moves
+any of it. ``pyproject.toml`` allows only ``>=3.14.4,<3.15``: 3.14.0 passes that test
+too, but before 3.14.4 aiohttp arms no keep-alive timer when a connection opens
+(``RequestHandler.connection_made``), so a request head that never ends is never
+closed (``test_slowloris_connections_are_closed`` fails), a defence the router's
+``runner_options`` relies on. To widen the range: read those files of the new
+release for each touch below, run the gateway tests on it, then widen the pin.
 
 aiohttp has no public way to send a response's head with its first chunk, nor to
 say "this answer went to the socket another way": the router writes answers from
