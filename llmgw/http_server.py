@@ -15,6 +15,8 @@ Owns:
   ``interval``; the next line counts those left out (as the kernel's printk rate
   limit does), so a client cannot flood the log. Everything else aiohttp logs passes
   through unchanged.
+- ``bound_port``: the port a listener got (asked for port 0), from aiohttp's public
+  ``BaseRunner.addresses``.
 - ``read_body``: a request's body, bounded in size and in time (``BodyTimeout``), for
   the router's requests and the admin API's alike; each answers the timeout in its
   own error envelope (408).
@@ -120,6 +122,15 @@ class ConnectionLog(logging.LoggerAdapter[logging.Logger]):
 def listener_log(name: str) -> ConnectionLog:
     """The ``logger`` runner option of a listener logging under ``name``."""
     return ConnectionLog(logging.getLogger(name))
+
+
+def bound_port(runner: web.BaseRunner, asked: int) -> int:
+    """The TCP port ``runner``'s first site listens on: ``asked``, or the one the
+    kernel chose when ``asked`` was 0."""
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:  # IPv4 (host, port), IPv6 4-tuples
+            return int(address[1])
+    return asked
 
 
 # --- bodies ---------------------------------------------------------------------------------------

@@ -82,12 +82,17 @@ if os.environ.get("LLMGW_BENCH_STAGES"):
                     _whole.append(marks)
         return response
 
+    _direct_sends = [0]  # answers ``dispatch._DirectAnswer`` sent (counted by a wrapper below)
+
     def _timed_hook(on_head: Callable[[Any], None]) -> Callable[[Any], None]:
         # The hook runs in the engine connection's callback, outside the request's
-        # context: its time is kept by the hook's id and read back in the task.
+        # context: its time is kept by the hook's id and read back in the task. The
+        # router's hook wraps ``_DirectAnswer`` (``Upstream.send``), so whether it sent
+        # is seen by the count, not by an attribute of the hook.
         def hook(response: Any) -> None:
+            before = _direct_sends[0]
             on_head(response)
-            if getattr(on_head, "sent", False):
+            if _direct_sends[0] != before:
                 _direct_sent[id(hook)] = _now()
 
         return hook
@@ -154,9 +159,9 @@ if os.environ.get("LLMGW_BENCH_STAGES"):
         _mark_middleware("observe", "observe")
         original_authenticate = middlewares.authenticate
 
-        def authenticate(request: web.Request, ring: Any) -> None:
+        def authenticate(request: web.Request, *args: Any) -> None:  # whatever it takes besides
             _mark("auth")
-            original_authenticate(request, ring)
+            original_authenticate(request, *args)
 
         middlewares.authenticate = authenticate
         _mark_async(handlers, "chat_completions", "handler")
@@ -164,6 +169,13 @@ if os.environ.get("LLMGW_BENCH_STAGES"):
         _mark_async(dispatch.Dispatcher, "serve", "serve")
         _mark_async(dispatch.Dispatcher, "_attempt", "attempt")
         _mark_async(transport.EnginePool, "post", "post")
+        original_send = dispatch._DirectAnswer._send
+
+        def direct_send(self: Any, *args: Any) -> None:
+            original_send(self, *args)
+            _direct_sends[0] += 1
+
+        dispatch._DirectAnswer._send = direct_send  # type: ignore[method-assign]
 
     def _median_us(samples: list[dict[str, float]], start: str, end: str) -> float | None:
         spans = [m[end] - m[start] for m in samples if start in m and end in m]

@@ -21,7 +21,7 @@ from llmgw.admin.app import create_admin_app
 from llmgw.admin.ports import AdminDeps
 from llmgw.admin.settings import AdminSettings, AdminSettingsError, check_settings
 from llmgw.core.addresses import url_of
-from llmgw.http_server import listener_log
+from llmgw.http_server import bound_port, listener_log
 
 log = logging.getLogger("llmgw.admin")
 
@@ -81,12 +81,7 @@ async def start_admin(settings: AdminSettings, deps: AdminDeps) -> AdminListener
         raise AdminSettingsError(
             f"the admin API cannot listen on {settings.host}:{settings.port}: {exc}"
         ) from None
-    port = settings.port
-    for address in runner.addresses:
-        if isinstance(address, tuple) and len(address) >= 2:
-            port = int(address[1])
-            break
-    listener = AdminListener(runner, settings.host, port, context is not None)
+    listener = AdminListener(runner, settings.host, bound_port(runner, settings.port), context is not None)
     log.info(
         "admin API listening on %s (token %s)", listener.url, "required" if settings.token else "NOT set"
     )

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -48,7 +47,7 @@ from llmgw.gateway.metrics import Gauges, RouterMetrics, WatchHealth
 from llmgw.gateway.ports import RouterDeps, Watched
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError, validate
 from llmgw.gateway.upstream import Upstream
-from llmgw.http_server import listener_log
+from llmgw.http_server import bound_port, listener_log
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -377,9 +376,7 @@ class RouterServer:
             reuse_address=True,
         )
         await site.start()
-        server = site._server
-        sockets: list[socket.socket] = list(getattr(server, "sockets", None) or [])
-        self.port = sockets[0].getsockname()[1] if sockets else self.settings.port
+        self.port = bound_port(self._runner, self.settings.port)
         log.info("llmgw router listening on %s (backlog %d)", self.url, self.settings.backlog)
 
     async def stop(self) -> None:

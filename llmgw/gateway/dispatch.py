@@ -18,8 +18,8 @@ Owns the flow; every decision in it is ``llmgw.core.routing``'s:
 5. The answer: for an HTTP/1.1 keep-alive client, ``_DirectAnswer`` writes it
    from the engine connection's callbacks as soon as it is final (a whole
    answer; a stream's head with its first chunk), and the handler returns a
-   ``SentAnswer`` or relays the rest through ``_DirectStream``; otherwise the
-   handler answers through aiohttp.
+   ``SentDirectly`` (``aiohttp_private``), ended or relaying the rest; otherwise
+   the handler answers through aiohttp.
 
 Must not: parse client requests (``calls``), check keys or limits
 (middlewares, handlers), or keep state between requests beyond what the book,
@@ -39,13 +39,13 @@ from http import HTTPStatus
 from typing import Protocol
 
 from aiohttp import web
-from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
 
 from llmgw.core import anthropic, routing
 from llmgw.core.catalog import Catalog
 from llmgw.core.records import Endpoint
 from llmgw.gateway import errors
+from llmgw.gateway.aiohttp_private import HeadWithFirstWrite, SentDirectly, http_date
 from llmgw.gateway.book import EndpointBook, Lease
 from llmgw.gateway.calls import API_PATHS, ApiCall
 from llmgw.gateway.demand import DemandTracker
@@ -75,13 +75,6 @@ _SSE_HEAD = "HTTP/1.1 200 OK\r\n" + "".join(f"{name}: {value}\r\n" for name, val
 _SSE_HEAD += "Transfer-Encoding: chunked\r\n"
 
 
-class _SseResponse(web.StreamResponse):
-    """A stream whose head goes out with its first chunk, in one send, as aiohttp's
-    ``Response`` does: the first chunk is always at hand when the head is ready."""
-
-    _send_headers_immediately = False
-
-
 class _DirectAnswer:
     """Writes an answer to the client from the engine connection's callbacks: a whole
     non-streamed answer the moment it has arrived (``EnginePool.post``'s ``on_head``),
@@ -90,7 +83,7 @@ class _DirectAnswer:
     the client's: on a proxy running on asyncio, that wake-up and the walk back up the
     handler's awaits are most of what it adds. The handler's task resumes afterwards:
     for a whole answer it settles the books (lease, metrics, usage) off the client's
-    path; for a stream it relays the rest (``pump``, through ``_DirectStream``).
+    path; for a stream it relays the rest (``pump``, through ``SentDirectly``).
 
     It sends only what is final as it arrives: not a retryable status, a whole answer
     there and within the size limit (a stream: a 200 and a first chunk, the point where
@@ -142,47 +135,9 @@ class _DirectAnswer:
     def _send(self, start: str, payload: bytes) -> None:
         assert self.timeout is not None
         self.timeout.reschedule(None)
-        head = f"{start}Date: {rfc822_formatted_time()}\r\nServer: {SERVER_SOFTWARE}\r\n{self._fields}\r\n"
+        head = f"{start}Date: {http_date()}\r\nServer: {SERVER_SOFTWARE}\r\n{self._fields}\r\n"
         self._client.write(head.encode("latin-1") + payload)
         self.sent = True
-
-
-class _DirectStream(web.StreamResponse):
-    """The rest of a stream whose head and first chunk ``_DirectAnswer`` sent: written
-    straight to the client's transport in HTTP/1.1 chunks, as the relay writes its
-    chunks. aiohttp's ``finish_response`` then prepares and ends it, which sends
-    nothing (the head went long ago); a stream left without its end (the client went)
-    closes the connection."""
-
-    def __init__(self, client: asyncio.Transport) -> None:
-        super().__init__(status=200, headers={"Transfer-Encoding": "chunked"})
-        self._client = client
-        self._keep_alive = True
-        self._body_length = 0
-
-    async def prepare(self, request: web.BaseRequest) -> None:
-        if not self._eof_sent:  # aiohttp ends a stream the handler left unended
-            self._eof_sent = True
-            self._keep_alive = False
-
-    async def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._eof_sent:
-            raise RuntimeError("Cannot call write() after write_eof()")
-        if data:
-            self._write(http_chunk(bytes(data)))
-
-    async def write_eof(self, data: bytes | bytearray | memoryview = b"") -> None:
-        if self._eof_sent:
-            return
-        self._eof_sent = True
-        self._write((http_chunk(bytes(data)) if data else b"") + b"0\r\n\r\n")
-
-    def _write(self, frame: bytes) -> None:
-        if self._client.is_closing():
-            self._keep_alive = False
-            raise ConnectionResetError("the client closed its connection")
-        self._client.write(frame)
-        self._body_length += len(frame)
 
 
 def answer_fields(request_id: str, model: str, replica: str) -> str | None:
@@ -192,20 +147,6 @@ def answer_fields(request_id: str, model: str, replica: str) -> str | None:
     if any(FIELD_VALUE_BAD.search(value) or not value.isascii() for value in values):
         return None
     return f"x-request-id: {request_id}\r\nx-llmgw-model: {model}\r\nx-llmgw-replica: {replica}\r\n"
-
-
-class SentAnswer(web.StreamResponse):
-    """What a handler returns for an answer already on the client's socket
-    (``_DirectAnswer``): aiohttp's ``finish_response`` prepares and ends it, and both
-    return at once since it is marked ended (aiohttp's own ``_eof_sent``), so nothing
-    more is written; the connection then stays open for the client's next request
-    unless ``keep_alive`` is False."""
-
-    def __init__(self, status: int, length: int, *, keep_alive: bool = True) -> None:
-        super().__init__(status=status)
-        self._eof_sent = True
-        self._body_length = length
-        self._keep_alive = keep_alive
 
 
 class Translation(Protocol):
@@ -277,23 +218,25 @@ class _Opened:
     response: EngineResponse
     head: bytes  # a stream's first chunk, or a whole non-streamed body
     lease: Lease
-    sent: bool = False  # the client has the whole answer, or a stream's head, already (``_DirectAnswer``)
+    # The client has the whole answer, or a stream's head, already (``_DirectAnswer``).
+    sent_directly: bool = False
     translation: Translation | None = None  # the engine was asked another API's request
 
 
 @dataclass
-class _KeepAlive:
-    """A streamed request waiting for a model: its response, once the first comment went."""
+class _LoadingComments:
+    """The ``: loading model`` comments of a streamed request waiting for a model, and
+    the stream they opened (None until the first: its head goes in the same send)."""
 
     request: web.Request
     headers: dict[str, str]
-    response: web.StreamResponse | None = None
+    stream: web.StreamResponse | None = None
 
     async def comment(self) -> None:
-        if self.response is None:
-            self.response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self.headers})
-            await self.response.prepare(self.request)
-        await self.response.write(LOADING_COMMENT)
+        if self.stream is None:
+            self.stream = HeadWithFirstWrite(status=200, headers={**SSE_HEADERS, **self.headers})
+            await self.stream.prepare(self.request)
+        await self.stream.write(LOADING_COMMENT)
 
 
 @dataclass
@@ -307,13 +250,13 @@ class _Route:
     make_body: Callable[[str], bytes]
     path: str
     request_id: str
-    keepalive: _KeepAlive | None = None
+    loading: _LoadingComments | None = None  # a stream's, while it waits for a model
     api: routing.Api = routing.Api.CHAT  # the client's API (the shape of an error event)
     # Per model: how to ask an engine that does not serve ``api``, or None (it does).
     translate: Callable[[str], Translation | None] | None = None
     # The client's connection, when the answer may be written to it from the engine
     # connection's callbacks (``_DirectAnswer``); None: the handler answers.
-    client: asyncio.Transport | None = None
+    direct_to: asyncio.Transport | None = None
     attempts_total: int = 0
     failures: int = 0
     waited_for: str | None = None
@@ -369,13 +312,13 @@ class Dispatcher:
             make_body=lambda m: call.upstream_body(m, force_usage=force_usage),
             path=call.path,
             request_id=request_id,
-            keepalive=_KeepAlive(request, common) if call.stream else None,
+            loading=_LoadingComments(request, common) if call.stream else None,
             api=call.api,
             translate=translate,
             # HTTP/1.1 keep-alive only: the head it writes is for that case (aiohttp's
             # path handles HTTP/1.0 and Connection: close). Not for a stream whose usage
             # event the router takes out: the first chunk may be it.
-            client=request.transport
+            direct_to=request.transport
             if request.version == HttpVersion11
             and request.keep_alive
             and not (call.stream and force_usage and not call.include_usage)
@@ -384,15 +327,15 @@ class Dispatcher:
         try:
             opened = await self._open(route)
         except ApiError as exc:
-            if route.keepalive is not None and route.keepalive.response is not None:
+            if route.loading is not None and route.loading.stream is not None:
                 # The stream's head went out with the loading comments: report in the stream.
                 served.refusal = exc.refusal
-                return await _end_stream_with(route.keepalive.response, exc.refusal, call.api)
+                return await _end_stream_with(route.loading.stream, exc.refusal, call.api)
             raise
         with opened.lease:
             served.model = opened.model
             served.engine_status = opened.response.status
-            served.sent = opened.sent
+            served.sent = opened.sent_directly
             self._demand.record_use(opened.model)
             if opened.model != model:
                 self._metrics.fallbacks.labels(model, opened.model).inc()
@@ -402,16 +345,16 @@ class Dispatcher:
                 if not call.stream or upstream.status != 200:
                     return await self._answer_whole(route, opened, headers, served, on_usage)
                 response: web.StreamResponse
-                if opened.sent and route.client is not None:
-                    response = _DirectStream(route.client)
-                elif route.keepalive is not None and route.keepalive.response is not None:
-                    response = route.keepalive.response
+                if opened.sent_directly and route.direct_to is not None:
+                    response = SentDirectly(200, route.direct_to)
+                elif route.loading is not None and route.loading.stream is not None:
+                    response = route.loading.stream
                     # Headers are gone: say who answers in a comment the chat page reads.
                     await response.write(
                         f": llmgw model={opened.model} replica={opened.endpoint.replica}\n\n".encode()
                     )
                 else:
-                    response = _SseResponse(status=200, headers={**SSE_HEADERS, **headers})
+                    response = HeadWithFirstWrite(status=200, headers={**SSE_HEADERS, **headers})
                     await response.prepare(request)
                 # Observed in the next loop step: the first chunk goes out first.
                 loop.call_soon(
@@ -424,7 +367,7 @@ class Dispatcher:
                     opened.head,
                     self._settings,
                     strip_usage=force_usage and not call.include_usage,
-                    first_sent=opened.sent,
+                    first_sent=opened.sent_directly,
                     rewrite=None if opened.translation is None else opened.translation.stream(),
                 )
                 if result.end is PumpEnd.COMPLETE:
@@ -460,13 +403,13 @@ class Dispatcher:
             asyncio.get_running_loop().call_soon(
                 self._count_body_usage, opened.model, opened.head, served, on_usage
             )
-        if opened.sent:
-            return SentAnswer(upstream.status, len(opened.head))
-        keepalive = route.keepalive
-        if keepalive is not None and keepalive.response is not None:
+        if opened.sent_directly:
+            return SentDirectly(upstream.status).ended(len(opened.head))
+        loading = route.loading
+        if loading is not None and loading.stream is not None:
             # A stream that waited for a load and then got a refusal from the engine.
             return await _end_stream_with(
-                keepalive.response,
+                loading.stream,
                 _refusal_of_engine_error(upstream.status, opened.head, opened.model),
                 route.api,
             )
@@ -552,14 +495,14 @@ class Dispatcher:
             make_body=lambda m: call.upstream_body(m, force_usage=False),
             path=call.path,
             request_id=request_id,
-            keepalive=_KeepAlive(request, {"x-request-id": request_id}) if call.stream else None,
+            loading=_LoadingComments(request, {"x-request-id": request_id}) if call.stream else None,
         )
         try:
             opened = await self._open(route)
         except ApiError as exc:
-            if route.keepalive is not None and route.keepalive.response is not None:
+            if route.loading is not None and route.loading.stream is not None:
                 served.refusal = exc.refusal
-                raise RefusedMidStream(route.keepalive.response, exc.refusal) from None
+                raise RefusedMidStream(route.loading.stream, exc.refusal) from None
             raise
         with opened.lease:
             served.model = opened.model
@@ -573,7 +516,7 @@ class Dispatcher:
                     opened.endpoint.replica,
                     opened.response,
                     opened.head,
-                    route.keepalive.response if route.keepalive is not None else None,
+                    route.loading.stream if route.loading is not None else None,
                 )
             finally:
                 opened.response.close()
@@ -744,14 +687,14 @@ class Dispatcher:
         translation = route.translate(model) if route.translate is not None else None
         # Not once a load wait's comments sent a stream's head, nor for an answer to rewrite.
         if (
-            route.client is not None
+            route.direct_to is not None
             and translation is None
-            and (route.keepalive is None or route.keepalive.response is None)
+            and (route.loading is None or route.loading.stream is None)
         ):
             fields = answer_fields(route.request_id, model, endpoint.replica)
             if fields is not None:
                 direct = _DirectAnswer(
-                    route.client, fields, self._settings.max_response_bytes, stream=route.stream
+                    route.direct_to, fields, self._settings.max_response_bytes, stream=route.stream
                 )
         try:
             async with asyncio.timeout(self._settings.upstream_first_byte_timeout) as timeout:
@@ -787,7 +730,7 @@ class Dispatcher:
             response=response,
             head=head,
             lease=lease,
-            sent=direct is not None and direct.sent,
+            sent_directly=direct is not None and direct.sent,
             translation=translation,
         )
 
@@ -799,9 +742,9 @@ class Dispatcher:
             now = loop.time()
             if now >= deadline:
                 return
-            if route.keepalive is not None:
-                await route.keepalive.comment()
-            timeout = min(deadline - now, interval) if route.keepalive is not None else deadline - now
+            if route.loading is not None:
+                await route.loading.comment()
+            timeout = min(deadline - now, interval) if route.loading is not None else deadline - now
             try:
                 async with asyncio.timeout(timeout):
                     await self._book.wait_changed()

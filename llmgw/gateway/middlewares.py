@@ -40,8 +40,9 @@ from aiohttp import web
 from llmgw.core.addresses import host_of_header, is_allowed_host
 from llmgw.core.routing import Api, Refusal
 from llmgw.gateway import errors, keys
+from llmgw.gateway.aiohttp_private import SentDirectly
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
-from llmgw.gateway.dispatch import SentAnswer, Served
+from llmgw.gateway.dispatch import Served
 from llmgw.gateway.errors import ApiError, response_for
 from llmgw.gateway.messages import is_messages_path
 from llmgw.gateway.metrics import RouterMetrics, rejection_reason
@@ -114,7 +115,7 @@ def _already_answered(served: Served, request_id: str, exc: Exception) -> web.St
     """A failure after the answer (or a stream's head) went to the client from the
     engine's callback: no second answer may follow it, so the connection closes."""
     log.error("request failed after its answer was sent request_id=%s", request_id, exc_info=exc)
-    return SentAnswer(served.engine_status, 0, keep_alive=False)
+    return SentDirectly(served.engine_status)  # left unended: aiohttp closes the connection
 
 
 def _count(

@@ -1,6 +1,15 @@
+import ipaddress
+
 import pytest
 
-from llmgw.core.addresses import authority, bad_host_name, host_of_header, is_allowed_host, url_of
+from llmgw.core.addresses import (
+    authority,
+    bad_host_name,
+    host_of_header,
+    is_allowed_host,
+    is_ip_or_localhost,
+    url_of,
+)
 
 
 def test_ipv6_hosts_are_bracketed_and_names_and_ipv4_are_not() -> None:
@@ -42,3 +51,35 @@ def test_the_hosts_a_listener_answers_to(header: str, allowed: bool) -> None:
 )
 def test_allowed_host_names_are_bare(name: str, bad: bool) -> None:
     assert bad_host_name(name) is bad
+
+
+def _ipaddress_takes(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "0.0.0.0", "127.0.0.1", "255.255.255.255", "10.20.30.40", "1.2.3.4",
+        "256.1.1.1", "1.2.3.256", "01.2.3.4", "1.2.3.04", "00.0.0.0",  # out of range, leading zeros
+        "1.2.3", "1.2.3.4.5", "1..2.3", ".1.2.3.4", "1.2.3.4.",
+        "1.2.3.4\n", " 1.2.3.4", "1.2.3.4 ", "1.2.3.4:80",  # what a loose pattern lets by
+        "１.２.３.４", "١.٢.٣.٤", "1.2.3.٤",  # digits that are not ASCII
+        "0x7f.0.0.1", "2130706433", "127.1", "::1", "::ffff:127.0.0.1", "fe80::1%eth0",
+        "localhost", "LocalHost", "example.com", "",
+    ],
+)  # fmt: skip
+def test_ip_or_localhost_answers_as_ipaddress_does(host: str) -> None:
+    # The dotted-quad shortcut may only say sooner what ipaddress says.
+    assert is_ip_or_localhost(host) is (host.lower() == "localhost" or _ipaddress_takes(host))
+
+
+def test_the_dotted_quad_shortcut_agrees_with_ipaddress_on_every_octet_form() -> None:
+    octets = [str(n) for n in range(300)] + ["00", "01", "007", "0255", "-1", "+1", "1_0", "٣"]
+    for octet in octets:
+        for host in (f"{octet}.0.0.1", f"1.2.3.{octet}", f"10.{octet}.{octet}.9"):
+            assert is_ip_or_localhost(host) is _ipaddress_takes(host), host

@@ -31,7 +31,7 @@ from llmgw.devcluster.nomad.jobcanon import JobInvalid
 from llmgw.devcluster.nomad.standin import NOMAD_VERSION, BadRequest, NomadStandIn, NotFound
 from llmgw.devcluster.nomad.state import NAMESPACE, now_ns
 from llmgw.devcluster.nomad.variables import CasConflict, VariableProblem, parse_policy
-from llmgw.http_server import listener_log
+from llmgw.http_server import bound_port, listener_log
 
 JSON = dict[str, Any]
 STANDIN_KEY = web.AppKey("nomad_standin", NomadStandIn)
@@ -771,10 +771,7 @@ class NomadServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        server = site._server
-        if self.port == 0 and server is not None:
-            sockets = getattr(server, "sockets", None) or []
-            self.port = int(sockets[0].getsockname()[1])
+        self.port = bound_port(self._runner, self.port)
         self.standin.http_addr = f"{self.host}:{self.port}"
         await self.standin.start()
 

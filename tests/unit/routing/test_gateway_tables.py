@@ -185,6 +185,8 @@ def test_usage_is_found_at_the_end_of_answers() -> None:
         b'{"model":"m","messages":[{"role":"user","content":"\\uDFFF tail"}]}',
         b'{"model":"m","messages":[{"role":"user","content":"x"}],"\\ud9ab":1}',  # a key
         b'{"model":"m","messages":[{"role":"user","content":"\xed\xbf\xbf"}]}',  # a surrogate's bytes
+        b'{"model":"m","messages":[{"role":"user","content":"x"}],"\xed\xa0\x80":1}',  # in a key, no \u
+        b'{"model":"m","messages":[{"role":"user","content":"caf\xc3\xa9 \\ud800"}]}',  # beside other text
         '{"model":"m","messages":[{"role":"user","content":"\\ud800"}]}'.encode("utf-16"),
     ],
 )
