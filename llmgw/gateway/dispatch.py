@@ -219,7 +219,8 @@ class Translation(Protocol):
     def body(self, model: str) -> bytes: ...
 
     def whole(self, status: int, body: bytes) -> bytes:
-        """The client's body for the engine's whole answer (an error too)."""
+        """The client's body for the engine's whole answer (an error too); raises
+        ``ApiError`` for a 200 it cannot read (the client gets that error's status)."""
         ...
 
     def stream(self) -> StreamRewrite:

@@ -25,11 +25,12 @@ from aiohttp import web
 
 from llmgw.core import anthropic
 from llmgw.core.catalog import Catalog, Engine
-from llmgw.core.routing import Api
+from llmgw.core.routing import Api, Refusal
 from llmgw.gateway import errors, handlers
 from llmgw.gateway.calls import ApiCall, parse_call
 from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.dispatch import Translation
+from llmgw.gateway.errors import ApiError
 from llmgw.gateway.handlers import Translate
 from llmgw.gateway.upstream import StreamRewrite
 
@@ -132,7 +133,7 @@ def _for_count(call: ApiCall, catalog: Catalog, chain: tuple[str, ...]) -> Trans
     def per_model(model: str) -> Translation | None:
         if native(catalog, model) or chat is None:
             return _NativeCount(call.body)
-        return _TokenizeTranslation(chat)
+        return _TokenizeTranslation(chat, model)
 
     return able, per_model
 
@@ -157,6 +158,15 @@ def _engine_error(status: int, body: bytes, model: str) -> bytes:
     return _json(anthropic.error_body(status, message))
 
 
+def _unreadable(model: str) -> Refusal:
+    """An engine's 200 whose body is not the answer asked for (a proxy's page, a cut
+    body): the client gets a 502 in Anthropic's shape (``middlewares.observe``), as
+    for any engine failure, never a 200 carrying an error."""
+    return Refusal(
+        502, f"The model `{model}` answered with unreadable JSON.", "server_error", "upstream_unreadable"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _ChatTranslation:
     """A Messages request asked as a chat completion, and its answer translated back."""
@@ -175,13 +185,9 @@ class _ChatTranslation:
         try:
             answer = json.loads(body)
         except ValueError:
-            return _json(
-                anthropic.error_body(502, f"The model `{self.model}` answered with unreadable JSON.")
-            )
+            answer = None
         if not isinstance(answer, dict):
-            return _json(
-                anthropic.error_body(502, f"The model `{self.model}` answered with unreadable JSON.")
-            )
+            raise ApiError(_unreadable(self.model))
         return _json(anthropic.from_chat(answer, self.model, self.stops))
 
     def stream(self) -> StreamRewrite:
@@ -210,6 +216,7 @@ class _TokenizeTranslation:
     """A token count asked as vLLM's /tokenize of the chat the request translates to."""
 
     chat: dict[str, object]
+    model: str
     path: str = TOKENIZE_PATH
 
     def body(self, model: str) -> bytes:
@@ -224,13 +231,13 @@ class _TokenizeTranslation:
 
     def whole(self, status: int, body: bytes) -> bytes:
         if status != 200:
-            return _engine_error(status, body, "")
+            return _engine_error(status, body, self.model)
         try:
             count = json.loads(body).get("count")
         except (ValueError, AttributeError):
             count = None
         if not isinstance(count, int):
-            return _json(anthropic.error_body(502, "The engine's token count was unreadable."))
+            raise ApiError(_unreadable(self.model))
         return _json({"input_tokens": count})
 
     def stream(self) -> StreamRewrite:
