@@ -71,15 +71,19 @@ class ApiCall:
         """The most tokens this request may plausibly use, held from a key's budget
         until its usage is known: the prompt at about 4 bytes a token (the body's
         JSON counts, so this errs high), plus ``max_completion_tokens`` or
-        ``max_tokens`` (else ``unbounded_answer``) for each of its ``n`` choices."""
+        ``max_tokens`` (else ``unbounded_answer``) for each of its ``n`` choices
+        (a Messages request: its ``max_tokens``, once)."""
         prompt = -(-self.size // BYTES_PER_TOKEN)
         if self.api is Api.EMBEDDINGS:
             return prompt
-        cap = self.body.get("max_completion_tokens")
+        # Anthropic's API has neither max_completion_tokens nor n: its engine writes up
+        # to max_tokens whatever they say (a client must not shrink its hold with them).
+        messages = self.api is Api.MESSAGES
+        cap = None if messages else self.body.get("max_completion_tokens")
         if cap is None:
             cap = self.body.get("max_tokens")
+        choices = None if messages else self.body.get("n")
         answer = cap if isinstance(cap, int) else unbounded_answer
-        choices = self.body.get("n")
         return prompt + max(0, answer) * (choices if isinstance(choices, int) and choices > 1 else 1)
 
     def upstream_body(self, model: str, *, force_usage: bool) -> bytes:
