@@ -657,3 +657,6 @@ fallbacks:
     await cluster.add_sim("native")
     message = await client.messages.create(model="native", max_tokens=20, messages=USER, thinking=thinking)
     assert message.model == "native"
+    # Its token count too: counted by native, not refused for the fallback's sake.
+    counted = await client.messages.count_tokens(model="native", messages=USER, thinking=thinking)
+    assert counted.input_tokens == 2
