@@ -104,11 +104,17 @@ class ApiCall:
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def parse_call(api: Api, raw: bytes) -> ApiCall:
-    """The request, or the 400 to answer (never a traceback)."""
+def _is_utf8_object(raw: bytes) -> bool:
+    """Whether json.loads would read ``raw`` as UTF-8 (it starts an object, no NUL)."""
+    return raw[:1] == b"{" and raw[1:2] != b"\x00"
+
+
+def json_object(raw: bytes) -> dict[str, object]:
+    """A request body's JSON object, or OpenAI's 400 for one it cannot read (the
+    Responses API's too: ``llmgw.gateway.responses``)."""
     # A UTF-8 JSON object (what json.loads would detect) is decoded here the way
     # json.loads decodes it: its encoding detection costs as much as the rest.
-    utf8 = raw[:1] == b"{" and raw[1:2] != b"\x00"
+    utf8 = _is_utf8_object(raw)
     try:
         body = json.loads(raw.decode("utf-8", "surrogatepass") if utf8 else raw)
     except (ValueError, UnicodeDecodeError):
@@ -123,6 +129,13 @@ def parse_call(api: Api, raw: bytes) -> ApiCall:
     # the answer does not depend on the path the body would take.
     if (not utf8 or _MAYBE_SURROGATE.search(raw) is not None) and not _encodable(body):
         raise _unparsable()
+    return body
+
+
+def parse_call(api: Api, raw: bytes) -> ApiCall:
+    """The request, or the 400 to answer (never a traceback)."""
+    body = json_object(raw)
+    utf8 = _is_utf8_object(raw)
     stripped = STRIPPED_FIELDS.intersection(body)
     for name in stripped:
         del body[name]

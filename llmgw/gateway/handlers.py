@@ -65,7 +65,7 @@ async def serve_call(
     a call that generates nothing (a token count)."""
     context = request.app[CONTEXT]
     api = call.api
-    catalog = _catalog(context)
+    catalog = catalog_of(context)
     key = request.get(API_KEY)
     route = context.catalogs.route(call.model, api, key.models if key is not None else None)
     if route is None:
@@ -128,10 +128,11 @@ async def _read_body(request: web.Request, settings: RouterSettings) -> bytes:
         ) from None
 
 
-read_request_body = _read_body  # for the handlers of other modules (``messages``)
+read_request_body = _read_body  # for the handlers of other modules (``messages``, ``responses``)
 
 
-def _catalog(context: RouterContext) -> Catalog:
+def catalog_of(context: RouterContext) -> Catalog:
+    """The router's catalog, or the 503 to answer before it has one."""
     catalog = context.catalogs.catalog
     if catalog is None:
         raise ApiError(
@@ -220,7 +221,7 @@ def _model_object(
 
 
 async def list_models(request: web.Request) -> web.StreamResponse:
-    catalog = _catalog(request.app[CONTEXT])
+    catalog = catalog_of(request.app[CONTEXT])
     key = request.get(API_KEY)
     entries: list[tuple[tuple[bool, bool, int], dict[str, object]]] = []
     for position, (name, model) in enumerate(catalog.models.items()):
@@ -242,7 +243,7 @@ async def list_models(request: web.Request) -> web.StreamResponse:
 
 
 async def get_model(request: web.Request) -> web.StreamResponse:
-    catalog = _catalog(request.app[CONTEXT])
+    catalog = catalog_of(request.app[CONTEXT])
     name = request.match_info["model"]
     key = request.get(API_KEY)
     model_name = routing.resolve(catalog, name, key.models if key is not None else None)

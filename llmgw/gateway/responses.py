@@ -26,16 +26,14 @@ from collections.abc import Callable
 from aiohttp import web
 
 from llmgw.core import responses, routing
-from llmgw.core.catalog import Catalog
 from llmgw.core.responses import ResponsesInvalid, StoredConversation
 from llmgw.core.routing import Api, Refusal
-from llmgw.gateway import errors
-from llmgw.gateway.calls import parse_call
+from llmgw.gateway import errors, handlers
+from llmgw.gateway.calls import json_object, parse_call
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
 from llmgw.gateway.dispatch import SSE_HEADERS, Exchange, RefusedMidStream, Served
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.transport import BodyBroken
-from llmgw.http_server import BodyTimeout, read_body
 
 log = logging.getLogger("llmgw.gateway.responses")
 
@@ -81,12 +79,12 @@ def _store_unavailable() -> Refusal:
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT]
-    body = _json_object(await _read(request, context))
+    body = json_object(await handlers.read_request_body(request, context.settings))
     try:
         parsed = responses.parse_request(body)
     except ResponsesInvalid as exc:
         raise errors.bad_request(exc.message, param=exc.param, code=exc.code) from None
-    catalog = _catalog(context)
+    catalog = handlers.catalog_of(context)
     key = request.get(API_KEY)
     route = context.catalogs.route(parsed.model, Api.RESPONSES, key.models if key is not None else None)
     if route is None:
@@ -339,41 +337,3 @@ async def _end_with_error(response: web.StreamResponse, refusal: Refusal) -> web
     except (ConnectionError, RuntimeError):
         pass
     return response
-
-
-def _json_object(raw: bytes) -> dict[str, object]:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise errors.bad_request(
-            "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
-            "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
-            "sent was not valid JSON.)"
-        ) from None
-    except RecursionError:
-        raise errors.bad_request("The JSON body of your request is nested too deeply.") from None
-    if not isinstance(body, dict):
-        raise errors.bad_request("The request body must be a JSON object.")
-    return body
-
-
-async def _read(request: web.Request, context: RouterContext) -> bytes:
-    settings = context.settings
-    try:
-        return await read_body(request, max_bytes=settings.max_body_bytes, within=settings.body_read_timeout)
-    except BodyTimeout:
-        raise ApiError(
-            Refusal(
-                408, "The request body was not received in time.", "invalid_request_error", "request_timeout"
-            )
-        ) from None
-
-
-def _catalog(context: RouterContext) -> Catalog:
-    catalog = context.catalogs.catalog
-    if catalog is None:
-        raise ApiError(
-            Refusal(503, "The router has not received its catalog yet; retry shortly.", "server_error",
-                    "catalog_unavailable", retry_after=5)
-        )  # fmt: skip
-    return catalog
