@@ -195,6 +195,9 @@ def _chat_messages(message: object, at: str) -> list[dict[str, object]]:
     role = message.get("role")
     if role not in ("user", "assistant"):
         raise Untranslatable(f"{at}.role", "A message's role must be `user` or `assistant`.")
+    for name in message:
+        if name not in ("role", "content"):
+            raise Untranslatable(f"{at}.{name}", f"`{name}` on a message is not supported; leave it out.")
     content = message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
@@ -317,8 +320,11 @@ def _chat_tools(tools: object) -> list[dict[str, object]]:
             "name": tool["name"],
             "parameters": tool.get("input_schema") or {"type": "object"},
         }
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
+        description = tool.get("description")
+        if isinstance(description, str):
+            function["description"] = description
+        elif description is not None:  # read by no screen, so never passed on unread
+            raise Untranslatable(f"{where}.description", "A tool's `description` must be a string.")
         out.append({"type": "function", "function": function})
     return out
 
