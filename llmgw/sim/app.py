@@ -357,17 +357,12 @@ async def _generate(
     )
     if generation.stream:
         return await _stream(request, state, generation, identity)
-    engine = state.engine
-    async with engine.sequence():
-        engine.count_tokens(prompt=generation.prompt_tokens)
-        tokens = engine.decode(
-            _pieces(state.settings, generation),
-            state.faults.first_token_delay,
-            state.faults.wait_while_hung,
-        )
-        async with aclosing(tokens):
-            pieces = [piece async for piece in tokens]
-    engine.count_completion()
+    pieces = await state.engine.generate(
+        generation.prompt_tokens,
+        _pieces(state.settings, generation),
+        state.faults.first_token_delay,
+        state.faults.wait_while_hung,
+    )
     body = openai_api.completion_body(generation, identity, "".join(pieces), len(pieces), FINISH_REASON)
     return web.json_response(body)
 

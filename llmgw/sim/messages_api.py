@@ -59,17 +59,12 @@ def add_routes(
             return _error(request, exc)
         if generation.stream:
             return await _stream(request, state, generation, pieces)
-        engine = state.engine
-        async with engine.sequence():
-            engine.count_tokens(prompt=generation.prompt_tokens)
-            tokens = engine.decode(
-                pieces(state.settings, generation),
-                state.faults.first_token_delay,
-                state.faults.wait_while_hung,
-            )
-            async with aclosing(tokens):
-                said = [piece async for piece in tokens]
-        engine.count_completion()
+        said = await state.engine.generate(
+            generation.prompt_tokens,
+            pieces(state.settings, generation),
+            state.faults.first_token_delay,
+            state.faults.wait_while_hung,
+        )
         return web.json_response(
             {
                 **_message(state.settings.served_name, generation.prompt_tokens, len(said)),

@@ -67,17 +67,12 @@ def handler(admit: Admit, pieces: Pieces) -> Handler:
         response_id, created = _new_id("resp"), int(time.time())
         if generation.stream:
             return await _stream(request, state, pieces, generation, body, response_id, created)
-        engine = state.engine
-        async with engine.sequence():
-            engine.count_tokens(prompt=generation.prompt_tokens)
-            tokens = engine.decode(
-                pieces(state.settings, generation),
-                state.faults.first_token_delay,
-                state.faults.wait_while_hung,
-            )
-            async with aclosing(tokens):
-                said = [piece async for piece in tokens]
-        engine.count_completion()
+        said = await state.engine.generate(
+            generation.prompt_tokens,
+            pieces(state.settings, generation),
+            state.faults.first_token_delay,
+            state.faults.wait_while_hung,
+        )
         identity = openai_api.ResponseIdentity(response_id, created, parsed.model, state.fingerprint)
         answer = openai_api.completion_body(generation, identity, "".join(said), len(said), FINISH_REASON)
         return web.json_response(
