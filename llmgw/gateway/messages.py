@@ -25,7 +25,7 @@ from aiohttp import web
 
 from llmgw.core import anthropic
 from llmgw.core.catalog import Catalog, Engine
-from llmgw.core.routing import Api, Refusal
+from llmgw.core.routing import Api
 from llmgw.gateway import errors, handlers
 from llmgw.gateway.calls import ApiCall, parse_call
 from llmgw.gateway.context import CONTEXT
@@ -160,15 +160,6 @@ def _engine_error(status: int, body: bytes, model: str) -> bytes:
     return _json(anthropic.error_body(status, message))
 
 
-def _unreadable(model: str) -> Refusal:
-    """An engine's 200 whose body is not the answer asked for (a proxy's page, a cut
-    body): the client gets a 502 in Anthropic's shape (``middlewares.observe``), as
-    for any engine failure, never a 200 carrying an error."""
-    return Refusal(
-        502, f"The model `{model}` answered with unreadable JSON.", "server_error", "upstream_unreadable"
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class _ChatTranslation:
     """A Messages request asked as a chat completion, and its answer translated back."""
@@ -189,7 +180,7 @@ class _ChatTranslation:
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
-            raise ApiError(_unreadable(self.model))
+            raise ApiError(errors.upstream_unreadable(self.model))
         return _json(anthropic.from_chat(answer, self.model, self.stops))
 
     def stream(self) -> StreamRewrite:
@@ -239,7 +230,7 @@ class _TokenizeTranslation:
         except (ValueError, AttributeError):
             count = None
         if not isinstance(count, int):
-            raise ApiError(_unreadable(self.model))
+            raise ApiError(errors.upstream_unreadable(self.model))
         return _json({"input_tokens": count})
 
     def stream(self) -> StreamRewrite:
