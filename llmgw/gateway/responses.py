@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from llmgw.core import responses, routing
+from llmgw.core import responses
 from llmgw.core.responses import ResponsesInvalid, StoredConversation
 from llmgw.core.routing import Api, Refusal
 from llmgw.gateway import errors, handlers
@@ -85,16 +85,9 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     except ResponsesInvalid as exc:
         raise errors.bad_request(exc.message, param=exc.param, code=exc.code) from None
     catalog = handlers.catalog_of(context)
-    key = request.get(API_KEY)
-    route = context.catalogs.route(parsed.model, Api.RESPONSES, key.models if key is not None else None)
-    if route is None:
-        raise ApiError(routing.model_not_found(parsed.model))
+    route = handlers.resolved_route(request, parsed.model, Api.RESPONSES)
     served = request[SERVED]
-    served.resolved = route.model
-    if not route.serves_api:
-        raise ApiError(
-            routing.refusal_for(routing.Unserved.WRONG_API, parsed.model, retry_after=0, api=Api.RESPONSES)
-        )
+    key = request.get(API_KEY)
     owner = key.key_id if key is not None else ""
     history: tuple[dict[str, object], ...] = ()
     if parsed.previous_response_id is not None:
@@ -109,13 +102,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             raise ApiError(_too_large(size, context.settings.responses_max_bytes, "store"))
     call = parse_call(Api.CHAT, json.dumps(chat, ensure_ascii=False).encode())
 
-    hold = None
-    if key is not None:
-        hold = context.limiter.admit(
-            key,
-            asyncio.get_running_loop().time(),
-            call.tokens_to_hold(context.settings.hold_for_unbounded_answer),
-        )
+    hold = handlers.hold_for(request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer))
     request_id = request[REQUEST_ID]
     gates = context.gates
     try:
@@ -139,12 +126,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         finally:
             gates.release(route.model)
     finally:
-        if hold is not None and hold.open:
-            # As chat's: an engine that began a 200 answer was generating; it pays what was held.
-            if served.engine_status == 200:
-                hold.keep()
-            else:
-                hold.release()
+        handlers.close_hold(hold, served)  # as chat's
 
 
 class _Turn:
