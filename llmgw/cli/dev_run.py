@@ -338,7 +338,7 @@ llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GP
 
   OpenAI base URL   {router}/v1      {_key_note(admin, api_keys)}
   chat page         {router}/
-{_try_line(router, hint)}
+{_try_line(router, hint, api_keys)}
 
   admin API         {admin}     (llmgw ctl --admin-url {admin} status)
   control plane     {metrics}/metrics   (router metrics: {router}/metrics)
@@ -362,15 +362,16 @@ def _key_note(admin: str, api_keys: bool) -> str:
     return f"(API keys: llmgw ctl --admin-url {admin} keys create NAME)"
 
 
-def _try_line(router: str, hint: str | None) -> str:
+def _try_line(router: str, hint: str | None, api_keys: bool = False) -> str:
     if hint is None:
         return (
             "  try               (no chat model of this catalog answers on llmgw dev: only engine sim\n"
             "                    profiles run here, and a guarded model's judge must run too)"
         )
     body = json.dumps({"model": hint, "messages": [{"role": "user", "content": "hello"}]})
+    key = ' -H "Authorization: Bearer $LLMGW_API_KEY"' if api_keys else ""
     return (
-        f"  try               curl {router}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+        f"  try               curl {router}/v1/chat/completions -H 'Content-Type: application/json'{key} \\\n"
         f"                      -d {shlex.quote(body)}"
     )
 

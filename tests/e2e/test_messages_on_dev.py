@@ -153,6 +153,10 @@ def test_a_keyed_client_gets_a_message_whole_streamed_and_counted_and_the_key_pa
 
 
 def test_a_key_for_another_model_finds_no_such_model_and_a_bad_key_is_refused(keyed: Keyed) -> None:
+    # The banner says how to get a key, and its curl line sends one.
+    admin = keyed.dev.state["admin_url"]
+    assert f"(API keys: llmgw ctl --admin-url {admin} keys create NAME)" in keyed.dev.banner
+    assert '-H "Authorization: Bearer $LLMGW_API_KEY"' in keyed.dev.banner
     elsewhere = keyed.client(keyed.elsewhere)
     with pytest.raises(anthropic.NotFoundError) as caught:
         elsewhere.messages.create(model="sim-chat", max_tokens=2, messages=USER)
