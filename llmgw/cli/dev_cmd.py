@@ -60,7 +60,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "work. Simulated (sim) profiles run, and llama.cpp profiles run a local llama-server "
         "($LLMGW_LLAMA_SERVER, else llama-server on PATH) on the CPU; other engines' images are "
         "not pulled. The router listens "
-        "on loopback without API keys; LLMGW_ROUTER_* tune it as for serve. Ctrl-C stops everything "
+        "on loopback without API keys (with --api-keys, only with keys from llmgw ctl keys create); "
+        "LLMGW_ROUTER_* tune it as for serve. Ctrl-C stops everything "
         "and leaves no process behind. With a FAULT subcommand, act on the llmgw dev already running "
         "from this folder instead (exit 3 when none is). Exit 0 stopped, 1 an invalid catalog, 2 usage.",
     )
@@ -94,6 +95,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="URL=FILE",
         help="serve this catalog source URL from a local file (the nodes download nothing in dev): "
         "a llama.cpp profile's GGUF on your disk; repeatable",
+    )
+    parser.add_argument(
+        "--api-keys",
+        action="store_true",
+        help="the router requires API keys, as llmgw serve's does: issue them with "
+        "llmgw ctl --admin-url ADMIN keys create NAME (default: no keys, loopback only)",
     )
     parser.add_argument(
         "--state-dir",

@@ -255,9 +255,13 @@ async def _dev(
             render=replace(dev_render_settings(), engine_api_keys=True),
             engine_keys=EngineKeys(secrets.token_hex(32)),
             control=dev_control_settings(),
-            # LLMGW_ROUTER_* tune the router as for serve; dev listens on loopback without keys.
+            # LLMGW_ROUTER_* tune the router as for serve; dev listens on loopback without
+            # keys unless asked to check them (the keys the admin API issues, in Consul KV).
             router=replace(
-                RouterSettings.from_env_and_args(os.environ), host="127.0.0.1", port=args.port, no_auth=True
+                RouterSettings.from_env_and_args(os.environ),
+                host="127.0.0.1",
+                port=args.port,
+                no_auth=not args.api_keys,
             ),
             admin=AdminSettings(host="127.0.0.1", port=args.admin_port),
             control_metrics=MetricsListenerSettings("127.0.0.1", args.metrics_port),
@@ -298,6 +302,7 @@ async def _dev(
                 cluster.consul_addr,
                 state_dir,
                 hint,
+                api_keys=args.api_keys,
             )
             await wait_for_signal()
         finally:
@@ -319,6 +324,8 @@ def _banner(
     consul: str,
     state_dir: Path,
     hint: str | None,
+    *,
+    api_keys: bool = False,
 ) -> None:
     nodes = config.nodes
     gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes if n.gpus} or {"no"}
@@ -329,9 +336,9 @@ def _banner(
         f"""
 llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GPUs), catalog {catalog}
 
-  OpenAI base URL   {router}/v1      (no API key in dev)
+  OpenAI base URL   {router}/v1      {_key_note(admin, api_keys)}
   chat page         {router}/
-{_try_line(router, hint)}
+{_try_line(router, hint, api_keys)}
 
   admin API         {admin}     (llmgw ctl --admin-url {admin} status)
   control plane     {metrics}/metrics   (router metrics: {router}/metrics)
@@ -349,15 +356,22 @@ Ctrl-C stops everything.
     )
 
 
-def _try_line(router: str, hint: str | None) -> str:
+def _key_note(admin: str, api_keys: bool) -> str:
+    if not api_keys:
+        return "(no API key in dev)"
+    return f"(API keys: llmgw ctl --admin-url {admin} keys create NAME)"
+
+
+def _try_line(router: str, hint: str | None, api_keys: bool = False) -> str:
     if hint is None:
         return (
             "  try               (no chat model of this catalog answers on llmgw dev: only engine sim\n"
             "                    profiles run here, and a guarded model's judge must run too)"
         )
     body = json.dumps({"model": hint, "messages": [{"role": "user", "content": "hello"}]})
+    key = ' -H "Authorization: Bearer $OPENAI_API_KEY"' if api_keys else ""
     return (
-        f"  try               curl {router}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+        f"  try               curl {router}/v1/chat/completions -H 'Content-Type: application/json'{key} \\\n"
         f"                      -d {shlex.quote(body)}"
     )
 

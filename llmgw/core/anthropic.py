@@ -177,14 +177,19 @@ def _system_text(system: object) -> str:
         return system
     if not isinstance(system, list):
         raise Untranslatable("system", "`system` must be a string or a list of text blocks.")
+    return _text_of_blocks(system, "system", "`system` blocks must be text blocks.")
+
+
+def _text_of_blocks(blocks: list[object], where: str, refusal: str) -> str:
+    """The texts of a list of text blocks, a line each; ``refusal`` for any other block."""
     texts = []
-    for index, block in enumerate(system):
+    for index, block in enumerate(blocks):
         if (
             not isinstance(block, Mapping)
             or block.get("type") != "text"
             or not isinstance(block.get("text"), str)
         ):
-            raise Untranslatable(f"system.{index}", "`system` blocks must be text blocks.")
+            raise Untranslatable(f"{where}.{index}", refusal)
         texts.append(block["text"])
     return "\n".join(texts)
 
@@ -195,6 +200,9 @@ def _chat_messages(message: object, at: str) -> list[dict[str, object]]:
     role = message.get("role")
     if role not in ("user", "assistant"):
         raise Untranslatable(f"{at}.role", "A message's role must be `user` or `assistant`.")
+    for name in message:
+        if name not in ("role", "content"):
+            raise Untranslatable(f"{at}.{name}", f"`{name}` on a message is not supported; leave it out.")
     content = message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
@@ -283,16 +291,7 @@ def _tool_result_text(content: object, where: str) -> str:
         return content
     if not isinstance(content, list):
         raise Untranslatable(where, "A tool result's content must be a string or a list of text blocks.")
-    texts = []
-    for index, block in enumerate(content):
-        if (
-            not isinstance(block, Mapping)
-            or block.get("type") != "text"
-            or not isinstance(block.get("text"), str)
-        ):
-            raise Untranslatable(f"{where}.{index}", "A tool result's content blocks must be text blocks.")
-        texts.append(block["text"])
-    return "\n".join(texts)
+    return _text_of_blocks(content, where, "A tool result's content blocks must be text blocks.")
 
 
 def _chat_tools(tools: object) -> list[dict[str, object]]:
@@ -317,8 +316,11 @@ def _chat_tools(tools: object) -> list[dict[str, object]]:
             "name": tool["name"],
             "parameters": tool.get("input_schema") or {"type": "object"},
         }
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
+        description = tool.get("description")
+        if isinstance(description, str):
+            function["description"] = description
+        elif description is not None:  # read by no screen, so never passed on unread
+            raise Untranslatable(f"{where}.description", "A tool's `description` must be a string.")
         out.append({"type": "function", "function": function})
     return out
 

@@ -37,6 +37,8 @@ CARRIED = frozenset(
 _INCLUDABLE = frozenset({"reasoning.encrypted_content"})
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+# ``reasoning.effort``'s values in OpenAI's API reference (Responses, ``reasoning``).
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 NewId = Callable[[str], str]  # a fresh id with the given prefix ("msg", "fc")
 
@@ -335,6 +337,16 @@ def _reasoning_effort(value: object) -> str | None:
     effort = value.get("effort")
     if effort is not None and not isinstance(effort, str):
         raise _type_error(effort, "string", "reasoning.effort")
+    if effort is not None and effort not in _EFFORTS:
+        # Chat templates write it into the prompt (gpt-oss's "Reasoning: {effort}"),
+        # where no guard reads it: only OpenAI's words pass.
+        raise ResponsesInvalid(
+            f"Invalid value for 'reasoning.effort': {json.dumps(effort[:40])}. Supported values are: "
+            + ", ".join(f"'{word}'" for word in _EFFORTS)
+            + ".",
+            "reasoning.effort",
+            "invalid_value",
+        )
     return effort
 
 

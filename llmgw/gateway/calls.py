@@ -71,15 +71,19 @@ class ApiCall:
         """The most tokens this request may plausibly use, held from a key's budget
         until its usage is known: the prompt at about 4 bytes a token (the body's
         JSON counts, so this errs high), plus ``max_completion_tokens`` or
-        ``max_tokens`` (else ``unbounded_answer``) for each of its ``n`` choices."""
+        ``max_tokens`` (else ``unbounded_answer``) for each of its ``n`` choices
+        (a Messages request: its ``max_tokens``, once)."""
         prompt = -(-self.size // BYTES_PER_TOKEN)
         if self.api is Api.EMBEDDINGS:
             return prompt
-        cap = self.body.get("max_completion_tokens")
+        # Anthropic's API has neither max_completion_tokens nor n: its engine writes up
+        # to max_tokens whatever they say (a client must not shrink its hold with them).
+        messages = self.api is Api.MESSAGES
+        cap = None if messages else self.body.get("max_completion_tokens")
         if cap is None:
             cap = self.body.get("max_tokens")
+        choices = None if messages else self.body.get("n")
         answer = cap if isinstance(cap, int) else unbounded_answer
-        choices = self.body.get("n")
         return prompt + max(0, answer) * (choices if isinstance(choices, int) and choices > 1 else 1)
 
     def upstream_body(self, model: str, *, force_usage: bool) -> bytes:
@@ -100,11 +104,17 @@ class ApiCall:
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def parse_call(api: Api, raw: bytes) -> ApiCall:
-    """The request, or the 400 to answer (never a traceback)."""
+def _is_utf8_object(raw: bytes) -> bool:
+    """Whether json.loads would read ``raw`` as UTF-8 (it starts an object, no NUL)."""
+    return raw[:1] == b"{" and raw[1:2] != b"\x00"
+
+
+def json_object(raw: bytes) -> dict[str, object]:
+    """A request body's JSON object, or OpenAI's 400 for one it cannot read (the
+    Responses API's too: ``llmgw.gateway.responses``)."""
     # A UTF-8 JSON object (what json.loads would detect) is decoded here the way
     # json.loads decodes it: its encoding detection costs as much as the rest.
-    utf8 = raw[:1] == b"{" and raw[1:2] != b"\x00"
+    utf8 = _is_utf8_object(raw)
     try:
         body = json.loads(raw.decode("utf-8", "surrogatepass") if utf8 else raw)
     except (ValueError, UnicodeDecodeError):
@@ -119,6 +129,13 @@ def parse_call(api: Api, raw: bytes) -> ApiCall:
     # the answer does not depend on the path the body would take.
     if (not utf8 or _maybe_surrogate(raw)) and not _encodable(body):
         raise _unparsable()
+    return body
+
+
+def parse_call(api: Api, raw: bytes) -> ApiCall:
+    """The request, or the 400 to answer (never a traceback)."""
+    body = json_object(raw)
+    utf8 = _is_utf8_object(raw)
     stripped = STRIPPED_FIELDS.intersection(body)
     for name in stripped:
         del body[name]

@@ -160,7 +160,8 @@ class Translation(Protocol):
     def body(self, model: str) -> bytes: ...
 
     def whole(self, status: int, body: bytes) -> bytes:
-        """The client's body for the engine's whole answer (an error too)."""
+        """The client's body for the engine's whole answer (an error too); raises
+        ``ApiError`` for a 200 it cannot read (the client gets that error's status)."""
         ...
 
     def stream(self) -> StreamRewrite:
@@ -333,12 +334,7 @@ class Dispatcher:
                 return await _end_stream_with(route.loading.stream, exc.refusal, call.api)
             raise
         with opened.lease:
-            served.model = opened.model
-            served.engine_status = opened.response.status
-            served.sent = opened.sent_directly
-            self._demand.record_use(opened.model)
-            if opened.model != model:
-                self._metrics.fallbacks.labels(model, opened.model).inc()
+            self._note_answerer(opened, model, served)
             headers = {**common, "x-llmgw-model": opened.model, "x-llmgw-replica": opened.endpoint.replica}
             upstream = opened.response
             try:
@@ -505,11 +501,7 @@ class Dispatcher:
                 raise RefusedMidStream(route.loading.stream, exc.refusal) from None
             raise
         with opened.lease:
-            served.model = opened.model
-            served.engine_status = opened.response.status
-            self._demand.record_use(opened.model)
-            if opened.model != chain[0]:
-                self._metrics.fallbacks.labels(chain[0], opened.model).inc()
+            self._note_answerer(opened, chain[0], served)
             try:
                 yield Exchange(
                     opened.model,
@@ -520,6 +512,15 @@ class Dispatcher:
                 )
             finally:
                 opened.response.close()
+
+    def _note_answerer(self, opened: _Opened, requested: str, served: Served) -> None:
+        """Who answers, in ``served``, the demand report and the fallback metric."""
+        served.model = opened.model
+        served.engine_status = opened.response.status
+        served.sent = opened.sent_directly
+        self._demand.record_use(opened.model)
+        if opened.model != requested:
+            self._metrics.fallbacks.labels(requested, opened.model).inc()
 
     def count_usage(
         self,

@@ -218,6 +218,14 @@ def stream_broken(model: str) -> Refusal:
     )
 
 
+def upstream_unreadable(model: str) -> Refusal:
+    """An engine's 200 whose body is not the answer asked for (a proxy's page, a cut
+    body): a 502, as for any engine failure, never a 200 carrying an error."""
+    return Refusal(
+        502, f"The model `{model}` answered with unreadable JSON.", "server_error", "upstream_unreadable"
+    )
+
+
 def stream_timeout(model: str) -> Refusal:
     return Refusal(
         504,

@@ -19,10 +19,12 @@ from llmgw.core.catalog import Catalog, GuardErrorPolicy, Model
 from llmgw.core.records import ApiKeyRecord, UnavailableModel
 from llmgw.core.routing import Api, Refusal
 from llmgw.gateway.calls import ApiCall, parse_call
+from llmgw.gateway.catalogs import CatalogRoute
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
-from llmgw.gateway.dispatch import Translation
+from llmgw.gateway.dispatch import Served, Translation
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.guard import policies_for
+from llmgw.gateway.keys import TokenHold
 from llmgw.gateway.settings import RouterSettings
 from llmgw.http_server import BodyTimeout, read_body
 
@@ -64,27 +66,14 @@ async def serve_call(
     to hold from a key's budget instead of the call's estimate; ``screen`` False for
     a call that generates nothing (a token count)."""
     context = request.app[CONTEXT]
-    api = call.api
-    catalog = _catalog(context)
-    key = request.get(API_KEY)
-    route = context.catalogs.route(call.model, api, key.models if key is not None else None)
-    if route is None:
-        raise ApiError(routing.model_not_found(call.model))
+    catalog = catalog_of(context)
+    route = resolved_route(request, call.model, call.api)
     model = route.model
     served = request[SERVED]
-    served.resolved = model  # from here on, a refusal counts under the model
-    if not route.serves_api:
-        raise ApiError(routing.refusal_for(routing.Unserved.WRONG_API, call.model, retry_after=0, api=api))
     chain, per_model = translate(catalog, route.chain) if translate is not None else (route.chain, None)
-    hold = None
-    if key is not None:
-        hold = context.limiter.admit(
-            key,
-            asyncio.get_running_loop().time(),
-            call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
-            if hold_tokens is None
-            else hold_tokens,
-        )
+    if hold_tokens is None:
+        hold_tokens = call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
+    hold = hold_for(request, hold_tokens)
     request_id = request[REQUEST_ID]
     gates = context.gates
     try:
@@ -107,14 +96,41 @@ async def serve_call(
         finally:
             gates.release(model)
     finally:
-        if hold is not None and hold.open:
-            # No usage came. An engine that began a 200 answer was generating (the
-            # client may have left mid-stream): it pays what was held. Otherwise
-            # (queue, guard, no replica, an engine's error) it pays nothing.
-            if served.engine_status == 200:
-                hold.keep()
-            else:
-                hold.release()
+        close_hold(hold, served)
+
+
+def resolved_route(request: web.Request, name: str, api: Api) -> CatalogRoute:
+    """The route of the model ``name`` under ``api`` for the request's key, noted in its
+    ``Served``; or the refusal: not found for a model the key may not use (as for one
+    that does not exist), 400 for one that does not serve ``api``."""
+    context = request.app[CONTEXT]
+    key = request.get(API_KEY)
+    route = context.catalogs.route(name, api, key.models if key is not None else None)
+    if route is None:
+        raise ApiError(routing.model_not_found(name))
+    request[SERVED].resolved = route.model  # from here on, a refusal counts under the model
+    if not route.serves_api:
+        raise ApiError(routing.refusal_for(routing.Unserved.WRONG_API, name, retry_after=0, api=api))
+    return route
+
+
+def hold_for(request: web.Request, tokens: int) -> TokenHold | None:
+    """The tokens held from the request's key (None without a token limit), or its 429."""
+    key = request.get(API_KEY)
+    if key is None:
+        return None
+    return request.app[CONTEXT].limiter.admit(key, asyncio.get_running_loop().time(), tokens)
+
+
+def close_hold(hold: TokenHold | None, served: Served) -> None:
+    """A hold the answer's usage did not settle. An engine that began a 200 answer was
+    generating (the client may have left mid-stream): it pays what was held. Otherwise
+    (queue, guard, no replica, an engine's error) it pays nothing."""
+    if hold is not None and hold.open:
+        if served.engine_status == 200:
+            hold.keep()
+        else:
+            hold.release()
 
 
 async def _read_body(request: web.Request, settings: RouterSettings) -> bytes:
@@ -128,10 +144,11 @@ async def _read_body(request: web.Request, settings: RouterSettings) -> bytes:
         ) from None
 
 
-read_request_body = _read_body  # for the handlers of other modules (``messages``)
+read_request_body = _read_body  # for the handlers of other modules (``messages``, ``responses``)
 
 
-def _catalog(context: RouterContext) -> Catalog:
+def catalog_of(context: RouterContext) -> Catalog:
+    """The router's catalog, or the 503 to answer before it has one."""
     catalog = context.catalogs.catalog
     if catalog is None:
         raise ApiError(
@@ -220,7 +237,7 @@ def _model_object(
 
 
 async def list_models(request: web.Request) -> web.StreamResponse:
-    catalog = _catalog(request.app[CONTEXT])
+    catalog = catalog_of(request.app[CONTEXT])
     key = request.get(API_KEY)
     entries: list[tuple[tuple[bool, bool, int], dict[str, object]]] = []
     for position, (name, model) in enumerate(catalog.models.items()):
@@ -242,7 +259,7 @@ async def list_models(request: web.Request) -> web.StreamResponse:
 
 
 async def get_model(request: web.Request) -> web.StreamResponse:
-    catalog = _catalog(request.app[CONTEXT])
+    catalog = catalog_of(request.app[CONTEXT])
     name = request.match_info["model"]
     key = request.get(API_KEY)
     model_name = routing.resolve(catalog, name, key.models if key is not None else None)

@@ -30,6 +30,7 @@ from llmgw.gateway import errors, handlers
 from llmgw.gateway.calls import ApiCall, parse_call
 from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.dispatch import Translation
+from llmgw.gateway.errors import ApiError
 from llmgw.gateway.handlers import Translate
 from llmgw.gateway.upstream import StreamRewrite
 
@@ -91,25 +92,28 @@ async def _parse(request: web.Request, *, count: bool) -> ApiCall:
     return call
 
 
-def _chat_of(call: ApiCall) -> dict[str, object]:
-    try:
-        return anthropic.to_chat(call.body)
-    except anthropic.Untranslatable as exc:
-        raise errors.bad_request(f"{exc.param}: {exc}", param=exc.param) from None
-
-
-def _for_messages(call: ApiCall, catalog: Catalog, chain: tuple[str, ...]) -> Translate:
-    """Before any engine is asked: a field the translation cannot carry is a 400 when
-    the requested model needs it, and leaves out the fallbacks that would (they
-    cannot answer this request as it was asked)."""
+def _translated(
+    call: ApiCall, catalog: Catalog, chain: tuple[str, ...]
+) -> tuple[tuple[str, ...], dict[str, object] | None]:
+    """The chain that can answer ``call`` and the chat completion its translated models
+    are asked (None: every model of that chain serves Messages itself). Decided before
+    any engine is asked: a field the translation cannot carry is a 400 when the first
+    model needs it, and leaves out the fallbacks that would (they cannot answer this
+    request as it was asked)."""
     if all(native(catalog, model) for model in chain):
         return chain, None
     try:
-        chat = anthropic.to_chat(call.body)
+        return chain, anthropic.to_chat(call.body)
     except anthropic.Untranslatable as exc:
         if not native(catalog, chain[0]):
             raise errors.bad_request(f"{exc.param}: {exc}", param=exc.param) from None
         return tuple(model for model in chain if native(catalog, model)), None
+
+
+def _for_messages(call: ApiCall, catalog: Catalog, chain: tuple[str, ...]) -> Translate:
+    chain, chat = _translated(call, catalog, chain)
+    if chat is None:
+        return chain, None
     stops = chat.get("stop")
     stops = tuple(stops) if isinstance(stops, list) else ()
 
@@ -126,13 +130,12 @@ def _for_count(call: ApiCall, catalog: Catalog, chain: tuple[str, ...]) -> Trans
             "(no /v1/messages/count_tokens, no /tokenize); count them with messages.create's usage.",
             param="model",
         )
-    able = tuple(model for model in chain if counts_tokens(catalog, model))
-    chat = None if all(native(catalog, model) for model in able) else _chat_of(call)
+    able, chat = _translated(call, catalog, tuple(model for model in chain if counts_tokens(catalog, model)))
 
     def per_model(model: str) -> Translation | None:
         if native(catalog, model) or chat is None:
             return _NativeCount(call.body)
-        return _TokenizeTranslation(chat)
+        return _TokenizeTranslation(chat, model)
 
     return able, per_model
 
@@ -175,13 +178,9 @@ class _ChatTranslation:
         try:
             answer = json.loads(body)
         except ValueError:
-            return _json(
-                anthropic.error_body(502, f"The model `{self.model}` answered with unreadable JSON.")
-            )
+            answer = None
         if not isinstance(answer, dict):
-            return _json(
-                anthropic.error_body(502, f"The model `{self.model}` answered with unreadable JSON.")
-            )
+            raise ApiError(errors.upstream_unreadable(self.model))
         return _json(anthropic.from_chat(answer, self.model, self.stops))
 
     def stream(self) -> StreamRewrite:
@@ -210,6 +209,7 @@ class _TokenizeTranslation:
     """A token count asked as vLLM's /tokenize of the chat the request translates to."""
 
     chat: dict[str, object]
+    model: str
     path: str = TOKENIZE_PATH
 
     def body(self, model: str) -> bytes:
@@ -224,13 +224,13 @@ class _TokenizeTranslation:
 
     def whole(self, status: int, body: bytes) -> bytes:
         if status != 200:
-            return _engine_error(status, body, "")
+            return _engine_error(status, body, self.model)
         try:
             count = json.loads(body).get("count")
         except (ValueError, AttributeError):
             count = None
         if not isinstance(count, int):
-            return _json(anthropic.error_body(502, "The engine's token count was unreadable."))
+            raise ApiError(errors.upstream_unreadable(self.model))
         return _json({"input_tokens": count})
 
     def stream(self) -> StreamRewrite:

@@ -56,7 +56,7 @@ REJECTION_REASONS = frozenset(
         # the guard
         "content_policy_violation", "guard_unavailable", "context_length_exceeded",
         # the engines
-        "upstream_unavailable", "upstream_timeout", "upstream_stream_broken",
+        "upstream_unavailable", "upstream_timeout", "upstream_stream_broken", "upstream_unreadable",
         # the router
         "catalog_unavailable", "internal_error",
         # the Responses API (``gateway/responses.py``; the 400s of ``core/responses.py``)

@@ -25,17 +25,15 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from llmgw.core import responses, routing
-from llmgw.core.catalog import Catalog
+from llmgw.core import responses
 from llmgw.core.responses import ResponsesInvalid, StoredConversation
 from llmgw.core.routing import Api, Refusal
-from llmgw.gateway import errors
-from llmgw.gateway.calls import parse_call
+from llmgw.gateway import errors, handlers
+from llmgw.gateway.calls import json_object, parse_call
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
 from llmgw.gateway.dispatch import SSE_HEADERS, Exchange, RefusedMidStream, Served
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.transport import BodyBroken
-from llmgw.http_server import BodyTimeout, read_body
 
 log = logging.getLogger("llmgw.gateway.responses")
 
@@ -81,22 +79,15 @@ def _store_unavailable() -> Refusal:
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT]
-    body = _json_object(await _read(request, context))
+    body = json_object(await handlers.read_request_body(request, context.settings))
     try:
         parsed = responses.parse_request(body)
     except ResponsesInvalid as exc:
         raise errors.bad_request(exc.message, param=exc.param, code=exc.code) from None
-    catalog = _catalog(context)
-    key = request.get(API_KEY)
-    route = context.catalogs.route(parsed.model, Api.RESPONSES, key.models if key is not None else None)
-    if route is None:
-        raise ApiError(routing.model_not_found(parsed.model))
+    catalog = handlers.catalog_of(context)
+    route = handlers.resolved_route(request, parsed.model, Api.RESPONSES)
     served = request[SERVED]
-    served.resolved = route.model
-    if not route.serves_api:
-        raise ApiError(
-            routing.refusal_for(routing.Unserved.WRONG_API, parsed.model, retry_after=0, api=Api.RESPONSES)
-        )
+    key = request.get(API_KEY)
     owner = key.key_id if key is not None else ""
     history: tuple[dict[str, object], ...] = ()
     if parsed.previous_response_id is not None:
@@ -111,13 +102,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             raise ApiError(_too_large(size, context.settings.responses_max_bytes, "store"))
     call = parse_call(Api.CHAT, json.dumps(chat, ensure_ascii=False).encode())
 
-    hold = None
-    if key is not None:
-        hold = context.limiter.admit(
-            key,
-            asyncio.get_running_loop().time(),
-            call.tokens_to_hold(context.settings.hold_for_unbounded_answer),
-        )
+    hold = handlers.hold_for(request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer))
     request_id = request[REQUEST_ID]
     gates = context.gates
     try:
@@ -141,12 +126,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         finally:
             gates.release(route.model)
     finally:
-        if hold is not None and hold.open:
-            # As chat's: an engine that began a 200 answer was generating; it pays what was held.
-            if served.engine_status == 200:
-                hold.keep()
-            else:
-                hold.release()
+        handlers.close_hold(hold, served)  # as chat's
 
 
 class _Turn:
@@ -339,41 +319,3 @@ async def _end_with_error(response: web.StreamResponse, refusal: Refusal) -> web
     except (ConnectionError, RuntimeError):
         pass
     return response
-
-
-def _json_object(raw: bytes) -> dict[str, object]:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise errors.bad_request(
-            "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
-            "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
-            "sent was not valid JSON.)"
-        ) from None
-    except RecursionError:
-        raise errors.bad_request("The JSON body of your request is nested too deeply.") from None
-    if not isinstance(body, dict):
-        raise errors.bad_request("The request body must be a JSON object.")
-    return body
-
-
-async def _read(request: web.Request, context: RouterContext) -> bytes:
-    settings = context.settings
-    try:
-        return await read_body(request, max_bytes=settings.max_body_bytes, within=settings.body_read_timeout)
-    except BodyTimeout:
-        raise ApiError(
-            Refusal(
-                408, "The request body was not received in time.", "invalid_request_error", "request_timeout"
-            )
-        ) from None
-
-
-def _catalog(context: RouterContext) -> Catalog:
-    catalog = context.catalogs.catalog
-    if catalog is None:
-        raise ApiError(
-            Refusal(503, "The router has not received its catalog yet; retry shortly.", "server_error",
-                    "catalog_unavailable", retry_after=5)
-        )  # fmt: skip
-    return catalog

@@ -22,7 +22,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import aclosing, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from llmgw.cancellation import cancel_and_wait
-from llmgw.sim import messages_api, metrics, openai_api, rendezvous, responses_api, vocabulary
+from llmgw.sim import messages_api, metrics, openai_api, rendezvous, responses_api, streaming, vocabulary
 from llmgw.sim.engine import Engine
 from llmgw.sim.faults import ExitProcess, FaultState, FaultUpdate
 from llmgw.sim.lifecycle import Lifecycle
@@ -357,17 +357,12 @@ async def _generate(
     )
     if generation.stream:
         return await _stream(request, state, generation, identity)
-    engine = state.engine
-    async with engine.sequence():
-        engine.count_tokens(prompt=generation.prompt_tokens)
-        tokens = engine.decode(
-            _pieces(state.settings, generation),
-            state.faults.first_token_delay,
-            state.faults.wait_while_hung,
-        )
-        async with aclosing(tokens):
-            pieces = [piece async for piece in tokens]
-    engine.count_completion()
+    pieces = await state.engine.generate(
+        generation.prompt_tokens,
+        _pieces(state.settings, generation),
+        state.faults.first_token_delay,
+        state.faults.wait_while_hung,
+    )
     body = openai_api.completion_body(generation, identity, "".join(pieces), len(pieces), FINISH_REASON)
     return web.json_response(body)
 
@@ -384,40 +379,22 @@ async def _stream(
     request: web.Request, state: SimState, generation: GenerationRequest, identity: ResponseIdentity
 ) -> web.StreamResponse:
     """Server-sent events, one chunk per token, as OpenAI streams them."""
-    engine = state.engine
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+    def piece(text: str, index: int) -> list[bytes]:
+        data = [openai_api.sse_event(openai_api.chunk(generation, identity, text))]
+        if index == 0 and generation.endpoint is Endpoint.CHAT:
+            data.insert(0, openai_api.sse_event(openai_api.chunk(generation, identity, None, role=True)))
+        return data
+
+    def end(sent: int) -> list[bytes]:
+        data = [openai_api.sse_event(openai_api.chunk(generation, identity, None, FINISH_REASON))]
+        if generation.include_usage:
+            data.append(openai_api.sse_event(openai_api.usage_chunk(generation, identity, sent)))
+        return [*data, openai_api.SSE_DONE]
+
+    return await streaming.stream_pieces(
+        request, state, generation.prompt_tokens, _pieces(state.settings, generation), piece=piece, end=end
     )
-    await response.prepare(request)
-    try:
-        async with engine.sequence():
-            engine.count_tokens(prompt=generation.prompt_tokens)
-            sent = 0
-            tokens = engine.decode(
-                _pieces(state.settings, generation),
-                state.faults.first_token_delay,
-                state.faults.wait_while_hung,
-            )
-            async with aclosing(tokens):
-                async for piece in tokens:
-                    if sent == 0 and generation.endpoint is Endpoint.CHAT:
-                        await response.write(
-                            openai_api.sse_event(openai_api.chunk(generation, identity, None, role=True))
-                        )
-                    await response.write(openai_api.sse_event(openai_api.chunk(generation, identity, piece)))
-                    sent += 1
-            await response.write(
-                openai_api.sse_event(openai_api.chunk(generation, identity, None, FINISH_REASON))
-            )
-            if generation.include_usage:
-                await response.write(openai_api.sse_event(openai_api.usage_chunk(generation, identity, sent)))
-            await response.write(openai_api.SSE_DONE)
-    except ConnectionResetError:
-        return response  # the client left; the engine counted the cancellation
-    engine.count_completion()
-    with suppress(ConnectionResetError):  # everything was sent; a client gone now lost nothing
-        await response.write_eof()
-    return response
 
 
 async def _embeddings(request: web.Request) -> web.StreamResponse:

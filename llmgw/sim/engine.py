@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 
 
@@ -99,6 +99,23 @@ class Engine:
         finally:
             self._running -= 1
             self._slots.release()
+
+    async def generate(
+        self,
+        prompt_tokens: int,
+        pieces: Iterable[str],
+        first_token_delay: float,
+        wait_while_hung: Callable[[], Awaitable[bool]],
+    ) -> list[str]:
+        """A whole (unstreamed) answer: a running slot, the prompt counted, every piece
+        decoded at the token rate, the completion counted."""
+        async with self.sequence():
+            self.count_tokens(prompt=prompt_tokens)
+            tokens = self.decode(pieces, first_token_delay, wait_while_hung)
+            async with aclosing(tokens):
+                said = [piece async for piece in tokens]
+        self.count_completion()
+        return said
 
     async def decode(
         self,

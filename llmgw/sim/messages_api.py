@@ -17,12 +17,11 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import aclosing, suppress
 from typing import Any
 
 from aiohttp import web
 
-from llmgw.sim import openai_api, vocabulary
+from llmgw.sim import openai_api, streaming, vocabulary
 from llmgw.sim.openai_api import ApiError, Endpoint, GenerationRequest
 
 # What the app gives these handlers: its admission (faults, body, model, readiness) and
@@ -59,17 +58,12 @@ def add_routes(
             return _error(request, exc)
         if generation.stream:
             return await _stream(request, state, generation, pieces)
-        engine = state.engine
-        async with engine.sequence():
-            engine.count_tokens(prompt=generation.prompt_tokens)
-            tokens = engine.decode(
-                pieces(state.settings, generation),
-                state.faults.first_token_delay,
-                state.faults.wait_while_hung,
-            )
-            async with aclosing(tokens):
-                said = [piece async for piece in tokens]
-        engine.count_completion()
+        said = await state.engine.generate(
+            generation.prompt_tokens,
+            pieces(state.settings, generation),
+            state.faults.first_token_delay,
+            state.faults.wait_while_hung,
+        )
         return web.json_response(
             {
                 **_message(state.settings.served_name, generation.prompt_tokens, len(said)),
@@ -186,59 +180,32 @@ def event(kind: str, payload: Mapping[str, Any]) -> bytes:
 async def _stream(
     request: web.Request, state: Any, generation: GenerationRequest, pieces: Pieces
 ) -> web.StreamResponse:
-    engine = state.engine
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
-    )
-    await response.prepare(request)
     start = _message(state.settings.served_name, generation.prompt_tokens, 0)
-    try:
-        async with engine.sequence():
-            engine.count_tokens(prompt=generation.prompt_tokens)
-            await response.write(event("message_start", {"type": "message_start", "message": start}))
-            sent = 0
-            tokens = engine.decode(
-                pieces(state.settings, generation),
-                state.faults.first_token_delay,
-                state.faults.wait_while_hung,
-            )
-            async with aclosing(tokens):
-                async for piece in tokens:
-                    if sent == 0:
-                        await response.write(
-                            event(
-                                "content_block_start",
-                                {
-                                    "type": "content_block_start",
-                                    "index": 0,
-                                    "content_block": {"type": "text", "text": ""},
-                                },
-                            )
-                        )
-                    delta = {"type": "text_delta", "text": piece}
-                    await response.write(
-                        event(
-                            "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
-                        )
-                    )
-                    sent += 1
-            if sent:
-                await response.write(event("content_block_stop", {"type": "content_block_stop", "index": 0}))
-            # vLLM's message_delta carries the input tokens too (message_stream_converter).
-            await response.write(
-                event(
-                    "message_delta",
-                    {
-                        "type": "message_delta",
-                        "delta": {"stop_reason": STOP_REASON, "stop_sequence": None},
-                        "usage": {"input_tokens": generation.prompt_tokens, "output_tokens": sent},
-                    },
-                )
-            )
-            await response.write(event("message_stop", {"type": "message_stop"}))
-    except ConnectionResetError:
-        return response  # the client left; the engine counted the cancellation
-    engine.count_completion()
-    with suppress(ConnectionResetError):
-        await response.write_eof()
-    return response
+
+    def piece(text: str, index: int) -> list[bytes]:
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+        data = [event("content_block_delta", delta)]
+        if index == 0:
+            block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+            data.insert(0, event("content_block_start", block))
+        return data
+
+    def end(sent: int) -> list[bytes]:
+        data = [event("content_block_stop", {"type": "content_block_stop", "index": 0})] if sent else []
+        # vLLM's message_delta carries the input tokens too (message_stream_converter).
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": STOP_REASON, "stop_sequence": None},
+            "usage": {"input_tokens": generation.prompt_tokens, "output_tokens": sent},
+        }
+        return [*data, event("message_delta", delta), event("message_stop", {"type": "message_stop"})]
+
+    return await streaming.stream_pieces(
+        request,
+        state,
+        generation.prompt_tokens,
+        pieces(state.settings, generation),
+        start=[event("message_start", {"type": "message_start", "message": start})],
+        piece=piece,
+        end=end,
+    )

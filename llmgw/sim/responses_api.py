@@ -19,14 +19,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import aclosing, suppress
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from llmgw.core import responses
 from llmgw.core.responses import ResponsesInvalid
-from llmgw.sim import openai_api
+from llmgw.sim import openai_api, streaming
 from llmgw.sim.openai_api import ApiError, GenerationRequest
 from llmgw.sim.settings import SimSettings
 
@@ -67,17 +66,12 @@ def handler(admit: Admit, pieces: Pieces) -> Handler:
         response_id, created = _new_id("resp"), int(time.time())
         if generation.stream:
             return await _stream(request, state, pieces, generation, body, response_id, created)
-        engine = state.engine
-        async with engine.sequence():
-            engine.count_tokens(prompt=generation.prompt_tokens)
-            tokens = engine.decode(
-                pieces(state.settings, generation),
-                state.faults.first_token_delay,
-                state.faults.wait_while_hung,
-            )
-            async with aclosing(tokens):
-                said = [piece async for piece in tokens]
-        engine.count_completion()
+        said = await state.engine.generate(
+            generation.prompt_tokens,
+            pieces(state.settings, generation),
+            state.faults.first_token_delay,
+            state.faults.wait_while_hung,
+        )
         identity = openai_api.ResponseIdentity(response_id, created, parsed.model, state.fingerprint)
         answer = openai_api.completion_body(generation, identity, "".join(said), len(said), FINISH_REASON)
         return web.json_response(
@@ -97,38 +91,24 @@ async def _stream(
     created: int,
 ) -> web.StreamResponse:
     """Responses stream events, one ``response.output_text.delta`` per token."""
-    engine = state.engine
     identity = openai_api.ResponseIdentity(response_id, created, generation.model, state.fingerprint)
     translation = responses.StreamTranslation(body, response_id, generation.model, created, _new_id)
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+    def piece(text: str, index: int) -> list[bytes]:
+        return [translation.feed(openai_api.sse_event(openai_api.chunk(generation, identity, text)))]
+
+    def end(sent: int) -> list[bytes]:
+        last = openai_api.chunk(generation, identity, None, FINISH_REASON)
+        usage = openai_api.usage_chunk(generation, identity, sent)
+        chat = openai_api.sse_event(last) + openai_api.sse_event(usage) + openai_api.SSE_DONE
+        return [translation.feed(chat)]
+
+    return await streaming.stream_pieces(
+        request,
+        state,
+        generation.prompt_tokens,
+        pieces(state.settings, generation),
+        start=[translation.start()],
+        piece=piece,
+        end=end,
     )
-    await response.prepare(request)
-    try:
-        async with engine.sequence():
-            engine.count_tokens(prompt=generation.prompt_tokens)
-            await response.write(translation.start())
-            sent = 0
-            tokens = engine.decode(
-                pieces(state.settings, generation),
-                state.faults.first_token_delay,
-                state.faults.wait_while_hung,
-            )
-            async with aclosing(tokens):
-                async for piece in tokens:
-                    chunk = openai_api.chunk(generation, identity, piece)
-                    await response.write(translation.feed(openai_api.sse_event(chunk)))
-                    sent += 1
-            last = openai_api.chunk(generation, identity, None, FINISH_REASON)
-            usage = openai_api.usage_chunk(generation, identity, sent)
-            await response.write(
-                translation.feed(
-                    openai_api.sse_event(last) + openai_api.sse_event(usage) + openai_api.SSE_DONE
-                )
-            )
-    except ConnectionResetError:
-        return response  # the client left; the engine counted the cancellation
-    engine.count_completion()
-    with suppress(ConnectionResetError):
-        await response.write_eof()
-    return response

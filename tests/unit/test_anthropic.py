@@ -111,6 +111,9 @@ def test_a_request_becomes_the_chat_completion_that_asks_the_same() -> None:
         ({"tools": [{"name": "f", "input_schema": {}, "strict": True}]}, "tools.0.strict"),
         ({"tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
         ({"system": [{"type": "image"}]}, "system.0"),
+        # What a guard screens is what the translation reads: nothing is dropped unread.
+        ({"tools": [{"name": "f", "description": ["read", "me"]}]}, "tools.0.description"),
+        ({"messages": [{"role": "user", "content": "hi", "name": "x"}]}, "messages.0.name"),
     ],
 )
 def test_a_field_the_translation_cannot_carry_is_named(change: dict[str, Any], param: str) -> None:

@@ -529,6 +529,33 @@ async def test_an_engine_breaking_midway_ends_the_stream_with_anthropics_error_e
     assert metric_value(text, "llmgw_router_stream_errors_total", model="chat-a") == 1
 
 
+async def test_an_engines_unreadable_answer_is_a_502_in_anthropics_shape_not_a_200(
+    cluster: Cluster, start_router: StartRouter, anthropic_for: AnthropicFor
+) -> None:
+    """chat-a (vLLM, translated) answers 200 with a body that is no JSON, to a message
+    and to its token count (/tokenize): the client gets an error it can act on, with an
+    error status, never a 200 whose body is an error."""
+
+    async def broken(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=b"<html>proxy says hi</html>", content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", broken)
+    app.router.add_post("/tokenize", broken)
+    await cluster.add_app("chat-a", app)
+    client = anthropic_for(await start_router())
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        await client.messages.create(model="chat-a", max_tokens=2, messages=USER)
+    assert caught.value.status_code == 502
+    assert caught.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+    assert "chat-a" in caught.value.message
+    with pytest.raises(anthropic.APIStatusError) as counted:
+        await client.messages.count_tokens(model="chat-a", messages=USER)
+    assert counted.value.status_code == 502
+    assert counted.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+
+
 async def test_a_native_streams_input_tokens_come_from_its_message_start(
     cluster: Cluster, start_router: StartRouter, anthropic_for: AnthropicFor, http: aiohttp.ClientSession
 ) -> None:
@@ -630,3 +657,6 @@ fallbacks:
     await cluster.add_sim("native")
     message = await client.messages.create(model="native", max_tokens=20, messages=USER, thinking=thinking)
     assert message.model == "native"
+    # Its token count too: counted by native, not refused for the fallback's sake.
+    counted = await client.messages.count_tokens(model="native", messages=USER, thinking=thinking)
+    assert counted.input_tokens == 2

@@ -396,3 +396,23 @@ async def test_a_stream_that_breaks_ends_with_an_error_event_and_response_failed
         metric_value(text, "llmgw_router_stream_errors_total", model="sim-chat", reason="upstream-broken")
         == 1
     )
+
+
+async def test_a_body_that_is_not_text_is_refused_as_chat_refuses_it(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    """A lone surrogate escape is JSON but no text an engine can be sent: OpenAI's 400
+    for an unparsable body, on /v1/responses as on /v1/chat/completions (never a 500)."""
+    await cluster.add_sim("sim-chat")
+    router = await start_router()
+    for path, body in (
+        ("/v1/responses", b'{"model":"sim-chat","input":"hi \\ud800"}'),
+        ("/v1/chat/completions", b'{"model":"sim-chat","messages":[{"role":"user","content":"hi \\ud800"}]}'),
+    ):
+        async with http.post(
+            router.url + path, data=body, headers={"Content-Type": "application/json"}
+        ) as response:
+            assert response.status == 400, path
+            answer = await response.json()
+        assert answer["error"]["type"] == "invalid_request_error"
+        assert answer["error"]["message"].startswith("We could not parse the JSON body of your request.")

@@ -159,6 +159,15 @@ def test_the_tokens_a_request_holds() -> None:
     embedding = parse_call(Api.EMBEDDINGS, b'{"model":"m","input":"hello","max_tokens":1000}')
     assert embedding.tokens_to_hold(1024) == -(-embedding.size // 4)
 
+    # Anthropic's Messages API has neither max_completion_tokens nor n: the engine writes
+    # max_tokens whatever they say, so they cannot shrink what a key holds.
+    message = parse_call(
+        Api.MESSAGES,
+        b'{"model":"m","messages":[{"role":"user","content":"a"}],"max_tokens":150,'
+        b'"max_completion_tokens":1,"n":0}',
+    )
+    assert message.tokens_to_hold(1024) == -(-message.size // 4) + 150
+
 
 def test_usage_is_found_at_the_end_of_answers() -> None:
     body = (
