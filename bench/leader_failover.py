@@ -7,7 +7,7 @@ leader is a separate process (this script with ``--lead``) running ``LeaderElect
 with llmgw's default ``ElectionSettings``; once it leads, a standby starts in this process,
 the leader is killed with SIGKILL (no release, no goodbye), and the time until the standby
 leads is printed. ``--ttl-only`` runs the same with the session tied to no process check
-(and the former 15 s TTL and lock-delay), to show what the check saves.
+(and a 15 s TTL and lock-delay), to show what the check saves.
 
     python bench/leader_failover.py [--runs 3] [--ttl-only]
 """
@@ -28,7 +28,7 @@ from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
 from llmgw.settings import ConsulConnection
 
 SCRIPT = os.path.abspath(__file__)  # this file, run again as the leader process
-# The election before its session was tied to a process check: 15 s TTL and lock-delay.
+# An election whose session rests on its TTL alone: 15 s TTL and lock-delay.
 TTL_ONLY = ElectionSettings(ttl=15.0, lock_delay=15.0, acquire_retry_interval=5.0, process_check_ttl=None)
 
 
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument(
         "--ttl-only",
         action="store_true",
-        help="the session tied to no process check, 15 s TTL and lock-delay (the former settings)",
+        help="the session tied to no process check, with a 15 s TTL and lock-delay",
     )
     parser.add_argument("--lead", metavar="CONSUL_URL", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -74,8 +74,9 @@ log = logging.getLogger("llmgw.gateway.guard")
 _CATEGORY = re.compile(r"^S\d{1,3}$")
 # Chat request fields outside the messages whose text chat templates put in the
 # prompt: tool and function definitions (names, descriptions, parameter schemas),
-# vLLM's ``documents`` and ``chat_template_kwargs``.
-_RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs")
+# vLLM's ``documents`` and ``chat_template_kwargs``, and ``reasoning_effort`` (gpt-oss's
+# template writes it into the system prompt: "Reasoning: {effort}").
+_RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs", "reasoning_effort")
 # ``chat_template_kwargs`` keys that are parameters of the tokenizer's
 # ``apply_chat_template`` (transformers), not template variables: SGLang passes the
 # kwargs through as they are, so these replace the template or truncate the prompt.

@@ -270,6 +270,7 @@ _TOOL = {"type": "function", "function": {"name": "lookup", "description": "EVIL
         ("/v1/chat/completions", {"functions": [{"name": "EVIL", "parameters": {}}]}),
         ("/v1/chat/completions", {"documents": [{"title": "t", "text": "EVIL"}]}),
         ("/v1/chat/completions", {"chat_template_kwargs": {"system_prompt": "EVIL"}}),
+        ("/v1/chat/completions", {"reasoning_effort": "EVIL"}),
         (
             "/v1/chat/completions",
             {"messages": [{"role": "assistant", "content": "", "reasoning_content": "EVIL"}]},
