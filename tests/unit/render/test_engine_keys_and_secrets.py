@@ -71,6 +71,23 @@ def test_rank_0_requires_the_key_its_own_variable_holds_and_no_argv_carries_it(
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_catalog_cannot_give_an_engine_a_key_of_its_own(
+    engine: str, shipped_policy: SecurityPolicy
+) -> None:
+    """Where llmgw puts the key is llmgw's: a profile's env or args naming it are refused."""
+    profile = ENGINES[engine].rstrip("}")
+    tries = [f"env: {{{variable}: k}}" for variable in ("VLLM_API_KEY", "LLAMA_API_KEY")]
+    tries.append("args: [--api-key, k]")
+    if engine == "sglang":
+        tries.append("args: [--config, /tmp/k.yaml]")
+    if engine == "llamacpp":
+        tries += ["args: [--api-key-file, /tmp/k]", "env: {LLAMA_ARG_API_KEY_FILE: /tmp/k}"]
+    for attempt in tries:
+        text = f"models:\n  m:\n    profiles: [{profile}, {attempt}}}]\n"
+        assert load_catalog(text, filename="c", policy=shipped_policy).catalog is None, attempt
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_without_keys_or_token_no_secret_template_is_rendered(
     engine: str, shipped_policy: SecurityPolicy
 ) -> None:
