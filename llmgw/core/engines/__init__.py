@@ -52,6 +52,7 @@ __all__ = [
 
 def launch(profile: Profile, context: LaunchContext) -> Launch:
     """The ranks of one replica of ``profile``, each with its commands."""
+    intake: KeyIntake
     match profile.engine:
         case Engine.VLLM:
             launched, intake = launch_vllm(profile, context), vllm.KEY_INTAKE

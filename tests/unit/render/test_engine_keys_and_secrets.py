@@ -54,9 +54,8 @@ def test_rank_0_requires_the_key_its_own_variable_holds_and_no_argv_carries_it(
     if engine in KEY_IN_ENV:
         assert template["DestPath"] == "secrets/engine-key.env"
         assert template["Envvars"] is True
-        assert template["EmbeddedTmpl"] == (
-            f'{{{{ with nomadVar "{variable}" }}}}{KEY_IN_ENV[engine]}={{{{ .engine_api_key }}}}{{{{ end }}}}\n'
-        )
+        key_line = f"{KEY_IN_ENV[engine]}={{{{ .engine_api_key }}}}"
+        assert template["EmbeddedTmpl"] == f'{{{{ with nomadVar "{variable}" }}}}{key_line}{{{{ end }}}}\n'
     else:  # SGLang reads no variable: the key is in the YAML file --config names.
         assert template["DestPath"] == "secrets/engine-key.yaml"
         assert template["Envvars"] is False
