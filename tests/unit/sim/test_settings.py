@@ -46,7 +46,7 @@ def test_the_api_key_comes_from_vllms_variable_as_vllm_reads_it() -> None:
     """A rendered job gives the sim its key as it gives vLLM's: VLLM_API_KEY, never argv."""
     assert _settings([], {"VLLM_API_KEY": "k-env"}).api_key == "k-env"
     assert _settings(["--api-key", "k-flag"], {"VLLM_API_KEY": "k-env"}).api_key == "k-flag"
-    assert _settings([], {"LLMGW_SIM_API_KEY": "k-ours"}).api_key is None
+    assert _settings([], {"LLMGW_SIM_API_KEY": "k-ours", "VLLM_API_KEY": "k-env"}).api_key == "k-ours"
     assert _settings([], {"VLLM_API_KEY": ""}).api_key is None
 
 
