@@ -321,6 +321,5 @@ FLAG_FAMILIES: Mapping[str, str] = MappingProxyType(
 TASK_ENVIRONMENT: Mapping[str, str] = MappingProxyType(
     {
         "LLMGW_HEAD_ADDR": "a multi-node replica's head address, from its Consul template",
-        "LLMGW_ENGINE_API_KEY": "a replica's engine API key, from its Nomad Variable",
     }
 )

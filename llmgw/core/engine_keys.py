@@ -3,8 +3,9 @@
 Owns: the derivation (HMAC-SHA256 of the replica's Nomad job id under the secret the
 control plane and the routers share, ``LLMGW_ENGINE_KEY_SECRET``), where a replica's
 engine finds its key (the Nomad Variable ``nomad/jobs/<job id>``, which that job's
-workload identity may read without any ACL policy and no other job may), and the
-environment variable the engine's ``--api-key`` is interpolated from.
+workload identity may read without any ACL policy and no other job may). How each
+engine takes the key (never on its command line) is its ``KEY_INTAKE``
+(llmgw.core.engines).
 
 Why derive rather than store: the router needs the key of every replica it sends to.
 Stored keys (in Consul KV, say) would need a writer, a reader per router, cleanup with
@@ -25,8 +26,6 @@ from dataclasses import dataclass, field
 # Where the control plane writes a replica's key, and the item's name.
 VARIABLE_PREFIX = "nomad/jobs/"
 KEY_ITEM = "engine_api_key"
-# The engine task's environment variable the template renders the key into.
-KEY_ENV = "LLMGW_ENGINE_API_KEY"
 KEY_PREFIX = "llmgw-engine-"
 # A secret shorter than this is refused: the keys are only as hard to guess as it is.
 MIN_SECRET_LENGTH = 32

@@ -17,7 +17,17 @@ from llmgw.core import engine_keys
 from llmgw.core.catalog import Catalog, Engine, MirrorSource, Profile, allowlist_refusals, parse_source
 from llmgw.core.catalog.sources import FileUrlSource
 from llmgw.core.durations import format_duration
-from llmgw.core.engines import Launch, LaunchContext, ModelFiles, RankLaunch, Runtime, Word, launch
+from llmgw.core.engines import (
+    KeyFromEnv,
+    KeyIntake,
+    Launch,
+    LaunchContext,
+    ModelFiles,
+    RankLaunch,
+    Runtime,
+    Word,
+    launch,
+)
 from llmgw.core.engines.base import HeadAddress
 from llmgw.core.names import slug
 from llmgw.render.settings import DEFAULT_RESOURCES, DEFAULT_SHM_MB, RenderSettings
@@ -118,7 +128,6 @@ def build_context(
         raise RenderError(f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric")
     llmgw_command = _runtime_words(settings.llmgw_command)
     files, fetch, artifact = _model_files(request.model, profile, settings, llmgw_command)
-    api_key = Runtime(f"${{{engine_keys.KEY_ENV}}}") if settings.engine_api_keys else None
     launched = launch(
         profile,
         LaunchContext(
@@ -126,7 +135,7 @@ def build_context(
             model=files,
             llmgw_command=llmgw_command,
             roles=model.roles,
-            api_key=api_key,
+            requires_api_key=settings.engine_api_keys,
         ),
     )
     cpu, memory = DEFAULT_RESOURCES[profile.engine]
@@ -335,19 +344,24 @@ def _group(
         "ranks_template": None,
         "fetch": fetch,
         "artifact": artifact,
-        "secret_templates": _secret_templates(settings, job_id, serves_api=rank.serves_api),
+        "secret_templates": _secret_templates(
+            settings, job_id, launched.key_intake if rank.serves_api else None
+        ),
     }
 
 
-def _secret_templates(settings: RenderSettings, job_id: str, *, serves_api: bool) -> list[dict[str, str]]:
-    """Secrets Nomad renders into the engine's environment from Variables: never in the job's text.
+def _secret_templates(
+    settings: RenderSettings, job_id: str, key_intake: KeyIntake | None
+) -> list[dict[str, Any]]:
+    """Secrets Nomad renders for the engine from Variables: never in the job's text or argv.
 
-    Each is a ``template`` with ``env = true`` under ``secrets/`` (the task's directory
-    Nomad keeps out of the allocation's shared directory and of ``nomad alloc fs``'s
-    reach for other tasks), read through the task's workload identity; a variable that
-    does not exist keeps the task pending until it is written.
+    Each is a ``template`` under ``secrets/`` (the task's directory Nomad keeps out of
+    the allocation's shared directory and of ``nomad alloc fs``'s reach for other tasks),
+    read through the task's workload identity, with ``env = true`` when the engine reads
+    the secret from its environment; a variable that does not exist keeps the task
+    pending until it is written. ``key_intake``: where rank 0's engine reads its API key.
     """
-    templates: list[dict[str, str]] = []
+    templates: list[dict[str, Any]] = []
     if settings.hf_token_variable is not None:
         templates.append(
             {
@@ -356,18 +370,23 @@ def _secret_templates(settings: RenderSettings, job_id: str, *, serves_api: bool
                     f'{{{{ with nomadVar "{settings.hf_token_variable}" }}}}'
                     f"{HF_TOKEN_ITEM}={{{{ .{HF_TOKEN_ITEM} }}}}{{{{ end }}}}\n"
                 ),
+                "env": True,
             }
         )
-    if settings.engine_api_keys and serves_api:
+    if key_intake is not None:
         # The job's own variable: its workload identity reads it without any ACL policy.
-        path = engine_keys.variable_path(job_id)
+        variable = engine_keys.variable_path(job_id)
+        key = f"{{{{ .{engine_keys.KEY_ITEM} }}}}"
+        if isinstance(key_intake, KeyFromEnv):
+            destination, text, env = "secrets/engine-key.env", f"{key_intake.variable}={key}", True
+        else:
+            # The key is hex after a fixed prefix (engine_keys.for_replica): safe quoted in YAML.
+            destination, text, env = f"secrets/{key_intake.file_name}", f'{key_intake.item}: "{key}"', False
         templates.append(
             {
-                "destination": "secrets/engine-key.env",
-                "data": (
-                    f'{{{{ with nomadVar "{path}" }}}}'
-                    f"{engine_keys.KEY_ENV}={{{{ .{engine_keys.KEY_ITEM} }}}}{{{{ end }}}}\n"
-                ),
+                "destination": destination,
+                "data": f'{{{{ with nomadVar "{variable}" }}}}{text}{{{{ end }}}}\n',
+                "env": env,
             }
         )
     return templates

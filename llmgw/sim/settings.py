@@ -2,7 +2,8 @@
 
 Owns: the `SimSettings` / `FaultSettings` values, their defaults (each commented),
 the flag table shared by `python -m llmgw.sim` and `llmgw sim`, the
-``LLMGW_SIM_*`` environment fallback (flags win), validation, and the exit codes.
+``LLMGW_SIM_*`` environment fallback (flags win; the key also from vLLM's ``VLLM_API_KEY``),
+validation, and the exit codes.
 
 Must not: import aiohttp or anything that does I/O, so `llmgw --help` stays cheap.
 """
@@ -19,6 +20,8 @@ from typing import Any
 from llmgw.flags import Flag, add_flags, parse_bool, read_flags
 
 ENV_PREFIX = "LLMGW_SIM_"
+# Where the sim reads its API key when --api-key is not given: vLLM's variable.
+API_KEY_ENV = "VLLM_API_KEY"
 
 
 class ExitCode(enum.IntEnum):
@@ -158,11 +161,14 @@ _FLAGS: tuple[Flag, ...] = (
     _flag("--rank", "rank", int, "rank of this process in its replica (0 is the head)"),
     _flag("--world-size", "world_size", int, "number of ranks in the replica"),
     _flag("--head", "head", str, "HOST:PORT of the head (rank 0), for workers"),
+    # Without it (and LLMGW_SIM_API_KEY), vLLM's own VLLM_API_KEY: a rendered job gives the
+    # sim its key exactly as it gives vLLM's (llmgw.core.engines.sim.KEY_INTAKE).
     _flag(
         "--api-key",
         "api_key",
         lambda raw: raw or None,
-        "key every /v1/* request must send as Authorization: Bearer (as vLLM's --api-key)",
+        f"key every /v1/* request must send as Authorization: Bearer (as vLLM's --api-key; "
+        f"also read from {API_KEY_ENV})",
     ),
     _flag("--head-file", "head_file", Path, "file holding the head's HOST:PORT (polled; may start empty)"),
     _flag("--join-timeout", "join_timeout", float, "seconds for the replica to assemble"),
@@ -207,8 +213,11 @@ class SettingsError(ValueError):
 
 
 def settings_from_namespace(namespace: argparse.Namespace, environ: Mapping[str, str]) -> SimSettings:
-    """Build settings: a flag wins over its ``LLMGW_SIM_*`` variable, which wins over the default."""
+    """Build settings: a flag wins over its ``LLMGW_SIM_*`` variable, which wins over the default
+    (for the key, over ``VLLM_API_KEY``, as vLLM reads it)."""
     given, problems = read_flags(_FLAGS, environ, namespace)
+    if given.get("api_key") is None and environ.get(API_KEY_ENV):
+        given["api_key"] = environ[API_KEY_ENV]
     if problems:
         raise SettingsError("; ".join(problems))
     values = {k: v for k, v in given.items() if k not in _FAULT_FIELDS}

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -259,6 +260,45 @@ def test_embeddings_with_the_roles_flag_are_the_engines_own(
     [engine] = engine_urls(real_dev, "tiny-embed")
     reference = direct(engine, "/v1/embeddings", {"model": "tiny-embed", "input": ["hello world", "llama"]})
     assert [d.embedding for d in result.data] == [d["embedding"] for d in reference["data"]]
+
+
+def _processes() -> Iterator[tuple[list[bytes], dict[str, str]]]:
+    """Every process this user may read: its argv words and its environment."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            raw = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone since the listing, or another user's
+        pairs = (item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+        yield argv, dict(pairs)
+
+
+def test_the_engines_key_is_in_its_environment_and_on_no_command_line(
+    real_dev: RunningDev, client: openai.OpenAI
+) -> None:
+    """llama-server reads LLAMA_API_KEY (common/arg.cpp): the key never reaches `ps`."""
+    [engine] = engine_urls(real_dev, "tiny-llama")
+    processes = list(_processes())
+    servers = [env for argv, env in processes if argv[0].endswith(b"llama-server")]
+    assert [env for env in servers if env.get("LLAMA_API_KEY") == engine.key]
+    assert not [argv for argv, _ in processes if any(engine.key.encode() in word for word in argv)]
+    # The real engine requires the key it read from its environment ...
+    body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    refused = urllib.request.Request(
+        f"{engine.url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(refused, timeout=30)
+    assert caught.value.code == 401
+    assert direct(engine, "/v1/chat/completions", body)["choices"]
+    # ... and the router, which derives it, is answered.
+    answer = client.chat.completions.create(model="tiny-llama", messages=body["messages"], max_tokens=1)
+    assert answer.choices
 
 
 def test_odd_bytes_from_the_engine_reach_the_client_as_sent(

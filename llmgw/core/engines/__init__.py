@@ -17,7 +17,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmgw.core.catalog.model import Engine, Profile
+from llmgw.core.engines import llamacpp, sglang, sim, vllm
 from llmgw.core.engines.base import (
+    KeyFromConfigFile,
+    KeyFromEnv,
+    KeyIntake,
     Launch,
     LaunchContext,
     ModelFiles,
@@ -32,6 +36,9 @@ from llmgw.core.engines.sim import launch_sim
 from llmgw.core.engines.vllm import launch_vllm
 
 __all__ = [
+    "KeyFromConfigFile",
+    "KeyFromEnv",
+    "KeyIntake",
     "Launch",
     "LaunchContext",
     "ModelFiles",
@@ -45,32 +52,35 @@ __all__ = [
 
 def launch(profile: Profile, context: LaunchContext) -> Launch:
     """The ranks of one replica of ``profile``, each with its commands."""
+    intake: KeyIntake
     match profile.engine:
         case Engine.VLLM:
-            launched = launch_vllm(profile, context)
+            launched, intake = launch_vllm(profile, context), vllm.KEY_INTAKE
         case Engine.SGLANG:
-            launched = launch_sglang(profile, context)
+            launched, intake = launch_sglang(profile, context), sglang.KEY_INTAKE
         case Engine.LLAMACPP:
-            launched = launch_llamacpp(profile, context)
+            launched, intake = launch_llamacpp(profile, context), llamacpp.KEY_INTAKE
         case Engine.SIM:
-            launched = launch_sim(profile, context)
-    return with_api_key(launched, context.api_key)
+            launched, intake = launch_sim(profile, context), sim.KEY_INTAKE
+    return with_api_key(launched, intake) if context.requires_api_key else launched
 
 
-def with_api_key(launched: Launch, api_key: Runtime | None) -> Launch:
-    """Rank 0's engine (the one serving the API) with ``--api-key``, last on its command line.
+def with_api_key(launched: Launch, intake: KeyIntake) -> Launch:
+    """The replica with rank 0's engine (the one serving the API) requiring a key it reads
+    as ``intake`` says: never ``--api-key <key>``, which any user of the node sees in
+    /proc/PID/cmdline. A config file's path is the one word added, last on the line.
 
-    The same flag on every engine at the pinned releases: vLLM's ``--api-key`` (guards
-    /v1/* only), SGLang's ``--api-key`` (every path but /health* and /metrics*) and
-    llama-server's ``--api-key`` (every path but /health, /v1/health, /models, /v1/models,
-    /api/tags and /). The security policy refuses it in a catalog's args.
+    What the key guards at the pinned releases: vLLM's /v1/* only, SGLang's every path but
+    /health* and /metrics*, llama-server's every path but /health, /v1/health, /models,
+    /v1/models, /api/tags and /. The security policy refuses the key's flags and variables
+    in a catalog.
     """
-    if api_key is None:
-        return launched
-    ranks = tuple(
-        replace(rank, serve=replace(rank.serve, argv=(*rank.serve.argv, "--api-key", api_key)))
-        if rank.serves_api
-        else rank
-        for rank in launched.ranks
-    )
-    return replace(launched, ranks=ranks)
+    if isinstance(intake, KeyFromConfigFile):
+        ranks = tuple(
+            replace(rank, serve=replace(rank.serve, argv=(*rank.serve.argv, intake.flag, intake.path)))
+            if rank.serves_api
+            else rank
+            for rank in launched.ranks
+        )
+        launched = replace(launched, ranks=ranks)
+    return replace(launched, key_intake=intake)

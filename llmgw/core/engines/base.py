@@ -51,6 +51,35 @@ class Step:
     env: tuple[tuple[str, Word], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class KeyFromEnv:
+    """The engine reads its API key from this variable of its own environment."""
+
+    variable: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFromConfigFile:
+    """The engine reads its API key from a YAML file of options: ``flag`` names the file.
+
+    The file, ``file_name`` in the task's secrets directory, holds one option,
+    ``item: "<key>"``; only its path is on the command line.
+    """
+
+    flag: str
+    item: str
+    file_name: str
+
+    @property
+    def path(self) -> Runtime:
+        return Runtime(f"${{NOMAD_SECRETS_DIR}}/{self.file_name}")
+
+
+# How rank 0's engine takes its API key: never as a word of its command line, which
+# every user of the node reads in /proc/PID/cmdline.
+KeyIntake = KeyFromEnv | KeyFromConfigFile
+
+
 class HeadAddress(StrEnum):
     """How a worker rank learns its head's rendezvous address (rendered from Consul by Nomad)."""
 
@@ -87,6 +116,8 @@ class Launch:
     # The longest a healthy engine takes to answer health_path (seconds): the check's
     # timeout is never shorter, so the engine's own verdict, not a timeout, fails it.
     health_answer_within_s: int = 0
+    # Where rank 0's engine reads the API key it requires; None: it requires none.
+    key_intake: KeyIntake | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +146,10 @@ class LaunchContext:
     # In the container, the engine listens on all interfaces of the host network
     # namespace; the simulator binds the address Nomad gave its port.
     container_listen_host: str = "0.0.0.0"  # noqa: S104 - the engine's port is Nomad's to expose
-    # The API key rank 0's engine requires of every client (``--api-key``; vLLM, SGLang and
-    # llama-server all take it): Nomad interpolates it from the task's environment, where a
-    # template put it from a Variable (see llmgw.core.engine_keys). None: no key.
-    api_key: Runtime | None = None
+    # Whether rank 0's engine requires an API key of every client: Nomad renders the key
+    # from the job's Variable where the engine's ``key_intake`` says it reads it (see
+    # llmgw.core.engine_keys).
+    requires_api_key: bool = False
 
 
 def numbers(*values: int) -> tuple[str, ...]:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from llmgw.core.catalog.model import Engine, Profile
 from llmgw.core.catalog.roles import role_args
-from llmgw.core.engines.base import Launch, LaunchContext, RankLaunch, Step, Word, port
+from llmgw.core.engines.base import KeyFromEnv, Launch, LaunchContext, RankLaunch, Step, Word, port
 
 HEALTH_PATH = "/health"
+# llama-server takes --api-key from LLAMA_API_KEY when the flag is absent (common/arg.cpp:
+# ``.set_env("LLAMA_API_KEY")`` on --api-key, read by ``common_params_parse_ex``; both
+# commits that bracket b6700, and the e2e's real llama-server).
+KEY_INTAKE = KeyFromEnv("LLAMA_API_KEY")
 SERVER = "/app/llama-server"
 
 # A mirror version's GGUF is known only on the node (its manifest): read its path from the

@@ -36,6 +36,7 @@ from llmgw.core.catalog.model import Engine, Profile
 from llmgw.core.catalog.roles import role_args
 from llmgw.core.engines.base import (
     HeadAddress,
+    KeyFromConfigFile,
     Launch,
     LaunchContext,
     RankLaunch,
@@ -48,6 +49,11 @@ from llmgw.core.engines.base import (
 )
 
 HEALTH_PATH = "/health"
+# SGLang 0.5.3 reads --api-key from argv only (no variable: server_args.py), but
+# ``prepare_server_args`` reads more options from ``--config FILE.yaml``
+# (server_args_config_parser.py, ``ConfigArgumentMerger``) in the same process, so only
+# the file's path is on the command line. The file is in the task's secrets directory.
+KEY_INTAKE = KeyFromConfigFile(flag="--config", item="api-key", file_name="engine-key.yaml")
 
 # SGLang's /health gives up and answers 503 after this many seconds without output
 # from the scheduler (http_server.py: int(os.getenv(..., 20)) in 0.5.3).

@@ -11,6 +11,7 @@ from __future__ import annotations
 from llmgw.core.catalog.model import Engine, Profile
 from llmgw.core.engines.base import (
     HeadAddress,
+    KeyFromEnv,
     Launch,
     LaunchContext,
     RankLaunch,
@@ -22,6 +23,8 @@ from llmgw.core.engines.base import (
 )
 
 HEALTH_PATH = "/health"
+# As vLLM (llmgw.core.engines.vllm): the key from VLLM_API_KEY (llmgw/sim/settings.py).
+KEY_INTAKE = KeyFromEnv("VLLM_API_KEY")
 
 
 def launch_sim(profile: Profile, context: LaunchContext) -> Launch:

@@ -22,6 +22,7 @@ from llmgw.core.catalog.model import Engine, Profile
 from llmgw.core.catalog.roles import role_args
 from llmgw.core.engines.base import (
     HeadAddress,
+    KeyFromEnv,
     Launch,
     LaunchContext,
     RankLaunch,
@@ -34,6 +35,10 @@ from llmgw.core.engines.base import (
 )
 
 HEALTH_PATH = "/health"
+# vLLM's API server falls back to VLLM_API_KEY when --api-key is not given
+# (vllm/entrypoints/openai/api_server.py ``build_app``: ``args.api_key or
+# [envs.VLLM_API_KEY]``; vllm/envs.py; 0.10.2 and 0.11.0).
+KEY_INTAKE = KeyFromEnv("VLLM_API_KEY")
 
 # Rank 0's engine: start the Ray head (it daemonises and returns), then become
 # ``vllm serve``. llmgw's own text; every catalog word stays its own argv word

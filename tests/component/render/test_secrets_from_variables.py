@@ -89,6 +89,21 @@ def _engine(dev: DevCluster, job_id: str) -> Any:
     return None
 
 
+def _process_tree(root: int) -> list[int]:
+    """``root`` and every process descended from it, from /proc's parent links."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone since the listing
+        parents[int(stat.parent.name)] = int(fields[1])
+    tree = [root]
+    for pid in tree:
+        tree.extend(child for child, parent in parents.items() if parent == pid)
+    return tree
+
+
 def _environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes()
     return dict(entry.split("=", 1) for entry in raw.decode().split("\0") if "=" in entry)
@@ -214,7 +229,11 @@ async def test_variables_api_needs_the_acl_token(dev: DevCluster) -> None:
 async def test_an_engine_with_a_key_passes_its_check_refuses_strangers_and_serves_the_router(
     dev: DevCluster, example_catalog: Catalog
 ) -> None:
-    """The control plane's Variable write, the job's template, the sim's --api-key, the router's header."""
+    """The control plane's Variable write, the job's template, the sim's VLLM_API_KEY, the router's header.
+
+    The key is in the engine's environment (readable by its own user and root only) and
+    on no command line (/proc/PID/cmdline, which every user of the node reads).
+    """
     from llmgw.core import engine_keys
     from llmgw.core.conventions import ENGINE_SERVICE
     from llmgw.core.records import Endpoint, HealthStatus
@@ -246,6 +265,10 @@ async def test_an_engine_with_a_key_passes_its_check_refuses_strangers_and_serve
 
     # The Consul check (GET /health) needs no key: the replica turns healthy.
     service = await eventually(passing, 30, "the keyed engine passing its health check")
+    task = _engine(dev, rendered.job_id)
+    assert _environ(task.proc.pid).get("VLLM_API_KEY") == key
+    for pid in _process_tree(task.proc.pid):
+        assert key.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes(), pid
     base = f"http://{service['Address']}:{service['Port']}"
     body = {"model": "sim-chat", "prompt": "hi", "max_tokens": 1}
     async with aiohttp.ClientSession() as session:

@@ -32,23 +32,58 @@ def _engine_task(group: dict) -> dict:  # type: ignore[type-arg]
     return next(t for t in group["Tasks"] if t["Name"] == "engine")
 
 
+# Where each engine reads its key at the pinned releases (llmgw/render/DESIGN.md).
+KEY_IN_ENV = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY", "sim": "VLLM_API_KEY"}
+
+
+def _job_id(hcl: str) -> str:
+    return "llmgw-" + hcl.split('job "llmgw-', 1)[1].split('"', 1)[0]
+
+
 @pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_rank_0_requires_the_key_its_own_variable_holds(engine: str, shipped_policy: SecurityPolicy) -> None:
+def test_rank_0_requires_the_key_its_own_variable_holds_and_no_argv_carries_it(
+    engine: str, shipped_policy: SecurityPolicy
+) -> None:
     hcl, groups = _groups(engine, RenderSettings(engine_api_keys=True), shipped_policy)
-    job_id = "llmgw-" + hcl.split('job "llmgw-', 1)[1].split('"', 1)[0]
+    variable = variable_path(_job_id(hcl))
     rank0 = _engine_task(groups[0])
     args = rank0["Config"]["args"]
-    assert args[-2:] == ["--api-key", "${LLMGW_ENGINE_API_KEY}"]
-    [template] = [t for t in rank0["Templates"] if t["DestPath"] == "secrets/engine-key.env"]
-    assert template["Envvars"] is True
-    assert template["EmbeddedTmpl"] == (
-        f'{{{{ with nomadVar "{variable_path(job_id)}" }}}}'
-        "LLMGW_ENGINE_API_KEY={{ .engine_api_key }}{{ end }}\n"
-    )
+    assert not [word for word in args if "api-key" in word or "API_KEY" in word or "engine_api_key" in word]
+    assert "API_KEY" not in str(rank0.get("Env") or {})
+    [template] = [t for t in rank0["Templates"] if t["DestPath"].startswith("secrets/engine-key.")]
+    if engine in KEY_IN_ENV:
+        assert template["DestPath"] == "secrets/engine-key.env"
+        assert template["Envvars"] is True
+        key_line = f"{KEY_IN_ENV[engine]}={{{{ .engine_api_key }}}}"
+        assert template["EmbeddedTmpl"] == f'{{{{ with nomadVar "{variable}" }}}}{key_line}{{{{ end }}}}\n'
+    else:  # SGLang reads no variable: the key is in the YAML file --config names.
+        assert template["DestPath"] == "secrets/engine-key.yaml"
+        assert template["Envvars"] is False
+        assert template["EmbeddedTmpl"] == (
+            f'{{{{ with nomadVar "{variable}" }}}}api-key: "{{{{ .engine_api_key }}}}"{{{{ end }}}}\n'
+        )
+        assert args[-2:] == ["--config", "${NOMAD_SECRETS_DIR}/engine-key.yaml"]
     for worker in groups[1:]:
         task = _engine_task(worker)
-        assert "--api-key" not in task["Config"]["args"]
+        assert "--config" not in task["Config"]["args"]
         assert not [t for t in task.get("Templates") or [] if "engine-key" in t["DestPath"]]
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_catalog_cannot_give_an_engine_a_key_of_its_own(
+    engine: str, shipped_policy: SecurityPolicy
+) -> None:
+    """Where llmgw puts the key is llmgw's: a profile's env or args naming it are refused."""
+    profile = ENGINES[engine].rstrip("}")
+    tries = [f"env: {{{variable}: k}}" for variable in ("VLLM_API_KEY", "LLAMA_API_KEY")]
+    tries.append("args: [--api-key, k]")
+    if engine == "sglang":
+        tries.append("args: [--config, /tmp/k.yaml]")
+    if engine == "llamacpp":
+        tries += ["args: [--api-key-file, /tmp/k]", "env: {LLAMA_ARG_API_KEY_FILE: /tmp/k}"]
+    for attempt in tries:
+        text = f"models:\n  m:\n    profiles: [{profile}, {attempt}}}]\n"
+        assert load_catalog(text, filename="c", policy=shipped_policy).catalog is None, attempt
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))

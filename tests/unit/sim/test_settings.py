@@ -42,6 +42,14 @@ def test_flag_wins_over_env_and_env_over_default() -> None:
     assert settings.served_name == "from-env"
 
 
+def test_the_api_key_comes_from_vllms_variable_as_vllm_reads_it() -> None:
+    """A rendered job gives the sim its key as it gives vLLM's: VLLM_API_KEY, never argv."""
+    assert _settings([], {"VLLM_API_KEY": "k-env"}).api_key == "k-env"
+    assert _settings(["--api-key", "k-flag"], {"VLLM_API_KEY": "k-env"}).api_key == "k-flag"
+    assert _settings([], {"LLMGW_SIM_API_KEY": "k-ours", "VLLM_API_KEY": "k-env"}).api_key == "k-ours"
+    assert _settings([], {"VLLM_API_KEY": ""}).api_key is None
+
+
 def test_fault_flags_and_env_fill_the_fault_settings() -> None:
     env = {"LLMGW_SIM_HANG": "true", "LLMGW_SIM_FAIL_STATUS": "503"}
     settings = _settings(["--crash-after-requests", "3", "--fail-rate", "0.5"], env)
