@@ -136,8 +136,9 @@ def model_state(
     off keeps answering on its last replicas until the control plane stops them.
     The configuration wins over the control plane's word (``unavailable``: it listed
     the model in ``llmgw/unavailable``, see ``records.unavailable_now``): off is the
-    more lasting answer. The control plane's word wins over a replica starting
-    (``loading_endpoints``, see ``loading_endpoints``): it knows the replicas keep failing.
+    more lasting answer. The control plane's word wins over a replica starting (the
+    count of ``loading_endpoints``): it knows what a router cannot, that the model's
+    replicas keep failing, that it was drained, or that no place is left for more.
     An on-demand model stays ``STARTABLE`` while its replica starts: it is waited for,
     and its wake kept up, as from its first request."""
     if usable_endpoints > 0:
