@@ -21,8 +21,10 @@ The four answers when nothing serves are deliberately different, because clients
   and a model outside a key's list looks exactly like one that does not exist;
 - ``OFF`` 503 that must not be retried: the model is configured off (min 0, max 0,
   or no scaling stanza), waiting will not help;
-- ``LOADING`` 503 with ``Retry-After``: an on-demand model is being started;
-- ``NO_CAPACITY`` 503 with ``Retry-After``: a running model has no healthy replica now;
+- ``LOADING`` 503 with ``Retry-After``: an on-demand model is being started, or a
+  replica of a running model is starting and none passes yet (``loading_endpoints``);
+- ``NO_CAPACITY`` 503 with ``Retry-After``: a running model has no healthy replica now
+  and none is known to be starting (a replica that passed and went critical is not);
 - ``UNAVAILABLE`` 503 ``model_unavailable`` at once, no wait: the control plane says it
   cannot serve the model now (Nomad found no place for it: ``Retry-After``; its
   replicas kept failing: ``Retry-After`` until the control plane tries again; an
@@ -120,18 +122,25 @@ def fallback_chain(
 class ModelState(StrEnum):
     SERVING = "serving"  # at least one healthy endpoint that is not draining
     STARTABLE = "startable"  # on demand with nothing healthy: a request wakes it
-    NO_CAPACITY = "no-capacity"  # should run (min >= 1) but nothing healthy now
+    LOADING = "loading"  # should run, nothing healthy, a replica is starting (``loading_endpoints``)
+    NO_CAPACITY = "no-capacity"  # should run (min >= 1) but nothing healthy now, nothing starting
     UNAVAILABLE = "unavailable"  # the control plane cannot serve it now: unplaceable, or drained
     OFF = "off"  # min 0, max 0: deliberately off
     UNSET = "unset"  # no scaling stanza: known, never started
 
 
-def model_state(model: Model, usable_endpoints: int, unavailable: bool = False) -> ModelState:
+def model_state(
+    model: Model, usable_endpoints: int, unavailable: bool = False, loading_endpoints: int = 0
+) -> ModelState:
     """Endpoints that still serve win over the configuration: a model just switched
     off keeps answering on its last replicas until the control plane stops them.
     The configuration wins over the control plane's word (``unavailable``: it listed
     the model in ``llmgw/unavailable``, see ``records.unavailable_now``): off is the
-    more lasting answer."""
+    more lasting answer. The control plane's word wins over a replica starting (the
+    count of ``loading_endpoints``): it knows what a router cannot, that the model's
+    replicas keep failing, that it was drained, or that no place is left for more.
+    An on-demand model stays ``STARTABLE`` while its replica starts: it is waited for,
+    and its wake kept up, as from its first request."""
     if usable_endpoints > 0:
         return ModelState.SERVING
     mode = model.scaling_mode
@@ -143,7 +152,37 @@ def model_state(model: Model, usable_endpoints: int, unavailable: bool = False) 
         return ModelState.UNAVAILABLE
     if mode is ScalingMode.ON_DEMAND:
         return ModelState.STARTABLE
+    if loading_endpoints > 0:
+        return ModelState.LOADING
     return ModelState.NO_CAPACITY
+
+
+def loading_endpoints(
+    previous: Collection[str] | None, endpoints: Iterable[Endpoint], loading: Collection[str]
+) -> frozenset[str]:
+    """The service ids of the endpoints in a new snapshot (``endpoints``) that count as a
+    replica starting: registered, never passing yet, and seen to arrive.
+
+    ``previous`` is the service ids of the snapshot before (None: this is the first
+    one), ``loading`` the set this returned for it. An endpoint counts when it was
+    absent from the previous snapshot and is not passing (Nomad registers a task's
+    service when the task starts, and the engine's check fails until its weights are
+    loaded), and keeps counting until it passes or leaves. One that passed and went
+    critical again is a crash (or a hang), not a load: it does not count, and
+    neither does one already there and not passing in a router's first snapshot,
+    whose history it cannot know. Consul's and Nomad's views of the moment cannot
+    tell a load from a crash (both are a running allocation whose check fails);
+    only this history can, so the answer when it is missing is the older one,
+    ``no_healthy_replica``. A task Nomad restarts after a crash is deregistered
+    and registered again (a new arrival): it is loading again."""
+    fresh: set[str] = set()
+    for endpoint in endpoints:
+        if endpoint.passing:
+            continue
+        key = endpoint.service_id
+        if key in loading or (previous is not None and key not in previous):
+            fresh.add(key)
+    return frozenset(fresh)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,16 +199,18 @@ def plan_route(chain: Sequence[str], states: Mapping[str, ModelState]) -> RouteP
     running, even if a fallback answers this request: the next request should find it.
     A fallback is woken only when nothing in the chain serves (then the request waits
     for the first startable model in the chain). An ``UNAVAILABLE`` model is neither
-    tried, woken nor waited for: the control plane said no load is coming."""
+    tried, woken nor waited for: the control plane said no load is coming. A
+    ``LOADING`` model is waited for as a startable one is, in the chain's order, but
+    never woken: its replica is already starting."""
     order = tuple(m for m in chain if states[m] is ModelState.SERVING)
-    startable = [m for m in chain if states[m] is ModelState.STARTABLE]
+    coming = [m for m in chain if states[m] in (ModelState.STARTABLE, ModelState.LOADING)]
     wake: list[str] = []
     if chain and states[chain[0]] is ModelState.STARTABLE:
         wake.append(chain[0])
     wait_for = None
-    if startable:
-        wait_for = startable[0]
-        if wait_for not in wake and not order:
+    if coming:
+        wait_for = coming[0]
+        if wait_for not in wake and not order and states[wait_for] is ModelState.STARTABLE:
             wake.append(wait_for)
     return RoutePlan(order=order, wake=tuple(wake), wait_for=wait_for)
 
@@ -410,7 +451,7 @@ def unserved_reason(requested: ModelState, *, waited_for: str | None, failures: 
         return Unserved.OFF
     if requested is ModelState.UNSET:
         return Unserved.UNSET
-    if requested is ModelState.STARTABLE:
+    if requested in (ModelState.STARTABLE, ModelState.LOADING):
         return Unserved.LOADING
     return Unserved.NO_CAPACITY
 

@@ -9,7 +9,9 @@ catalog routed by: ``records.unavailable_trusted``), Nomad's word on each endpoi
 (``routing.vouch``: only an endpoint whose allocation Nomad shows running at its
 address is routable; one whose allocation stops, fails or loses its node is taken
 away at the event, and a registration no allocation matches is ignored and reported
-once), the in-flight count per endpoint
+once), the endpoints that count as a replica starting (``routing.loading_endpoints``:
+seen to register, not passing yet; a model with one is answered as loading), the
+in-flight count per endpoint
 (kept across snapshots, so a request that started on an endpoint is released on
 it even after the endpoint left the snapshot), the waiters for a change, and how far
 the router's watch loops have got: the generation of each watched value they have
@@ -42,6 +44,10 @@ from llmgw.core.records import (
 )
 from llmgw.core.routing import NomadView, Vouch
 
+# Nomad's words under which a registered endpoint not passing yet may be a replica starting:
+# its allocation runs (the engine loads) or is starting; one stopping, gone or unknown is not.
+_STARTING_VOUCHES = frozenset({Vouch.ROUTE, Vouch.STARTING})
+
 
 class EndpointBook:
     def __init__(
@@ -66,6 +72,10 @@ class EndpointBook:
         self._routable: frozenset[str] | None = frozenset() if nomad_checked else None
         self._reported_unmatched: set[str] = set()
         self._by_model: dict[str, tuple[Endpoint, ...]] = {}
+        # The service ids of the last snapshot (None before the first) and those of its
+        # endpoints that count as starting (``routing.loading_endpoints``).
+        self._present: frozenset[str] | None = None
+        self._loading: frozenset[str] = frozenset()
         self._suspect_for = suspect_for
         self._monotonic = monotonic
         self._suspect_until: dict[str, float] = {}  # by service id: refused a connection lately
@@ -93,6 +103,8 @@ class EndpointBook:
         # A stable order per model, so round-robin among equals is fair.
         self._by_model = {m: tuple(sorted(es, key=lambda e: e.service_id)) for m, es in by_model.items()}
         self.snapshot_index = snapshot.index
+        self._loading = routing.loading_endpoints(self._present, snapshot.endpoints, self._loading)
+        self._present = frozenset(e.service_id for e in snapshot.endpoints)
         self._revouch()
         if self._suspect_until:  # forget suspects that left or served their time
             now = self._monotonic()
@@ -186,6 +198,22 @@ class EndpointBook:
                 count += 1
         return count
 
+    def loading_count(self, model: str) -> int:
+        """The endpoints of ``model`` that count as a replica starting: not passing yet
+        since they registered (``routing.loading_endpoints``), not draining, and, when
+        Nomad is checked, of an allocation it shows running or starting."""
+        loading = self._loading
+        if not loading:
+            return 0
+        count = 0
+        for endpoint in self._by_model.get(model, ()):
+            if endpoint.service_id not in loading or endpoint.replica in self._draining:
+                continue
+            if self._nomad_checked and self._vouches.get(endpoint.service_id) not in _STARTING_VOUCHES:
+                continue
+            count += 1
+        return count
+
     def unavailable(self) -> Mapping[str, UnavailableModel]:
         """The models the control plane says it cannot serve now; empty when its word
         is missing, stale or about another catalog (then loads are waited for as usual)."""
@@ -208,7 +236,9 @@ class EndpointBook:
     ) -> routing.ModelState:
         if unavailable is None:
             unavailable = self.unavailable()
-        return routing.model_state(model, self.usable_count(name), name in unavailable)
+        usable = self.usable_count(name)
+        loading = self.loading_count(name) if usable == 0 else 0
+        return routing.model_state(model, usable, name in unavailable, loading)
 
     def endpoints(self) -> tuple[Endpoint, ...]:
         return tuple(e for es in self._by_model.values() for e in es)

@@ -231,6 +231,8 @@ PRESELECTION = [
     # Loaded on the first request before one that answers 503 at once.
     ([_listed("down", "unavailable"), _listed("lazy", "startable"), _listed("s", "no-capacity")], "lazy"),
     ([_listed("off", "off"), _listed("sim", "startable", simulated=True)], "sim"),
+    # A replica starting (loading) likewise: the request waits for it.
+    ([_listed("crashed", "no-capacity"), _listed("warming", "loading")], "warming"),
     # Nothing answers: the first of the list still, so the page has a choice.
     ([_listed("down", "unavailable"), _listed("off", "off")], "down"),
     ([_listed("guarded", "serving", guard=False)], "guarded"),

@@ -301,15 +301,16 @@ async def test_llama_server_is_kept_out_of_the_endpoint_set_while_it_answers_503
         assert not sample.consul_passing, sample
         assert sample.router_usable == 0, sample
     assert any("503" in s.consul_output and "Loading model" in s.consul_output for s in loading), loading
-    # Requests sent while it loaded were answered by the router itself, never by the engine (no
-    # try reached it: the router counted no retry): a model kept running whose replica is not
-    # passing yet gets 503 no_healthy_replica with Retry-After (gateway/DESIGN.md, "Nothing
-    # serves"). The first answer came after llama-server was ready.
+    # Requests sent while it loaded never reached the engine (no try reached it: the router
+    # counted no retry): a model kept running whose replica registered and is not passing yet
+    # is loading, so a request waits for it and is served, or gets 503 model_loading with
+    # Retry-After (gateway/DESIGN.md, "A replica starting"). The first answer came after
+    # llama-server was ready.
     early = [a for a in asked if a.sent < loaded_at]
     assert early, asked
     for answer in asked:
         if answer.status != 200:
-            assert (answer.status, answer.code) == (503, "no_healthy_replica"), answer
+            assert (answer.status, answer.code) == (503, "model_loading"), answer
     first = next(a for a in asked if a.status == 200)
     assert first.done > loaded_at
     assert router_retries(stack, model) == 0

@@ -50,10 +50,11 @@ export function orderModels(data) {
 
 // The model a first message should go to: one that answers. Never one whose guard is
 // down (its messages are refused), then one that serves now before one loaded on the
-// first request (startable) before one that cannot answer, and a real one before a
+// first request (startable) or whose replica is starting (loading) before one that
+// cannot answer, and a real one before a
 // simulated one. Ties keep the list's order.
 export function preselected(ordered) {
-  const rank = (m) => [m.guardDown ? 1 : 0, m.serving ? 0 : m.state === "startable" ? 1 : 2, m.simulated ? 1 : 0];
+  const rank = (m) => [m.guardDown ? 1 : 0, m.serving ? 0 : ["startable", "loading"].includes(m.state) ? 1 : 2, m.simulated ? 1 : 0];
   let best = null;
   for (const m of ordered) {
     if (best === null || compareRanks(rank(m), rank(best)) < 0) best = m;

@@ -7,6 +7,8 @@ Consul side played by the fake watched endpoints.
 - an endpoint leaves the router's set within 100 ms of its allocation's failure event
   (Nomad's ModifyTime against the router's own clock), while Consul still says it passes;
 - an allocation told to stop gets no new request from that moment;
+- a registration not passing yet makes its model loading only while Nomad shows its
+  allocation running (not a forged one, not one told to stop);
 - with Nomad unreachable the router keeps its last view and says so (metric, log): the
   endpoints it trusted keep serving, a new one waits until Nomad answers again.
 """
@@ -346,3 +348,41 @@ async def test_with_nomad_unreachable_trusted_endpoints_serve_and_new_ones_wait(
         assert set(await replicas_answering(http, router, 8)) == {first.job_id, second.job_id}
     finally:
         await proxy.stop()
+
+
+async def test_a_replica_starting_counts_only_while_nomad_shows_its_allocation_running(
+    cluster: Cluster,
+    routers: Routers,
+    standin: NomadServer,
+    nomad: NomadClient,
+    http: aiohttp.ClientSession,
+) -> None:
+    router, _ = await start_router(cluster, routers, standin.address)
+    book = router.app[CONTEXT].book
+
+    async def refused_with() -> str:
+        async with http.post(router.url + "/v1/chat/completions", json=BODY) as response:
+            assert response.status == 503, await response.text()
+            code: str = (await response.json())["error"]["code"]
+            return code
+
+    placed = await place(nomad, http, 0)
+    # A registration no allocation matches, not passing: not a replica starting.
+    forged = replace(
+        placed.endpoint,
+        service_id="evil",
+        alloc_id="00000000-0000-4000-8000-000000000000",
+        status=HealthStatus.CRITICAL,
+    )
+    cluster.add_endpoint(forged)
+    await cluster.seen_by(router)
+    assert await refused_with() == "no_healthy_replica"
+    # The real allocation's registration, its check not passing yet: loading.
+    cluster.add_endpoint(replace(placed.endpoint, status=HealthStatus.CRITICAL))
+    await cluster.seen_by(router)
+    assert await refused_with() == "model_loading"
+    # Its allocation told to stop: no load is coming from it.
+    assert standin.standin is not None
+    standin.standin.stop_alloc(placed.alloc_id)
+    assert await eventually(lambda: str(book.vouch_of(placed.endpoint)) in ("stopping", "gone"), 5)
+    assert await refused_with() == "no_healthy_replica"
