@@ -42,6 +42,18 @@ class TlsFiles:
     verify: bool = True
 
 
+def nomad_region(environ: Mapping[str, str]) -> str | None:
+    """NOMAD_REGION as the nomad CLI reads it: unset or empty is the agent's own region.
+    The connection sends it, and the renderer writes it into every job."""
+    return environ.get("NOMAD_REGION") or None
+
+
+def nomad_namespace(environ: Mapping[str, str]) -> str | None:
+    """NOMAD_NAMESPACE as the nomad CLI reads it: unset or empty is ``default``.
+    The connection sends it, and the renderer writes it into every job."""
+    return environ.get("NOMAD_NAMESPACE") or None
+
+
 @dataclass(frozen=True, slots=True)
 class NomadConnection:
     """NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT,
@@ -61,8 +73,8 @@ class NomadConnection:
         return cls(
             address=address.rstrip("/"),
             token=environ.get("NOMAD_TOKEN") or None,
-            namespace=environ.get("NOMAD_NAMESPACE") or None,
-            region=environ.get("NOMAD_REGION") or None,
+            namespace=nomad_namespace(environ),
+            region=nomad_region(environ),
             tls=TlsFiles(
                 ca_cert=environ.get("NOMAD_CACERT") or None,
                 client_cert=environ.get("NOMAD_CLIENT_CERT") or None,

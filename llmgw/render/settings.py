@@ -21,6 +21,7 @@ from llmgw.core.catalog.images import (
 )
 from llmgw.core.catalog.model import Engine
 from llmgw.core.catalog.sources import IpNetwork
+from llmgw.settings import nomad_namespace, nomad_region
 
 DEFAULT_MODEL_CACHE_DIR = "/var/lib/llmgw/models"
 # The client host volume (ops/README.md's GPU-node checklist) vLLM and SGLang download into.
@@ -190,8 +191,8 @@ def _render_settings(environ: Mapping[str, str]) -> RenderSettings:
     settings = RenderSettings(
         templates_dir=Path(templates) if templates else None,
         datacenters=flags.DATACENTERS.read(environ) or ("*",),
-        region=environ.get("NOMAD_REGION") or None,
-        namespace=environ.get("NOMAD_NAMESPACE") or None,
+        region=nomad_region(environ),
+        namespace=nomad_namespace(environ),
         node_pool=flags.NODE_POOL.read(environ) or None,
         images=images,
         allowed_images=default_allowed_images(images) if allowed is None else allowed,
