@@ -178,7 +178,7 @@ class _Turn:
         if not isinstance(answer, dict):
             raise ApiError(errors.stream_broken(exchange.model))
         result = responses.from_chat_answer(
-            self._parsed.body, answer, self.response_id, self._parsed.model, self.created_at, _new_id
+            self._parsed.body, answer, self.response_id, exchange.model, self.created_at, _new_id
         )
         self._count(exchange.model, result)
         await self._store(result)
@@ -188,7 +188,7 @@ class _Turn:
         context = self._context
         loop = asyncio.get_running_loop()
         translation = responses.StreamTranslation(
-            self._parsed.body, self.response_id, self._parsed.model, self.created_at, _new_id
+            self._parsed.body, self.response_id, exchange.model, self.created_at, _new_id
         )
         response = exchange.loading
         if response is None:
