@@ -9,12 +9,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,14 +65,31 @@ class RunningDev:
 
     def nomad(self, path: str) -> Any:
         """GET ``path`` from the Nomad stand-in with its token, as a user's script would."""
-        import urllib.request
-
         token = (self.state_dir / "nomad.token").read_text()
         request = urllib.request.Request(
             f"{self.state['nomad_addr']}{path}", headers={"X-Nomad-Token": token}
         )
         with urllib.request.urlopen(request, timeout=5) as response:
             return json.load(response)
+
+    def live_jobs(self, model: str) -> list[str]:
+        """The Nomad jobs of ``model``'s replicas that are not dead, as ``nomad job status`` lists them."""
+        jobs = self.nomad("/v1/jobs?meta=true")
+        return [
+            j["ID"]
+            for j in jobs
+            if (j.get("Meta") or {}).get("llmgw_model") == model and j["Status"] != "dead"
+        ]
+
+    def router_metric(self, name: str, **labels: str) -> float:
+        """One sample of the router's /metrics as Prometheus parses it (0 when there is none yet)."""
+        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return 0.0
 
     def task_pids(self) -> list[int]:
         return sorted({int(p) for p in _all_ints(self.nomad("/_dev/pids"))})

@@ -1,24 +1,25 @@
 """Anthropic's Messages API on `llmgw dev --api-keys`: the official client's `messages.create`
 (whole and streamed) and `messages.count_tokens` through the router with keys issued by
 `llmgw ctl keys create`, as Claude Code would reach it; its usage in the router's /metrics
-and in what the key may still spend. One `llmgw dev` serves the file's tests."""
+and in what the key may still spend; a key for another model, a guard block, a fallback
+and a load on demand. One `llmgw dev` serves the file's tests."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import anthropic
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.waiting import eventually_sync
 
 from .conftest import REPO, RunningDev, start_dev
 
@@ -34,6 +35,28 @@ models:
     roles: [chat]
     profiles: [{engine: sim, simulate_gpus: false}]
     scaling: {min: 0, max: 1}
+  gpu-chat:
+    roles: [chat]
+    profiles: [{engine: vllm, source: org/gpu-chat}]
+    scaling: {min: 1, max: 1}
+  sim-on-demand:
+    roles: [chat]
+    profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200, load_seconds: 1}}]
+    scaling: {min: 0, max: 1, idle_timeout: 10m}
+  sim-guard:
+    roles: [guard]
+    profiles: [{engine: sim, simulate_gpus: false, args: ["--judge-unsafe-phrase", "forbidden fruit"]}]
+    scaling: {min: 0, max: 1}
+  sim-guarded:
+    roles: [chat]
+    profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200}}]
+    scaling: {min: 1, max: 1}
+# A GPU model that cannot place on dev (its nodes run no Docker driver) falls back to
+# sim-chat; sim-guard judges sim-guarded, as in the example catalog's guard demo.
+fallbacks:
+  gpu-chat: [sim-chat]
+guard_policies:
+  demo: {judge: sim-guard, models: [sim-guarded]}
 """
 
 USER: Any = [{"role": "user", "content": "hello there"}]
@@ -58,16 +81,7 @@ class Keyed:
         )
 
     def tokens(self, kind: str) -> float:
-        with urllib.request.urlopen(self.dev.base_url.removesuffix("/v1") + "/metrics", timeout=10) as r:
-            text = r.read().decode()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "llmgw_router_tokens_total" and sample.labels == {
-                    "model": "sim-chat",
-                    "kind": kind,
-                }:
-                    return float(sample.value)
-        return 0.0
+        return self.dev.router_metric("llmgw_router_tokens_total", model="sim-chat", kind=kind)
 
 
 def _create_key(dev: RunningDev, name: str, *options: str) -> str:
@@ -98,14 +112,14 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
             everything=_create_key(dev, "everything"),
         )
         probe = keyed.client(keyed.everything)
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                probe.messages.create(model="sim-chat", max_tokens=1, messages=USER)
-                break
-            except (anthropic.AuthenticationError, anthropic.APIStatusError, anthropic.APIConnectionError):
-                assert time.monotonic() < deadline, "sim-chat never answered the probe key"
-                time.sleep(0.5)
+        for model in ("sim-chat", "sim-guarded"):
+            eventually_sync(
+                functools.partial(probe.messages.create, model=model, max_tokens=1, messages=USER),
+                90,
+                f"{model} answering the probe key",
+                every=0.5,
+                retry_on=(anthropic.APIStatusError, anthropic.APIConnectionError),
+            )
         yield keyed
     finally:
         if dev.process.poll() is None:
@@ -177,3 +191,50 @@ def test_a_key_for_another_model_finds_no_such_model_and_a_bad_key_is_refused(ke
     with pytest.raises(anthropic.BadRequestError) as bad:
         keyed.client(keyed.everything).messages.create(model="sim-chat", max_tokens=2, messages=[])
     assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+
+
+def test_the_guard_blocks_a_message_whole_streamed_and_from_its_system_prompt(keyed: Keyed) -> None:
+    client = keyed.client(keyed.everything)
+    fine = client.messages.create(model="sim-guarded", max_tokens=2, messages=USER)
+    assert fine.model == "sim-guarded" and fine.stop_reason == "max_tokens"
+
+    unsafe: Any = [{"role": "user", "content": "where is the Forbidden Fruit?"}]
+    with pytest.raises(anthropic.BadRequestError) as blocked:
+        client.messages.create(model="sim-guarded", max_tokens=5, messages=unsafe)
+    assert blocked.value.body["type"] == "error"  # type: ignore[index]
+    assert blocked.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "content policy" in blocked.value.message
+    # A stream is screened before it starts: the client gets the 400, not an event.
+    with pytest.raises(anthropic.BadRequestError):
+        list(client.messages.create(model="sim-guarded", max_tokens=5, messages=unsafe, stream=True))
+    # The system prompt reaches the prompt, so the judge reads it too.
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(
+            model="sim-guarded", max_tokens=5, system="praise the forbidden fruit", messages=USER
+        )
+
+
+def test_a_model_that_cannot_run_is_answered_by_its_fallback_and_counted(keyed: Keyed) -> None:
+    dev = keyed.dev
+    before = dev.router_metric("llmgw_router_fallbacks_total", requested="gpu-chat", served="sim-chat")
+    client = keyed.client(keyed.everything)
+    raw = client.messages.with_raw_response.create(model="gpu-chat", max_tokens=3, messages=USER)
+    assert raw.headers["x-llmgw-model"] == "sim-chat"
+    message = raw.parse()
+    assert message.model == "sim-chat" and len(message.content[0].text.split()) == 3  # type: ignore[union-attr]
+    events = list(client.messages.create(model="gpu-chat", max_tokens=2, messages=USER, stream=True))
+    assert events[0].type == "message_start" and events[0].message.model == "sim-chat"
+    after = dev.router_metric("llmgw_router_fallbacks_total", requested="gpu-chat", served="sim-chat")
+    assert after - before == 2
+
+
+def test_a_streamed_message_for_a_model_nobody_runs_waits_for_its_load(keyed: Keyed) -> None:
+    assert keyed.dev.live_jobs("sim-on-demand") == [], "nothing runs an on-demand model before it is asked"
+    client = keyed.client(keyed.everything)
+    # The router keeps the stream alive through the load (SSE comments the SDK skips).
+    events = list(client.messages.create(model="sim-on-demand", max_tokens=3, messages=USER, stream=True))
+    assert events[0].type == "message_start" and events[0].message.model == "sim-on-demand"
+    deltas = [e.delta for e in events if e.type == "content_block_delta"]
+    assert len("".join(d.text for d in deltas if d.type == "text_delta").split()) == 3
+    assert events[-1].type == "message_stop"
+    assert len(keyed.dev.live_jobs("sim-on-demand")) == 1

@@ -28,10 +28,7 @@ models:
 
 
 def lazy_jobs(dev: RunningDev) -> list[str]:
-    jobs = dev.nomad("/v1/jobs?meta=true")
-    return [
-        j["ID"] for j in jobs if (j.get("Meta") or {}).get("llmgw_model") == "lazy" and j["Status"] != "dead"
-    ]
+    return dev.live_jobs("lazy")
 
 
 def test_a_request_loads_the_model_and_idleness_unloads_it(

@@ -1,55 +1,100 @@
-"""The Responses API on `llmgw dev`: the official client's `responses.create` through the
-router, whole and streamed, and a follow-up by `previous_response_id` that another replica
-answers (the conversation kept in the dev Consul's KV by the router, not by an engine)."""
+"""The Responses API on `llmgw dev`, through the official client's `responses.create`:
+whole and streamed, a follow-up by `previous_response_id` that another replica answers
+(the conversation kept in the dev Consul's KV by the router, not by an engine), a guard
+block, a fallback and a load on demand. One `llmgw dev` serves the file's tests."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
+import os
+import signal
+from collections.abc import Iterator
 
 import openai
 import pytest
+
+from tests.support.waiting import eventually_sync
 
 from .conftest import RunningDev, start_dev
 
 pytestmark = pytest.mark.e2e
 
+# The example catalog's guard demo (sim-guard judging sim-guarded), an on-demand model,
+# and a GPU model that cannot place on dev (its nodes run no Docker driver) whose
+# fallback is sim-chat.
 CATALOG = """
 models:
   sim-chat:
     roles: [chat]
     profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200, load_seconds: 0.5}}]
     scaling: {min: 2, max: 2}
+  gpu-chat:
+    roles: [chat]
+    profiles: [{engine: vllm, source: org/gpu-chat}]
+    scaling: {min: 1, max: 1}
+  sim-on-demand:
+    roles: [chat]
+    profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200, load_seconds: 1}}]
+    scaling: {min: 0, max: 1, idle_timeout: 10m}
+  sim-guard:
+    roles: [guard]
+    profiles: [{engine: sim, simulate_gpus: false, args: ["--judge-unsafe-phrase", "forbidden fruit"]}]
+    scaling: {min: 0, max: 1}
+  sim-guarded:
+    roles: [chat]
+    profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200}}]
+    scaling: {min: 1, max: 1}
+fallbacks:
+  gpu-chat: [sim-chat]
+guard_policies:
+  demo: {judge: sim-guard, models: [sim-guarded]}
 """
 
 
-def _both_replicas_answer(client: openai.OpenAI) -> bool:
+def _replicas_answering(client: openai.OpenAI, model: str, requests: int) -> set[str]:
     replicas = set()
-    for _ in range(6):
+    for _ in range(requests):
         raw = client.chat.completions.with_raw_response.create(
-            model="sim-chat", messages=[{"role": "user", "content": "x"}], max_tokens=1
+            model=model, messages=[{"role": "user", "content": "x"}], max_tokens=1
         )
         replicas.add(raw.headers["x-llmgw-replica"])
-    return len(replicas) == 2
+    return replicas
 
 
-def test_responses_whole_streamed_and_followed_up_on_another_replica(
-    tmp_path: Path, dev_runner: list[RunningDev]
-) -> None:
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDev]:
+    tmp_path = tmp_path_factory.mktemp("responses-on-dev")
     (tmp_path / "catalog.yaml").write_text(CATALOG)
     dev = start_dev(tmp_path, "--catalog", str(tmp_path / "catalog.yaml"))
-    dev_runner.append(dev)
-    client = openai.OpenAI(base_url=dev.base_url, api_key="unused-in-dev", max_retries=0, timeout=30)
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if _both_replicas_answer(client):
-                break
-        except openai.APIError:
-            pass
-        assert time.monotonic() < deadline, "both replicas of sim-chat never answered"
-        time.sleep(0.5)
+    try:
+        probe = openai.OpenAI(base_url=dev.base_url, api_key="unused-in-dev", max_retries=0, timeout=30)
+        eventually_sync(
+            lambda: len(_replicas_answering(probe, "sim-chat", 6)) == 2,
+            90,
+            "both replicas of sim-chat answering",
+            every=0.5,
+            retry_on=(openai.APIError,),
+        )
+        eventually_sync(
+            lambda: _replicas_answering(probe, "sim-guarded", 1),
+            90,
+            "sim-guarded answering (its judge loaded)",
+            every=0.5,
+            retry_on=(openai.APIError,),
+        )
+        yield dev
+    finally:
+        if dev.process.poll() is None:
+            os.killpg(dev.process.pid, signal.SIGKILL)
+            dev.process.wait(timeout=10)
 
+
+def _client(dev: RunningDev, max_retries: int = 0) -> openai.OpenAI:
+    # Codex CLI's base_url is the router's address with /v1, as here.
+    return openai.OpenAI(base_url=dev.base_url, api_key="unused-in-dev", max_retries=max_retries, timeout=60)
+
+
+def test_responses_whole_streamed_and_followed_up_on_another_replica(dev: RunningDev) -> None:
+    client = _client(dev)
     raw = client.responses.with_raw_response.create(
         model="sim-chat", input="hello there", max_output_tokens=4
     )
@@ -80,3 +125,49 @@ def test_responses_whole_streamed_and_followed_up_on_another_replica(
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model="sim-chat", input="x", previous_response_id="resp_" + "0" * 48)
     assert caught.value.code == "previous_response_not_found"
+
+
+def test_the_guard_blocks_a_response_whole_streamed_and_in_a_follow_up(dev: RunningDev) -> None:
+    client = _client(dev)
+    fine = client.responses.create(model="sim-guarded", input="how do I bake bread?", max_output_tokens=2)
+    assert fine.model == "sim-guarded" and len(fine.output_text.split()) == 2
+
+    with pytest.raises(openai.BadRequestError) as blocked:
+        client.responses.create(model="sim-guarded", input="where is the Forbidden Fruit?")
+    assert blocked.value.code == "content_policy_violation"
+    assert blocked.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+    # A stream is screened before it starts: the client gets the 400, not an event.
+    with pytest.raises(openai.BadRequestError) as streamed:
+        list(client.responses.create(model="sim-guarded", input="the forbidden fruit", stream=True))
+    assert streamed.value.code == "content_policy_violation"
+    # What reaches the prompt from elsewhere than `input` is screened too.
+    with pytest.raises(openai.BadRequestError) as instructed:
+        client.responses.create(model="sim-guarded", instructions="praise the forbidden fruit", input="hi")
+    assert instructed.value.code == "content_policy_violation"
+    # A follow-up carries the stored turn to the judge with the new input.
+    with pytest.raises(openai.BadRequestError) as followed:
+        client.responses.create(model="sim-guarded", input="forbidden fruit", previous_response_id=fine.id)
+    assert followed.value.code == "content_policy_violation"
+
+
+def test_a_model_that_cannot_run_is_answered_by_its_fallback_and_counted(dev: RunningDev) -> None:
+    before = dev.router_metric("llmgw_router_fallbacks_total", requested="gpu-chat", served="sim-chat")
+    client = _client(dev)
+    raw = client.responses.with_raw_response.create(model="gpu-chat", input="hi", max_output_tokens=3)
+    response = raw.parse()
+    assert raw.headers["x-llmgw-model"] == "sim-chat"
+    assert response.model == "sim-chat" and len(response.output_text.split()) == 3
+    streamed = list(client.responses.create(model="gpu-chat", input="hi", max_output_tokens=2, stream=True))
+    assert streamed[-1].response.model == "sim-chat"  # type: ignore[union-attr]
+    after = dev.router_metric("llmgw_router_fallbacks_total", requested="gpu-chat", served="sim-chat")
+    assert after - before == 2
+
+
+def test_a_response_for_a_model_nobody_runs_loads_it(dev: RunningDev) -> None:
+    assert dev.live_jobs("sim-on-demand") == [], "nothing runs an on-demand model before it is asked for"
+    # The SDK's own retries, as a user has them: the router waits for the load for a
+    # while, then answers 503 model_loading with Retry-After, which the client honours.
+    client = _client(dev, max_retries=3)
+    response = client.responses.create(model="sim-on-demand", input="wake up", max_output_tokens=3)
+    assert response.model == "sim-on-demand" and len(response.output_text.split()) == 3
+    assert len(dev.live_jobs("sim-on-demand")) == 1
