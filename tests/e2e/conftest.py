@@ -72,6 +72,16 @@ class RunningDev:
         with urllib.request.urlopen(request, timeout=5) as response:
             return json.load(response)
 
+    def create_key(self, name: str, *options: str) -> str:
+        """A new API key's secret, from ``llmgw ctl keys create NAME --json [options]``."""
+        done = subprocess.run(
+            [sys.executable, "-m", "llmgw", "ctl", "keys", "create", name, "--json", *options,
+             "--admin-url", self.state["admin_url"]],
+            capture_output=True, text=True, timeout=60, cwd=REPO,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return str(json.loads(done.stdout)["secret"])
+
     def live_jobs(self, model: str) -> list[str]:
         """The Nomad jobs of ``model``'s replicas that are not dead, as ``nomad job status`` lists them."""
         jobs = self.nomad("/v1/jobs?meta=true")

@@ -7,11 +7,8 @@ and a load on demand. One `llmgw dev` serves the file's tests."""
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +18,7 @@ import pytest
 
 from tests.support.waiting import eventually_sync
 
-from .conftest import REPO, RunningDev, start_dev
+from .conftest import RunningDev, start_dev
 
 pytestmark = pytest.mark.e2e
 
@@ -84,16 +81,6 @@ class Keyed:
         return self.dev.router_metric("llmgw_router_tokens_total", model="sim-chat", kind=kind)
 
 
-def _create_key(dev: RunningDev, name: str, *options: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "llmgw", "ctl", "keys", "create", name, "--json", *options,
-         "--admin-url", dev.state["admin_url"]],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return str(json.loads(done.stdout)["secret"])
-
-
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
     tmp_path = tmp_path_factory.mktemp("messages-on-dev")
@@ -104,12 +91,12 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
     try:
         keyed = Keyed(
             dev,
-            limited=_create_key(
-                dev, "limited", "--model", "sim-chat", "--tokens-per-minute", str(TOKENS_PER_MINUTE)
+            limited=dev.create_key(
+                "limited", "--model", "sim-chat", "--tokens-per-minute", str(TOKENS_PER_MINUTE)
             ),
-            elsewhere=_create_key(dev, "elsewhere", "--model", "sim-other"),
+            elsewhere=dev.create_key("elsewhere", "--model", "sim-other"),
             # Issued last: once the router takes it, it knows the others (one watched prefix).
-            everything=_create_key(dev, "everything"),
+            everything=dev.create_key("everything"),
         )
         probe = keyed.client(keyed.everything)
         for model in ("sim-chat", "sim-guarded"):

@@ -1,13 +1,15 @@
 """The Responses API on `llmgw dev`, through the official client's `responses.create`:
 whole and streamed, a follow-up by `previous_response_id` that another replica answers
 (the conversation kept in the dev Consul's KV by the router, not by an engine), a guard
-block, a fallback and a load on demand. One `llmgw dev` serves the file's tests."""
+block, a fallback, a load on demand, and keys from `llmgw ctl keys create` (one for
+another model finds no such model). One `llmgw dev --api-keys` serves the file's tests."""
 
 from __future__ import annotations
 
 import os
 import signal
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import openai
 import pytest
@@ -60,13 +62,35 @@ def _replicas_answering(client: openai.OpenAI, model: str, requests: int) -> set
     return replicas
 
 
+@dataclass
+class Keyed:
+    dev: RunningDev
+    elsewhere: str  # sim-guarded only
+    everything: str  # every model
+
+    def client(self, api_key: str | None = None, max_retries: int = 0) -> openai.OpenAI:
+        # Codex CLI's base_url is the router's address with /v1, as here.
+        return openai.OpenAI(
+            base_url=self.dev.base_url,
+            api_key=api_key or self.everything,
+            max_retries=max_retries,
+            timeout=60,
+        )
+
+
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDev]:
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
     tmp_path = tmp_path_factory.mktemp("responses-on-dev")
     (tmp_path / "catalog.yaml").write_text(CATALOG)
-    dev = start_dev(tmp_path, "--catalog", str(tmp_path / "catalog.yaml"))
+    dev = start_dev(tmp_path, "--catalog", str(tmp_path / "catalog.yaml"), "--api-keys")
     try:
-        probe = openai.OpenAI(base_url=dev.base_url, api_key="unused-in-dev", max_retries=0, timeout=30)
+        keyed = Keyed(
+            dev,
+            elsewhere=dev.create_key("elsewhere", "--model", "sim-guarded"),
+            # Issued last: once the router takes it, it knows the others (one watched prefix).
+            everything=dev.create_key("everything"),
+        )
+        probe = keyed.client()
         eventually_sync(
             lambda: len(_replicas_answering(probe, "sim-chat", 6)) == 2,
             90,
@@ -81,20 +105,15 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDev]:
             every=0.5,
             retry_on=(openai.APIError,),
         )
-        yield dev
+        yield keyed
     finally:
         if dev.process.poll() is None:
             os.killpg(dev.process.pid, signal.SIGKILL)
             dev.process.wait(timeout=10)
 
 
-def _client(dev: RunningDev, max_retries: int = 0) -> openai.OpenAI:
-    # Codex CLI's base_url is the router's address with /v1, as here.
-    return openai.OpenAI(base_url=dev.base_url, api_key="unused-in-dev", max_retries=max_retries, timeout=60)
-
-
-def test_responses_whole_streamed_and_followed_up_on_another_replica(dev: RunningDev) -> None:
-    client = _client(dev)
+def test_responses_whole_streamed_and_followed_up_on_another_replica(keyed: Keyed) -> None:
+    client = keyed.client()
     raw = client.responses.with_raw_response.create(
         model="sim-chat", input="hello there", max_output_tokens=4
     )
@@ -127,8 +146,8 @@ def test_responses_whole_streamed_and_followed_up_on_another_replica(dev: Runnin
     assert caught.value.code == "previous_response_not_found"
 
 
-def test_the_guard_blocks_a_response_whole_streamed_and_in_a_follow_up(dev: RunningDev) -> None:
-    client = _client(dev)
+def test_the_guard_blocks_a_response_whole_streamed_and_in_a_follow_up(keyed: Keyed) -> None:
+    client = keyed.client()
     fine = client.responses.create(model="sim-guarded", input="how do I bake bread?", max_output_tokens=2)
     assert fine.model == "sim-guarded" and len(fine.output_text.split()) == 2
 
@@ -150,9 +169,10 @@ def test_the_guard_blocks_a_response_whole_streamed_and_in_a_follow_up(dev: Runn
     assert followed.value.code == "content_policy_violation"
 
 
-def test_a_model_that_cannot_run_is_answered_by_its_fallback_and_counted(dev: RunningDev) -> None:
+def test_a_model_that_cannot_run_is_answered_by_its_fallback_and_counted(keyed: Keyed) -> None:
+    dev = keyed.dev
     before = dev.router_metric("llmgw_router_fallbacks_total", requested="gpu-chat", served="sim-chat")
-    client = _client(dev)
+    client = keyed.client()
     raw = client.responses.with_raw_response.create(model="gpu-chat", input="hi", max_output_tokens=3)
     response = raw.parse()
     assert raw.headers["x-llmgw-model"] == "sim-chat"
@@ -163,11 +183,33 @@ def test_a_model_that_cannot_run_is_answered_by_its_fallback_and_counted(dev: Ru
     assert after - before == 2
 
 
-def test_a_response_for_a_model_nobody_runs_loads_it(dev: RunningDev) -> None:
+def test_a_response_for_a_model_nobody_runs_loads_it(keyed: Keyed) -> None:
+    dev = keyed.dev
     assert dev.live_jobs("sim-on-demand") == [], "nothing runs an on-demand model before it is asked for"
     # The SDK's own retries, as a user has them: the router waits for the load for a
     # while, then answers 503 model_loading with Retry-After, which the client honours.
-    client = _client(dev, max_retries=3)
+    client = keyed.client(max_retries=3)
     response = client.responses.create(model="sim-on-demand", input="wake up", max_output_tokens=3)
     assert response.model == "sim-on-demand" and len(response.output_text.split()) == 3
     assert len(dev.live_jobs("sim-on-demand")) == 1
+
+
+def test_a_key_for_another_model_finds_no_such_model_and_a_bad_key_is_refused(keyed: Keyed) -> None:
+    elsewhere = keyed.client(keyed.elsewhere)
+    with pytest.raises(openai.NotFoundError) as caught:
+        elsewhere.responses.create(model="sim-chat", input="hi", max_output_tokens=2)
+    assert caught.value.code == "model_not_found" and "sim-chat" in caught.value.message
+    with pytest.raises(openai.NotFoundError):
+        list(elsewhere.responses.create(model="sim-chat", input="hi", max_output_tokens=2, stream=True))
+    # A response another key stored is not this key's to continue.
+    theirs = keyed.client().responses.create(model="sim-guarded", input="hi", max_output_tokens=1)
+    with pytest.raises(openai.BadRequestError) as foreign:
+        elsewhere.responses.create(model="sim-guarded", input="more", previous_response_id=theirs.id)
+    assert foreign.value.code == "previous_response_not_found"
+    mine = elsewhere.responses.create(model="sim-guarded", input="hi", max_output_tokens=1)
+    assert mine.model == "sim-guarded"
+
+    forged = keyed.everything.rsplit(".", 1)[0] + ".not-the-secret"
+    with pytest.raises(openai.AuthenticationError) as refused:
+        keyed.client(forged).responses.create(model="sim-chat", input="hi")
+    assert refused.value.code == "invalid_api_key" and "not-the-secret" not in refused.value.message
