@@ -355,6 +355,30 @@ NOT_ADMIN_API_HINT = (
 )
 
 
+def _request_and_print(
+    args: argparse.Namespace,
+    method: str,
+    path: str,
+    print_text: Callable[[dict[str, Any]], None],
+    *,
+    payload: dict[str, Any] | None = None,
+) -> int:
+    """One request to the admin API and its answer on stdout: the JSON as answered with
+    --json, else as ``print_text`` writes it; a refusal is said on stderr. The exit code."""
+
+    def body(connection: Connection) -> int:
+        answer = connection.request(method, path, payload)
+        if not answer.ok:
+            return _refused(answer)
+        if connection.as_json:
+            _print_json(answer.body)
+        else:
+            print_text(answer.body)
+        return EXIT_OK
+
+    return _run(args, body)
+
+
 def _refused(answer: Answer) -> int:
     """Say why the admin API said no; the exit code for it."""
     hint = ""
@@ -558,33 +582,19 @@ def _confirm() -> bool:
 
 
 def _catalog_get(args: argparse.Namespace) -> int:
-    def body(connection: Connection) -> int:
-        answer = connection.request("GET", "/admin/v1/catalog")
-        if not answer.ok:
-            return _refused(answer)
-        if connection.as_json:
-            _print_json(answer.body)
-            return EXIT_OK
+    def print_text(catalog: dict[str, Any]) -> None:
         print(
-            f"# catalog version {answer.body.get('version')}, sha256 {answer.body.get('sha256')}, "
-            f"applied by {answer.body.get('applied_by')} at {_when(answer.body.get('applied_at'))}",
+            f"# catalog version {catalog.get('version')}, sha256 {catalog.get('sha256')}, "
+            f"applied by {catalog.get('applied_by')} at {_when(catalog.get('applied_at'))}",
             file=sys.stderr,
         )
-        sys.stdout.write(str(answer.body.get("text", "")))
-        return EXIT_OK
+        sys.stdout.write(str(catalog.get("text", "")))
 
-    return _run(args, body)
+    return _request_and_print(args, "GET", "/admin/v1/catalog", print_text)
 
 
 def _catalog_history(args: argparse.Namespace) -> int:
-    def body(connection: Connection) -> int:
-        query = f"?limit={args.limit}" if args.limit is not None else ""
-        answer = connection.request("GET", "/admin/v1/catalog/history" + query)
-        if not answer.ok:
-            return _refused(answer)
-        if connection.as_json:
-            _print_json(answer.body)
-            return EXIT_OK
+    def print_text(history: dict[str, Any]) -> None:
         rows = [
             [
                 str(v.get("version")),
@@ -592,13 +602,13 @@ def _catalog_history(args: argparse.Namespace) -> int:
                 str(v.get("applied_by")),
                 str(v.get("sha256"))[:12],
             ]
-            for v in answer.body.get("versions") or []
+            for v in history.get("versions") or []
             if isinstance(v, dict)
         ]
         _table(["VERSION", "APPLIED AT", "APPLIED BY", "SHA256"], rows)
-        return EXIT_OK
 
-    return _run(args, body)
+    query = f"?limit={args.limit}" if args.limit is not None else ""
+    return _request_and_print(args, "GET", "/admin/v1/catalog/history" + query, print_text)
 
 
 # --- keys ------------------------------------------------------------------------------------------
@@ -681,13 +691,7 @@ def _limit(value: object) -> str:
 
 
 def _keys_list(args: argparse.Namespace) -> int:
-    def body(connection: Connection) -> int:
-        answer = connection.request("GET", "/admin/v1/keys")
-        if not answer.ok:
-            return _refused(answer)
-        if connection.as_json:
-            _print_json(answer.body)
-            return EXIT_OK
+    def print_text(listing: dict[str, Any]) -> None:
         rows = [
             [
                 str(k.get("id")),
@@ -698,45 +702,31 @@ def _keys_list(args: argparse.Namespace) -> int:
                 _when(k.get("created_at")),
                 _when(k.get("revoked_at")) if k.get("revoked") else "-",
             ]
-            for k in answer.body.get("keys") or []
+            for k in listing.get("keys") or []
             if isinstance(k, dict)
         ]
         _table(["ID", "NAME", "MODELS", "REQ/MIN", "TOK/MIN", "CREATED", "REVOKED"], rows)
-        return EXIT_OK
 
-    return _run(args, body)
+    return _request_and_print(args, "GET", "/admin/v1/keys", print_text)
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:
-    def body(connection: Connection) -> int:
-        answer = connection.request("DELETE", f"/admin/v1/keys/{quote(args.key_id, safe='')}")
-        if not answer.ok:
-            return _refused(answer)
-        if connection.as_json:
-            _print_json(answer.body)
-            return EXIT_OK
-        key = answer.body.get("key") or {}
+    def print_text(revoked: dict[str, Any]) -> None:
+        key = revoked.get("key") or {}
         print(f"revoked API key {key.get('id')} ({key.get('name')}) at {_when(key.get('revoked_at'))}")
-        return EXIT_OK
 
-    return _run(args, body)
+    return _request_and_print(args, "DELETE", f"/admin/v1/keys/{quote(args.key_id, safe='')}", print_text)
 
 
 # --- models ----------------------------------------------------------------------------------------
 
 
 def _model_command(args: argparse.Namespace, command: str) -> int:
-    def body(connection: Connection) -> int:
-        answer = connection.request("POST", f"/admin/v1/models/{quote(args.model, safe='')}/{command}", {})
-        if not answer.ok:
-            return _refused(answer)
-        if connection.as_json:
-            _print_json(answer.body)
-        else:
-            print(f"{args.model}: {answer.body.get('message')}")
-        return EXIT_OK
+    def print_text(done: dict[str, Any]) -> None:
+        print(f"{args.model}: {done.get('message')}")
 
-    return _run(args, body)
+    path = f"/admin/v1/models/{quote(args.model, safe='')}/{command}"
+    return _request_and_print(args, "POST", path, print_text, payload={})
 
 
 def _drain(args: argparse.Namespace) -> int:

@@ -175,21 +175,9 @@ def parse_call(api: Api, raw: bytes) -> ApiCall:
     if api in (Api.CHAT, Api.MESSAGES):
         _check_messages(body.get("messages"))
     elif api is Api.COMPLETIONS:
-        prompt = body.get("prompt")
-        if prompt is None:
-            raise errors.bad_request("you must provide a prompt parameter", param="prompt")
-        if not isinstance(prompt, str | list):
-            raise errors.bad_request(
-                f"{_shown(prompt)} is not valid under any of the given schemas - 'prompt'", param="prompt"
-            )
+        _check_text_or_list(body, "prompt")
     else:
-        value = body.get("input")
-        if value is None:
-            raise errors.bad_request("you must provide an input parameter", param="input")
-        if not isinstance(value, str | list):
-            raise errors.bad_request(
-                f"{_shown(value)} is not valid under any of the given schemas - 'input'", param="input"
-            )
+        _check_text_or_list(body, "input")
     for name in ("max_tokens", "max_completion_tokens", "n"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -258,6 +246,19 @@ def _check_messages(messages: object) -> None:
                 param=f"messages.[{index}].role",
                 code="missing_required_parameter",
             )
+
+
+def _check_text_or_list(body: dict[str, object], name: str) -> None:
+    """A completion's ``prompt`` or an embedding's ``input``: there, and a string or a list
+    (its items are the engine's to check), refused in OpenAI's words otherwise."""
+    value = body.get(name)
+    if value is None:
+        article = "an" if name[0] in "aeiou" else "a"
+        raise errors.bad_request(f"you must provide {article} {name} parameter", param=name)
+    if not isinstance(value, str | list):
+        raise errors.bad_request(
+            f"{_shown(value)} is not valid under any of the given schemas - '{name}'", param=name
+        )
 
 
 def _shown(value: object) -> str:

@@ -305,16 +305,13 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         model = chain[0]
         common = {"x-request-id": request_id}
-        route = _Route(
-            requested=call.model,
-            chain=chain,
-            catalog=catalog,
-            stream=call.stream,
-            make_body=lambda m: call.upstream_body(m, force_usage=force_usage),
-            path=call.path,
-            request_id=request_id,
-            loading=_LoadingComments(request, common) if call.stream else None,
-            api=call.api,
+        route = _route_for_call(
+            request,
+            call,
+            chain,
+            catalog,
+            request_id,
+            force_usage=force_usage,
             translate=translate,
             # HTTP/1.1 keep-alive only: the head it writes is for that case (aiohttp's
             # path handles HTTP/1.0 and Connection: close). Not for a stream whose usage
@@ -483,16 +480,7 @@ class Dispatcher:
         books (lease, demand, fallback metric, ``served``), but the answer is the caller's
         to translate and write: it is never sent from the engine connection's callbacks.
         A refusal after a stream's loading comments went out raises ``RefusedMidStream``."""
-        route = _Route(
-            requested=call.model,
-            chain=chain,
-            catalog=catalog,
-            stream=call.stream,
-            make_body=lambda m: call.upstream_body(m, force_usage=False),
-            path=call.path,
-            request_id=request_id,
-            loading=_LoadingComments(request, {"x-request-id": request_id}) if call.stream else None,
-        )
+        route = _route_for_call(request, call, chain, catalog, request_id, force_usage=False)
         try:
             opened = await self._open(route)
         except ApiError as exc:
@@ -756,6 +744,34 @@ class Dispatcher:
             unavailable = self._book.unavailable()
             if any(m in unavailable for m in route.chain):
                 return  # the control plane's word came: plan again (it may say stop waiting)
+
+
+def _route_for_call(
+    request: web.Request,
+    call: ApiCall,
+    chain: tuple[str, ...],
+    catalog: Catalog,
+    request_id: str,
+    *,
+    force_usage: bool,
+    translate: Callable[[str], Translation | None] | None = None,
+    direct_to: asyncio.Transport | None = None,
+) -> _Route:
+    """The walk for a client's ``call`` along ``chain``: its body per model (with the
+    usage asked for when ``force_usage``), its path, and a stream's loading comments."""
+    return _Route(
+        requested=call.model,
+        chain=chain,
+        catalog=catalog,
+        stream=call.stream,
+        make_body=lambda m: call.upstream_body(m, force_usage=force_usage),
+        path=call.path,
+        request_id=request_id,
+        loading=_LoadingComments(request, {"x-request-id": request_id}) if call.stream else None,
+        api=call.api,
+        translate=translate,
+        direct_to=direct_to,
+    )
 
 
 async def _end_stream_with(

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import NewType
+from typing import NewType, TypeVar
 
 from llmgw.core.mirror.refs import MirrorRef, MirrorRefError, check_name, check_version
 
@@ -95,15 +95,7 @@ class Manifest:
 
     def to_json(self) -> str:
         """Deterministic: the same version always serializes to the same bytes."""
-        doc = {
-            "format": MANIFEST_FORMAT,
-            "name": self.ref.name,
-            "version": self.ref.version,
-            "source": self.source,
-            "revision": self.revision,
-            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in sorted(self.files)],
-        }
-        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        return _version_json(MANIFEST_FORMAT, self.ref, self.source, self.revision, self.files)
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
@@ -167,16 +159,14 @@ class VersionPlan:
         )
 
     def to_json(self) -> str:
-        doc = {
-            "format": PLAN_FORMAT,
-            "name": self.ref.name,
-            "version": self.ref.version,
-            "source": self.source,
-            "revision": self.revision,
-            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in sorted(self.files)],
-            "index_shards": sorted(self.index_shards),
-        }
-        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        return _version_json(
+            PLAN_FORMAT,
+            self.ref,
+            self.source,
+            self.revision,
+            self.files,
+            index_shards=sorted(self.index_shards),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> VersionPlan:
@@ -217,6 +207,31 @@ def manifest_from_plan(plan: VersionPlan, verified: Mapping[RelPath, ManifestFil
         revision=plan.revision,
         files=tuple(sorted(verified[f.path] for f in plan.files)),
     )
+
+
+_File = TypeVar("_File", ManifestFile, PlannedFile)
+
+
+def _version_json(
+    document_format: int,
+    ref: MirrorRef,
+    source: str,
+    revision: str | None,
+    files: Iterable[_File],
+    **more: object,
+) -> str:
+    """A manifest's or a plan's JSON, the same bytes for the same version: the version,
+    its source, its files in path order, and the document's ``more`` fields."""
+    doc = {
+        "format": document_format,
+        "name": ref.name,
+        "version": ref.version,
+        "source": source,
+        "revision": revision,
+        "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in sorted(files)],
+        **more,
+    }
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
 def _load_object(text: str, what: str) -> dict[str, object]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 import pytest
@@ -17,6 +17,7 @@ import uvloop
 from aiohttp import web
 from openai import AsyncOpenAI
 
+from llmgw.adapters.watched import WatchedState
 from llmgw.core.names import slug
 from llmgw.core.records import (
     ApiKeyRecord,
@@ -82,63 +83,26 @@ fallbacks:
 """
 
 
-class FakeWatched(Generic[T]):
-    """A watched value the test drives: publish values, make it fail like a Consul outage."""
+class FakeWatched(WatchedState[T]):
+    """A watched value the test drives: publish values, make it fail like a Consul outage.
+
+    The published side is the adapters' own ``WatchedState`` (what the router reads of
+    a Consul watch); the test stands in for the loop, and ``start``/``stop`` only count."""
 
     def __init__(self, name: str, value: T | None = None) -> None:
-        self._name = name
-        self._latest: T | None = None
-        self._generation = 0
-        self._healthy = False
-        self._last_error: str | None = None
-        self._last_success_at: float | None = None
-        self._changed = asyncio.Event()
+        super().__init__(name, task_name=f"fake-watch-{name}")
         self.started = 0
         self.stopped = 0
         if value is not None:
             self.publish(value)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def latest(self) -> T | None:
-        return self._latest
-
-    @property
-    def generation(self) -> int:
-        return self._generation
-
-    @property
-    def healthy(self) -> bool:
-        return self._healthy
-
-    @property
-    def last_error(self) -> str | None:
-        return self._last_error
-
-    @property
-    def last_success_at(self) -> float | None:
-        return self._last_success_at
-
     def publish(self, value: T) -> None:
-        self._latest = value
-        self._generation += 1
-        self._healthy = True
-        self._last_success_at = asyncio.get_running_loop().time()
-        event, self._changed = self._changed, asyncio.Event()
-        event.set()
+        """A successful read with ``value``: published even when equal to the latest."""
+        self._succeeded(asyncio.get_running_loop().time())
+        self._publish(value, even_if_same=True)
 
     def fail(self, error: str) -> None:
-        self._healthy = False
-        self._last_error = error
-
-    async def wait_changed(self, generation: int) -> T:
-        while self._generation <= generation:
-            await self._changed.wait()
-        assert self._latest is not None
-        return self._latest
+        self._failed(error)
 
     async def start(self) -> None:
         self.started += 1

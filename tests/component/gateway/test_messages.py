@@ -22,6 +22,16 @@ from .test_guard import FakeJudge, guard_catalog
 from .test_keys import _issue
 
 USER: Any = [{"role": "user", "content": "hello there"}]
+# A user turn whose only block is a document: a chat completion cannot carry it and the
+# guard's screen cannot read it, so the router refuses it rather than drop it.
+USER_DOCUMENT: Any = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}
+        ],
+    }
+]
 
 AnthropicFor = Callable[..., anthropic.AsyncAnthropic]
 
@@ -111,21 +121,7 @@ async def test_a_field_the_translation_cannot_carry_is_refused_by_name(
     await cluster.add_sim("chat-a")
     client = anthropic_for(await start_router())
     with pytest.raises(anthropic.BadRequestError) as caught:
-        await client.messages.create(
-            model="chat-a",
-            max_tokens=5,
-            messages=[
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "document",
-                            "source": {"type": "text", "media_type": "text/plain", "data": "x"},
-                        }
-                    ],
-                }
-            ],
-        )
+        await client.messages.create(model="chat-a", max_tokens=5, messages=USER_DOCUMENT)
     error = caught.value.body["error"]  # type: ignore[index]
     assert error["type"] == "invalid_request_error"
     assert "messages.0.content.0.type" in error["message"] and "document" in error["message"]
@@ -471,21 +467,7 @@ async def test_the_guard_screens_every_field_that_reaches_the_prompt(
     assert message.model == "guarded"
     # A block the screen cannot read is refused, not passed on unscreened.
     with pytest.raises(anthropic.BadRequestError) as refused:
-        await client.messages.create(
-            model="guarded",
-            max_tokens=2,
-            messages=[
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "document",
-                            "source": {"type": "text", "media_type": "text/plain", "data": "x"},
-                        }
-                    ],
-                }
-            ],
-        )
+        await client.messages.create(model="guarded", max_tokens=2, messages=USER_DOCUMENT)
     assert "guard policy" in refused.value.message
 
 

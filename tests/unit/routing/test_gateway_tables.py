@@ -205,6 +205,34 @@ def test_a_lone_surrogate_is_refused_as_unparsable_json(raw: bytes) -> None:
     assert caught.value.refusal.status == 400 and "could not parse the JSON" in caught.value.refusal.message
 
 
+@pytest.mark.parametrize(
+    ("api", "raw", "message", "param"),
+    [
+        (Api.COMPLETIONS, b'{"model":"m"}', "you must provide a prompt parameter", "prompt"),
+        (Api.EMBEDDINGS, b'{"model":"m","input":null}', "you must provide an input parameter", "input"),
+        (
+            Api.COMPLETIONS,
+            b'{"model":"m","prompt":{"text":"hi"}}',
+            """{"text": "hi"} is not valid under any of the given schemas - 'prompt'""",
+            "prompt",
+        ),
+        (
+            Api.EMBEDDINGS,
+            b'{"model":"m","input":7}',
+            "7 is not valid under any of the given schemas - 'input'",
+            "input",
+        ),
+    ],
+)
+def test_a_prompt_or_input_missing_or_of_no_accepted_type_is_refused_in_openais_words(
+    api: Api, raw: bytes, message: str, param: str
+) -> None:
+    with pytest.raises(ApiError) as caught:
+        parse_call(api, raw)
+    refusal = caught.value.refusal
+    assert (refusal.status, refusal.message, refusal.param) == (400, message, param)
+
+
 def test_surrogate_pairs_and_escaped_backslashes_are_text() -> None:
     pair = parse_call(Api.CHAT, b'{"model":"m","messages":[{"role":"user","content":"\\ud83d\\ude00"}]}')
     assert pair.raw is not None and pair.upstream_body("other", force_usage=False)
