@@ -558,9 +558,9 @@ def _reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[
 
 def reasoning_of(message: Mapping[str, object]) -> str | None:
     """The reasoning an engine's reasoning parser split from a chat message or delta:
-    ``reasoning_content`` in the pinned engines (vLLM 0.10.2 and 0.11.0's
-    ``ChatMessage``/``DeltaMessage``, llama-server's ``--reasoning-format``), ``reasoning``
-    in later vLLM releases."""
+    ``reasoning_content`` in the pinned engines (vLLM 0.11.0's ``ChatMessage`` and
+    ``DeltaMessage``, llama-server's ``--reasoning-format``), ``reasoning`` in later
+    vLLM releases."""
     for name in ("reasoning_content", "reasoning"):
         value = message.get(name)
         if isinstance(value, str) and value:
