@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-
 from openai.types.responses import ResponseOutputItem, ResponseStreamEvent
 from pydantic import TypeAdapter
 
@@ -16,7 +15,6 @@ from llmgw.core.responses import ResponsesInvalid, StoredConversation, StreamTra
 from llmgw.core.routing import Api
 from llmgw.gateway.calls import parse_call
 from llmgw.gateway.guard import judge_messages
-
 
 _OUTPUT_ITEM: TypeAdapter[ResponseOutputItem] = TypeAdapter(ResponseOutputItem)
 _STREAM_EVENT: TypeAdapter[ResponseStreamEvent] = TypeAdapter(ResponseStreamEvent)
