@@ -425,6 +425,13 @@ def to_chat_body(
         messages.append({"role": "system", "content": instructions})
     messages.extend(dict(turn) for turn in history)
     messages.extend(turns(body))
+    if not messages and body.get("input"):
+        raise ResponsesInvalid(
+            "Invalid 'input': it holds only reasoning items without text, which give the model "
+            "nothing to answer; send a message too.",
+            "input",
+            "invalid_value",
+        )
     if not messages:
         raise ResponsesInvalid(
             "Invalid 'input': empty array. Expected an array with minimum length 1, "

@@ -83,6 +83,8 @@ def _ids() -> Any:
             {"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": 3}]},
             "input[0].output",
         ),
+        # Codex CLI's reasoning items carry no text: alone, they ask nothing.
+        ({"model": "m", "input": [{"type": "reasoning", "summary": []}]}, "input"),
         ({"model": "m", "input": "hi", "tools": [{"type": "file_search"}]}, "tools[0].type"),
         ({"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f", "x": 1}]}, "tools[0].x"),
         ({"model": "m", "input": "hi", "tool_choice": {"type": "web_search"}}, "tool_choice"),

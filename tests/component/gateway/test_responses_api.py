@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -479,6 +480,21 @@ def _reasoning_engine(seen: list[dict[str, Any]]) -> web.Application:
         seen.append(body)
         message = {"role": "assistant", "reasoning_content": f"thought {len(seen)}", "content": "answer"}
         usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+        if body.get("stream"):
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for delta, finish in (
+                ({"role": "assistant", "content": ""}, None),
+                ({"reasoning_content": "thought "}, None),
+                ({"reasoning_content": str(len(seen))}, None),
+                ({"content": "answer"}, "stop"),
+            ):
+                chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
         return web.json_response(
             {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage}
         )
@@ -532,3 +548,12 @@ async def test_reasoning_goes_back_to_the_engine_stored_or_sent_back(
             store=False,
         )
     assert caught.value.param == "input[0].encrypted_content" and len(seen) == asked
+
+    # The SDK's stream helper builds the Response from the events as they come.
+    async with client.responses.stream(model="sim-chat", input="q3", store=False) as helper:
+        async for _ in helper:
+            pass
+        built = await helper.get_final_response()
+    assert [item.type for item in built.output] == ["reasoning", "message"]
+    assert built.output[0].content[0].text == f"thought {len(seen)}"  # type: ignore[union-attr,index]
+    assert built.output_text == "answer"
