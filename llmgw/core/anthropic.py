@@ -10,7 +10,9 @@ Must not: do I/O or read a clock (ids come from the engine's answer).
 
 The subset follows vLLM's own converter (``vllm/entrypoints/anthropic/serving_messages.py``
 on vLLM's main branch; no release llmgw pins has it), with what that converter drops
-silently refused here instead: image URLs, thinking, documents, server tools.
+silently refused here instead: image URLs, thinking enabled, documents, server tools.
+An engine's reasoning (``reasoning_content``) is a ``thinking`` block, and a thinking
+block sent back in an assistant turn is that turn's ``reasoning_content`` again.
 """
 
 from __future__ import annotations
@@ -211,6 +213,7 @@ def _chat_messages(message: object, at: str) -> list[dict[str, object]]:
     parts: list[dict[str, object]] = []
     calls: list[dict[str, object]] = []
     results: list[dict[str, object]] = []
+    thinking: list[str] = []
     for index, block in enumerate(content):
         where = f"{at}.content.{index}"
         if not isinstance(block, Mapping):
@@ -222,6 +225,15 @@ def _chat_messages(message: object, at: str) -> list[dict[str, object]]:
         elif kind == "image" and role == "user":
             _only(block, where, {"source"})
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block.get("source"), where)}})
+        elif kind == "thinking" and role == "assistant":
+            # An answer's thinking, sent back: the turn's reasoning, where the engine put it.
+            # Its signature is the one the translation gave it (empty: nothing is signed).
+            _only(block, where, {"thinking", "signature"})
+            text = block.get("thinking")
+            if not isinstance(text, str):
+                raise Untranslatable(f"{where}.thinking", "A thinking block needs a string `thinking`.")
+            if text:
+                thinking.append(text)
         elif kind == "tool_use" and role == "assistant":
             _only(block, where, {"id", "name", "input"})
             name, tool_id = block.get("name"), block.get("id")
@@ -250,7 +262,7 @@ def _chat_messages(message: object, at: str) -> list[dict[str, object]]:
                 "by this model's engine.",
             )
     out: list[dict[str, object]] = list(results)  # tool results answer the turn before: they come first
-    if parts or calls or not results:
+    if parts or calls or thinking or not results:
         chat: dict[str, object] = {"role": role}
         if len(parts) == 1 and parts[0]["type"] == "text":
             chat["content"] = parts[0]["text"]
@@ -258,6 +270,9 @@ def _chat_messages(message: object, at: str) -> list[dict[str, object]]:
             chat["content"] = parts if parts else ("" if not calls else None)
         if calls:
             chat["tool_calls"] = calls
+        if thinking:
+            # What the pinned engines' reasoning parsers answer in, and the guard screens.
+            chat["reasoning_content"] = "\n\n".join(thinking)
         out.append(chat)
     return out
 
@@ -440,8 +455,9 @@ def error_event(status: int, message: str) -> bytes:
 @dataclass
 class StreamTranslation:
     """A chat completion's stream (``data:`` chunks, a usage chunk, ``[DONE]``) as the
-    Messages events: ``message_start``, per text or tool call a ``content_block_start``,
-    its deltas and its ``content_block_stop``, then ``message_delta`` (stop reason and
+    Messages events: ``message_start``, per thinking (the engine's reasoning), text or
+    tool call a ``content_block_start``, its deltas (a thinking block's ``thinking_delta``
+    and its ``signature_delta``) and its ``content_block_stop``, then ``message_delta`` (stop reason and
     usage) and ``message_stop`` when the engine's ``[DONE]`` comes. Fed the engine's
     bytes as they arrive (an event may be split between chunks); ``usage`` is the
     engine's usage chunk, for the router's accounting."""
@@ -561,8 +577,13 @@ class StreamTranslation:
     def _stop_block(self) -> bytes:
         if self._block < 0:
             return b""
+        out = b""
+        if self._block_kind == "thinking":
+            # Anthropic's order: a thinking block's signature_delta just before its stop
+            # (the SDK's ``SignatureDelta``); the signature is empty, as in a whole answer.
+            out = self._delta({"type": "signature_delta", "signature": ""})
         index, self._block = self._block, -1
-        return event("content_block_stop", {"type": "content_block_stop", "index": index})
+        return out + event("content_block_stop", {"type": "content_block_stop", "index": index})
 
     def _start(self, chat_id: object) -> bytes:
         """``message_start``, once: its usage is zeros (the engine's counts come at the

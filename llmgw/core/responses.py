@@ -31,16 +31,20 @@ CARRIED = frozenset(
         "safety_identifier", "stream_options",
     }
 )  # fmt: skip
-# ``include`` values that ask for nothing the translation leaves out: it never
-# produces reasoning items, so there is no encrypted reasoning to include
-# (Codex CLI asks for it on every request).
+# ``include`` values that ask for nothing the translation leaves out: its reasoning
+# items carry the engine's reasoning as plain text (``content``), so there is no
+# encrypted reasoning to include (Codex CLI asks for it on every request).
 _INCLUDABLE = frozenset({"reasoning.encrypted_content"})
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+# A reasoning item's parts: OpenAI's ``reasoning_text`` (and ``summary_text`` in its
+# ``summary``); Codex CLI's ``ReasoningItemContent`` also has ``text``
+# (openai/codex, ``codex-rs/protocol/src/models.rs``).
+_REASONING_PARTS = frozenset({"reasoning_text", "text"})
 # ``reasoning.effort``'s values in OpenAI's API reference (Responses, ``reasoning``).
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
-NewId = Callable[[str], str]  # a fresh id with the given prefix ("msg", "fc")
+NewId = Callable[[str], str]  # a fresh id with the given prefix ("msg", "fc", "rs")
 
 
 class ResponsesInvalid(Exception):
@@ -162,11 +166,23 @@ def turns(body: Mapping[str, object]) -> list[dict[str, object]]:
     if not isinstance(value, list):
         raise _type_error(value, "string or array", "input")
     messages: list[dict[str, object]] = []
+    # Reasoning items not yet given to the assistant turn that follows them.
+    reasoning: list[str] = []
     for index, item in enumerate(value):
         param = f"input[{index}]"
         if not isinstance(item, dict):
             raise _type_error(item, "object", param)
         kind = item.get("type", "message")
+        if kind == "reasoning":
+            text = _reasoning_text(item, param)
+            if text:
+                reasoning.append(text)
+            continue
+        if reasoning and not (
+            kind == "function_call" or (kind == "message" and item.get("role") == "assistant")
+        ):
+            messages.append(_reasoning_turn(reasoning))
+            reasoning = []
         if kind == "message":
             messages.append(_message(item, param))
         elif kind == "function_call":
@@ -200,7 +216,54 @@ def turns(body: Mapping[str, object]) -> list[dict[str, object]]:
             )
         else:
             raise _unsupported(f"{param}.type", f"The input item type {json.dumps(kind)}")
+        if reasoning:  # the assistant turn just appended (or extended) follows it
+            _give_reasoning(messages[-1], reasoning)
+            reasoning = []
+    if reasoning:
+        messages.append(_reasoning_turn(reasoning))
     return messages
+
+
+def _reasoning_text(item: Mapping[str, object], param: str) -> str:
+    """A reasoning item's text: its ``content`` (the reasoning itself), else its
+    ``summary`` (OpenAI's summary of it); "" for an item that carries neither (Codex
+    CLI sends its reasoning items back without their ``reasoning_text``)."""
+    for name in item:
+        if name not in ("type", "id", "summary", "content", "encrypted_content", "status"):
+            raise _unsupported(f"{param}.{name}", f"The reasoning item field '{name}'")
+    if item.get("encrypted_content") is not None:
+        # Only OpenAI can read its own encrypted reasoning; this gateway produces none.
+        raise _unsupported(f"{param}.encrypted_content", "Encrypted reasoning from another provider")
+    texts: dict[str, list[str]] = {}
+    for name, kinds in (("content", _REASONING_PARTS), ("summary", frozenset({"summary_text"}))):
+        parts = item.get(name)
+        if parts is None:
+            continue
+        if not isinstance(parts, list):
+            raise _type_error(parts, "array", f"{param}.{name}")
+        for index, part in enumerate(parts):
+            where = f"{param}.{name}[{index}]"
+            if not isinstance(part, dict):
+                raise _type_error(part, "object", where)
+            if part.get("type") not in kinds:
+                raise _unsupported(f"{where}.type", f"The reasoning part type {json.dumps(part.get('type'))}")
+            texts.setdefault(name, []).append(_string(part, "text", where))
+    return "".join(texts.get("content") or texts.get("summary") or [])
+
+
+def _reasoning_turn(reasoning: list[str]) -> dict[str, object]:
+    """The assistant turn of reasoning that no message or call follows (an answer cut
+    while it reasoned)."""
+    turn: dict[str, object] = {"role": "assistant", "content": ""}
+    _give_reasoning(turn, reasoning)
+    return turn
+
+
+def _give_reasoning(turn: dict[str, object], reasoning: list[str]) -> None:
+    # ``reasoning_content``: the field the engines' chat answers carry it in, which
+    # chat templates read back (see llmgw/gateway/DESIGN.md) and the guard screens.
+    before = turn.get("reasoning_content")
+    turn["reasoning_content"] = "\n\n".join([*([before] if isinstance(before, str) else []), *reasoning])
 
 
 def _message(item: Mapping[str, object], param: str) -> dict[str, object]:
@@ -362,6 +425,13 @@ def to_chat_body(
         messages.append({"role": "system", "content": instructions})
     messages.extend(dict(turn) for turn in history)
     messages.extend(turns(body))
+    if not messages and body.get("input"):
+        raise ResponsesInvalid(
+            "Invalid 'input': it holds only reasoning items without text, which give the model "
+            "nothing to answer; send a message too.",
+            "input",
+            "invalid_value",
+        )
     if not messages:
         raise ResponsesInvalid(
             "Invalid 'input': empty array. Expected an array with minimum length 1, "
@@ -481,6 +551,30 @@ def _message_item(item_id: str, text: str, status: str = "completed") -> dict[st
     }
 
 
+def _reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, object]:
+    """OpenAI's reasoning item (``ResponseReasoningItem``) with the engine's reasoning as
+    its ``reasoning_text``: no summary (none is produced), nothing encrypted."""
+    return {
+        "type": "reasoning",
+        "id": item_id,
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "status": status,
+    }
+
+
+def reasoning_of(message: Mapping[str, object]) -> str | None:
+    """The reasoning an engine's reasoning parser split from a chat message or delta:
+    ``reasoning_content`` in the pinned engines (vLLM 0.11.0's ``ChatMessage`` and
+    ``DeltaMessage``, llama-server's ``--reasoning-format``), ``reasoning`` in later
+    vLLM releases."""
+    for name in ("reasoning_content", "reasoning"):
+        value = message.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def _call_item(
     item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
 ) -> dict[str, object]:
@@ -506,12 +600,16 @@ def from_chat_answer(
     created_at: int,
     new_id: NewId,
 ) -> dict[str, object]:
-    """The Response for a whole chat completion (its first choice)."""
+    """The Response for a whole chat completion (its first choice): its reasoning (a
+    ``reasoning`` item), its text (a ``message``) and its tool calls, in that order."""
     choices = answer.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message")
     message = message if isinstance(message, dict) else {}
     output: list[dict[str, object]] = []
+    reasoning = reasoning_of(message)
+    if reasoning is not None:
+        output.append(_reasoning_item(new_id("rs"), reasoning))
     content = message.get("content")
     if isinstance(content, str) and content:
         output.append(_message_item(new_id("msg"), content))
@@ -541,14 +639,21 @@ def from_chat_answer(
 
 
 def output_turns(output: object) -> list[dict[str, object]]:
-    """A Response's output as the chat messages of the next turn's history."""
+    """A Response's output as the chat messages of the next turn's history (its
+    reasoning as the assistant turn's ``reasoning_content``, as ``turns`` carries a
+    reasoning item a client sends back)."""
     turns_out: list[dict[str, object]] = []
     calls: list[dict[str, object]] = []
     text: list[str] = []
+    reasoning: list[str] = []
     for item in output if isinstance(output, list) else []:
         if not isinstance(item, dict):
             continue
-        if item.get("type") == "message":
+        if item.get("type") == "reasoning":
+            for part in item.get("content") or []:
+                if isinstance(part, dict) and isinstance(part.get("text"), str) and part["text"]:
+                    reasoning.append(part["text"])
+        elif item.get("type") == "message":
             for part in item.get("content") or []:
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
                     text.append(part["text"])
@@ -560,10 +665,15 @@ def output_turns(output: object) -> list[dict[str, object]]:
                     "function": {"name": item.get("name"), "arguments": item.get("arguments")},
                 }
             )
-    if text or calls:
-        turn: dict[str, object] = {"role": "assistant", "content": "".join(text) if text else None}
+    if text or calls or reasoning:
+        turn: dict[str, object] = {
+            "role": "assistant",
+            "content": "".join(text) if text or not calls else None,
+        }
         if calls:
             turn["tool_calls"] = calls
+        if reasoning:
+            _give_reasoning(turn, reasoning)
         turns_out.append(turn)
     return turns_out
 
@@ -595,7 +705,12 @@ class StreamTranslation:
     ``response.content_part.done``; a function call: ``response.function_call_arguments.delta``...,
     ``response.function_call_arguments.done``), ``response.output_item.done``, and
     ``response.completed`` (``response.incomplete`` when cut by ``max_output_tokens``) with the usage.
-    An error event of the chat stream becomes an ``error`` event and ``response.failed``."""
+    The engine's reasoning (``reasoning_content`` deltas) is a reasoning item in the same
+    shape as a message, with ``response.reasoning_text.delta``/``.done`` (OpenAI's events,
+    the ``openai`` SDK's ``ResponseReasoningText*Event``) and a ``reasoning_text`` part; it
+    is closed as soon as the answer's text or a tool call starts, before that item's
+    ``response.output_item.added``. An error event of the chat stream becomes an ``error``
+    event and ``response.failed``."""
 
     body: Mapping[str, object]
     response_id: str
@@ -610,7 +725,10 @@ class StreamTranslation:
     _text_index: int = 0
     _text: list[str] = field(default_factory=list)
     _calls: dict[int, _Call] = field(default_factory=dict)
-    _output: list[dict[str, object]] = field(default_factory=list)
+    _reasoning_item: str | None = None  # the reasoning item still open
+    _reasoning_index: int = 0
+    _reasoning: list[str] = field(default_factory=list)
+    _done: dict[int, dict[str, object]] = field(default_factory=dict)  # closed items by output index
     _next_index: int = 0
     _finish_reason: object = None
     _usage: object = None
@@ -653,7 +771,7 @@ class StreamTranslation:
         out = [self.start(), self._close_items()]
         reason = _incomplete_reason(self._finish_reason)
         status = "completed" if reason is None else "incomplete"
-        self.final = self._response(status, self._output, usage_of_chat(self._usage), reason)
+        self.final = self._response(status, self._output(), usage_of_chat(self._usage), reason)
         out.append(self._emit({"type": f"response.{status}", "response": self.final}))
         return b"".join(out)
 
@@ -662,7 +780,7 @@ class StreamTranslation:
         if self.final is not None:
             return b""
         out = [self.start(), self._emit({"type": "error", "code": code, "message": message, "param": None})]
-        self.final = self._response("failed", self._output, usage_of_chat(self._usage), None)
+        self.final = self._response("failed", self._output(), usage_of_chat(self._usage), None)
         self.final["error"] = {"code": code or "server_error", "message": message}
         out.append(self._emit({"type": "response.failed", "response": self.final}))
         return b"".join(out)
@@ -685,16 +803,63 @@ class StreamTranslation:
                 continue
             delta = choice.get("delta")
             if isinstance(delta, dict):
+                reasoning = reasoning_of(delta)
+                if reasoning is not None:
+                    out.append(self._reasoning_delta(reasoning))
                 content = delta.get("content")
                 if isinstance(content, str) and content:
-                    out.append(self._text_delta(content))
+                    out.append(self._close_reasoning() + self._text_delta(content))
                 calls = delta.get("tool_calls")
                 for call in calls if isinstance(calls, list) else []:
                     if isinstance(call, dict):
-                        out.append(self._call_delta(call))
+                        out.append(self._close_reasoning() + self._call_delta(call))
             if choice.get("finish_reason") is not None:
                 self._finish_reason = choice["finish_reason"]
         return b"".join(out)
+
+    def _reasoning_delta(self, text: str) -> bytes:
+        out = b""
+        if self._reasoning_item is None:
+            self._reasoning_item = self.new_id("rs")
+            self._reasoning_index = self._take_index()
+            self._reasoning = []
+            item = {**_reasoning_item(self._reasoning_item, "", "in_progress"), "content": []}
+            out += self._emit(
+                {"type": "response.output_item.added", "output_index": self._reasoning_index, "item": item}
+            )
+            out += self._emit(
+                {
+                    "type": "response.content_part.added",
+                    **self._reasoning_where(),
+                    "part": {"type": "reasoning_text", "text": ""},
+                }
+            )
+        self._reasoning.append(text)
+        return out + self._emit(
+            {"type": "response.reasoning_text.delta", **self._reasoning_where(), "delta": text}
+        )
+
+    def _reasoning_where(self) -> dict[str, object]:
+        assert self._reasoning_item is not None
+        return {"item_id": self._reasoning_item, "output_index": self._reasoning_index, "content_index": 0}
+
+    def _close_reasoning(self) -> bytes:
+        """The open reasoning item's closing events and ``response.output_item.done`` (none open: b"")."""
+        if self._reasoning_item is None:
+            return b""
+        text = "".join(self._reasoning)
+        where = self._reasoning_where()
+        out = self._emit({"type": "response.reasoning_text.done", **where, "text": text})
+        out += self._emit(
+            {"type": "response.content_part.done", **where, "part": {"type": "reasoning_text", "text": text}}
+        )
+        item = _reasoning_item(self._reasoning_item, text)
+        out += self._emit(
+            {"type": "response.output_item.done", "output_index": self._reasoning_index, "item": item}
+        )
+        self._done[self._reasoning_index] = item
+        self._reasoning_item = None
+        return out
 
     def _text_delta(self, content: str) -> bytes:
         out = b""
@@ -773,12 +938,19 @@ class StreamTranslation:
             items.append((known.output_index, lambda known=known: self._close_call(known)))  # type: ignore[misc]
         out = b""
         for index, close in sorted(items, key=lambda entry: entry[0]):
+            if self._reasoning_item is not None and self._reasoning_index < index:
+                out += self._close_reasoning()
             events, item = close()
             out += events + self._emit(
                 {"type": "response.output_item.done", "output_index": index, "item": item}
             )
-            self._output.append(item)
-        return out
+            self._done[index] = item
+        # An answer cut while it reasoned, or one that only reasoned.
+        return out + self._close_reasoning()
+
+    def _output(self) -> list[dict[str, object]]:
+        """The closed items, in output order."""
+        return [self._done[index] for index in sorted(self._done)]
 
     def _close_text(self) -> tuple[bytes, dict[str, object]]:
         assert self._text_item is not None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import itertools
 import json
 import logging
 import os
@@ -357,14 +358,34 @@ async def _generate(
     )
     if generation.stream:
         return await _stream(request, state, generation, identity)
+    reasoning, answer = _answer(state.settings, generation)
     pieces = await state.engine.generate(
-        generation.prompt_tokens,
-        _pieces(state.settings, generation),
-        state.faults.first_token_delay,
-        state.faults.wait_while_hung,
+        generation.prompt_tokens, answer, state.faults.first_token_delay, state.faults.wait_while_hung
     )
-    body = openai_api.completion_body(generation, identity, "".join(pieces), len(pieces), FINISH_REASON)
+    body = openai_api.completion_body(
+        generation,
+        identity,
+        "".join(pieces[reasoning:]),
+        len(pieces),
+        FINISH_REASON,
+        "".join(pieces[:reasoning]) if reasoning else None,
+    )
     return web.json_response(body)
+
+
+def _answer(settings: SimSettings, generation: GenerationRequest) -> tuple[int, Iterator[str]]:
+    """A chat or text completion's pieces, and how many of the first are reasoning
+    (``--reasoning-tokens``, chat only): the reasoning reads as the Greek answer of that
+    many tokens, and the content as the answer of the tokens left."""
+    reasoning = min(settings.reasoning_tokens, generation.max_tokens)
+    if not reasoning or generation.endpoint is not Endpoint.CHAT or settings.judge_unsafe_phrase is not None:
+        return 0, _pieces(settings, generation)
+    prompt = generation.prompt
+    pieces = itertools.chain(
+        vocabulary.greek_pieces(prompt, reasoning),
+        vocabulary.greek_pieces(prompt, generation.max_tokens - reasoning),
+    )
+    return reasoning, pieces
 
 
 def _pieces(settings: SimSettings, generation: GenerationRequest) -> Iterator[str]:
@@ -380,8 +401,12 @@ async def _stream(
 ) -> web.StreamResponse:
     """Server-sent events, one chunk per token, as OpenAI streams them."""
 
+    reasoning, answer = _answer(state.settings, generation)
+
     def piece(text: str, index: int) -> list[bytes]:
-        data = [openai_api.sse_event(openai_api.chunk(generation, identity, text))]
+        data = [
+            openai_api.sse_event(openai_api.chunk(generation, identity, text, reasoning=index < reasoning))
+        ]
         if index == 0 and generation.endpoint is Endpoint.CHAT:
             data.insert(0, openai_api.sse_event(openai_api.chunk(generation, identity, None, role=True)))
         return data
@@ -393,7 +418,7 @@ async def _stream(
         return [*data, openai_api.SSE_DONE]
 
     return await streaming.stream_pieces(
-        request, state, generation.prompt_tokens, _pieces(state.settings, generation), piece=piece, end=end
+        request, state, generation.prompt_tokens, answer, piece=piece, end=end
     )
 
 

@@ -415,16 +415,19 @@ def completion_body(
     text: str,
     completion_tokens: int,
     finish_reason: str,
+    reasoning: str | None = None,
 ) -> dict[str, Any]:
-    """The whole (non-streamed) answer of a chat or text completion."""
+    """The whole (non-streamed) answer of a chat or text completion. A chat answer's
+    ``reasoning`` goes in ``reasoning_content``, as vLLM's reasoning parser puts it
+    (``ChatMessage``, vllm/entrypoints/openai/protocol.py of 0.11.0), and an answer
+    that only reasoned has no content (``null``)."""
     choice: dict[str, Any]
     if request.endpoint is Endpoint.CHAT:
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text, "refusal": None},
-            "logprobs": None,
-            "finish_reason": finish_reason,
-        }
+        message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+        if reasoning is not None:
+            message["content"] = text or None
+            message["reasoning_content"] = reasoning
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
     else:
         choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}
     body = _head(identity, str(request.endpoint))
@@ -444,11 +447,13 @@ def chunk(
     finish_reason: str | None = None,
     *,
     role: bool = False,
+    reasoning: bool = False,
 ) -> dict[str, Any]:
     """One streamed chunk with one choice.
 
     Chat: the first chunk carries ``{"role": "assistant", "content": ""}``, the
-    last an empty delta with the finish reason (as OpenAI streams). Text
+    last an empty delta with the finish reason (as OpenAI streams); a ``reasoning``
+    piece is the delta's ``reasoning_content`` (vLLM's ``DeltaMessage``). Text
     completions carry ``text`` instead of a delta. With ``include_usage`` every
     chunk has ``"usage": null`` and a final `usage_chunk` follows.
     """
@@ -458,7 +463,7 @@ def chunk(
         if role:
             delta = {"role": "assistant", "content": "", "refusal": None}
         elif piece is not None:
-            delta = {"content": piece}
+            delta = {"reasoning_content" if reasoning else "content": piece}
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
     else:
         choice = {"text": piece or "", "index": 0, "logprobs": None, "finish_reason": finish_reason}

@@ -80,6 +80,11 @@ class SimSettings:
     # when the conversation contains this phrase (any case, any spacing), else "safe".
     # The sim judges nothing else: it is a guard policy's stand-in, for demos and tests.
     judge_unsafe_phrase: str | None = None
+    # Answer chat completions as vLLM with --reasoning-parser does: the first this many
+    # tokens (at most max_tokens) are reasoning, sent in the message's (a stream: each
+    # delta's) ``reasoning_content``; the rest is the content. 0: no reasoning, as vLLM
+    # without a reasoning parser. Text completions and a judge's verdict never reason.
+    reasoning_tokens: int = 0
     # Seconds of simulated weight loading before /health turns 200.
     load_time: float = 1.0
     # On SIGTERM/SIGINT, in-flight requests get this long to finish before they are cancelled.
@@ -153,6 +158,13 @@ _FLAGS: tuple[Flag, ...] = (
         "judge_unsafe_phrase",
         str,
         'answer as a guard judge: "unsafe" for a conversation containing this phrase, else "safe"',
+    ),
+    _flag(
+        "--reasoning-tokens",
+        "reasoning_tokens",
+        int,
+        "answer chat completions with this many tokens of reasoning first, in reasoning_content "
+        "(as vLLM's --reasoning-parser); 0: none",
     ),
     _flag("--load-time", "load_time", float, "seconds of simulated weight loading"),
     _flag("--shutdown-timeout", "shutdown_timeout", float, "seconds in-flight requests get on shutdown"),
@@ -264,6 +276,8 @@ def validate(settings: SimSettings) -> list[str]:
             problems.append(f"rank {settings.rank} is a worker: give --head HOST:PORT or --head-file PATH")
         if settings.head is not None and parse_host_port(settings.head) is None:
             problems.append(f"--head must be HOST:PORT, got {settings.head!r}")
+    if settings.reasoning_tokens < 0:
+        problems.append(f"--reasoning-tokens must be >= 0, got {settings.reasoning_tokens}")
     if settings.judge_unsafe_phrase is not None and not settings.judge_unsafe_phrase.split():
         problems.append("--judge-unsafe-phrase must have a word in it: an empty phrase would flag everything")
     if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):

@@ -8,6 +8,9 @@ from typing import Any
 import pytest
 
 from llmgw.core import anthropic
+from llmgw.core.routing import Api
+from llmgw.gateway.calls import parse_call
+from llmgw.gateway.guard import judge_messages
 
 
 def test_a_request_becomes_the_chat_completion_that_asks_the_same() -> None:
@@ -94,9 +97,34 @@ def test_a_request_becomes_the_chat_completion_that_asks_the_same() -> None:
             {"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "extra": 1}]}]},
             "messages.0.content.0.extra",
         ),
+        # Thinking is the assistant's own: a user turn cannot carry it, nor a redacted block be read.
         (
-            {"messages": [{"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}]}]},
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "thinking", "thinking": "hm", "signature": ""}]}
+                ]
+            },
             "messages.0.content.0.type",
+        ),
+        (
+            {"messages": [{"role": "assistant", "content": [{"type": "redacted_thinking", "data": "x"}]}]},
+            "messages.0.content.0.type",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "assistant", "content": [{"type": "thinking", "thinking": 3, "signature": ""}]}
+                ]
+            },
+            "messages.0.content.0.thinking",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "assistant", "content": [{"type": "thinking", "thinking": "", "data": "x"}]}
+                ]
+            },
+            "messages.0.content.0.data",
         ),
         (
             {"messages": [{"role": "assistant", "content": [{"type": "image", "source": {}}]}]},
@@ -170,6 +198,45 @@ def test_a_chat_answer_becomes_a_message() -> None:
         "usage": {"input_tokens": 5, "output_tokens": 7},
     }
     assert anthropic.from_chat({"choices": [{"finish_reason": "length"}]}, "m")["stop_reason"] == "max_tokens"
+
+
+def test_thinking_sent_back_is_the_assistant_turns_reasoning_again() -> None:
+    # A message's thinking block (from the engine's reasoning_content) in the next request.
+    body = {
+        "model": "m",
+        "max_tokens": 4,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "thought", "signature": ""},
+                    {"type": "text", "text": "done"},
+                    {"type": "tool_use", "id": "c1", "name": "f", "input": {}},
+                ],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "ok"}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "thinking", "thinking": "only this", "signature": "s"}],
+            },
+        ],
+    }
+    assert anthropic.to_chat(body)["messages"] == [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "done",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            "reasoning_content": "thought",
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "assistant", "content": "", "reasoning_content": "only this"},
+    ]
+    # The guard reads it, as every field that reaches the template.
+    call = parse_call(Api.CHAT, json.dumps(anthropic.to_chat(body)).encode())
+    seen = json.dumps(judge_messages(call))
+    assert "thought" in seen and "only this" in seen
 
 
 def _events(raw: bytes) -> list[dict[str, Any]]:
@@ -247,6 +314,42 @@ def test_a_chat_stream_becomes_messages_events_however_it_is_cut(piece: int) -> 
     assert events[8]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
     assert events[8]["usage"] == {"input_tokens": 3, "output_tokens": 4}
     assert translation.usage == {"prompt_tokens": 3, "completion_tokens": 4}
+
+
+def test_a_reasoning_stream_is_a_thinking_block_with_its_signature_before_its_stop() -> None:
+    chunks = (
+        {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"reasoning_content": "Think"}}]},
+        {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"reasoning_content": "ing."}}]},
+        {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]},
+    )
+
+    def stream(*sent: dict[str, Any]) -> bytes:
+        return (
+            b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in sent) + b"data: [DONE]\n\n"
+        )
+
+    events = _events(anthropic.StreamTranslation("served").feed(stream(*chunks)))
+    assert [(e["type"], e.get("index"), e.get("delta", {}).get("type")) for e in events] == [
+        ("message_start", None, None),
+        ("content_block_start", 0, None),
+        ("content_block_delta", 0, "thinking_delta"),
+        ("content_block_delta", 0, "thinking_delta"),
+        ("content_block_delta", 0, "signature_delta"),
+        ("content_block_stop", 0, None),
+        ("content_block_start", 1, None),
+        ("content_block_delta", 1, "text_delta"),
+        ("content_block_stop", 1, None),
+        ("message_delta", None, None),
+        ("message_stop", None, None),
+    ]
+    assert events[1]["content_block"] == {"type": "thinking", "thinking": "", "signature": ""}
+    assert "".join(e["delta"]["thinking"] for e in events[2:4]) == "Thinking."
+    assert events[4]["delta"] == {"type": "signature_delta", "signature": ""}
+    # A stream that ends while it thinks still signs and stops its block.
+    cut = _events(anthropic.StreamTranslation("served").feed(stream(*chunks[:3])))
+    assert [e["delta"]["type"] for e in cut if e["type"] == "content_block_delta"][-1] == "signature_delta"
+    assert [e["type"] for e in cut][-3:] == ["content_block_stop", "message_delta", "message_stop"]
 
 
 def test_an_engine_error_in_a_chat_stream_becomes_an_error_event() -> None:

@@ -7,12 +7,17 @@ import json
 from typing import Any
 
 import pytest
+from openai.types.responses import ResponseOutputItem, ResponseStreamEvent
+from pydantic import TypeAdapter
 
 from llmgw.core import responses
 from llmgw.core.responses import ResponsesInvalid, StoredConversation, StreamTranslation
 from llmgw.core.routing import Api
 from llmgw.gateway.calls import parse_call
 from llmgw.gateway.guard import judge_messages
+
+_OUTPUT_ITEM: TypeAdapter[ResponseOutputItem] = TypeAdapter(ResponseOutputItem)
+_STREAM_EVENT: TypeAdapter[ResponseStreamEvent] = TypeAdapter(ResponseStreamEvent)
 
 
 def _ids() -> Any:
@@ -43,7 +48,25 @@ def _ids() -> Any:
         ({"model": "m", "input": []}, "input"),
         ({"model": "m", "input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
         ({"model": "m", "input": [{"role": "user", "content": "x", "name": "n"}]}, "input[0].name"),
-        ({"model": "m", "input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
+        ({"model": "m", "input": [{"type": "item_reference", "id": "rs_1"}]}, "input[0].type"),
+        # Encrypted reasoning is OpenAI's to read: this gateway produces none and cannot carry it.
+        (
+            {"model": "m", "input": [{"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}]},
+            "input[0].encrypted_content",
+        ),
+        (
+            {"model": "m", "input": [{"type": "reasoning", "summary": [], "signature": "s"}]},
+            "input[0].signature",
+        ),
+        (
+            {"model": "m", "input": [{"type": "reasoning", "summary": [], "content": [{"type": "image"}]}]},
+            "input[0].content[0].type",
+        ),
+        (
+            {"model": "m", "input": [{"type": "reasoning", "summary": [{"type": "summary_text"}]}]},
+            "input[0].summary[0].text",
+        ),
+        ({"model": "m", "input": [{"type": "reasoning", "summary": "x"}]}, "input[0].summary"),
         (
             {"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
             "input[0].content[0].type",
@@ -60,6 +83,8 @@ def _ids() -> Any:
             {"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": 3}]},
             "input[0].output",
         ),
+        # Codex CLI's reasoning items carry no text: alone, they ask nothing.
+        ({"model": "m", "input": [{"type": "reasoning", "summary": []}]}, "input"),
         ({"model": "m", "input": "hi", "tools": [{"type": "file_search"}]}, "tools[0].type"),
         ({"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f", "x": 1}]}, "tools[0].x"),
         ({"model": "m", "input": "hi", "tool_choice": {"type": "web_search"}}, "tool_choice"),
@@ -253,6 +278,141 @@ def test_a_chat_answer_as_a_response() -> None:
     ]
 
 
+def test_an_answer_with_reasoning_leads_with_a_reasoning_item() -> None:
+    # vLLM 0.11.0 with --reasoning-parser: the reasoning in the message's reasoning_content.
+    answer = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "reasoning_content": "The user wants f.",
+                    "content": "calling f",
+                    "tool_calls": [
+                        {"id": "call_9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    ],
+                },
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 7,
+            "completion_tokens": 9,
+            "completion_tokens_details": {"reasoning_tokens": 5},
+        },
+    }
+    body = {"model": "m", "input": "hi"}
+    result = responses.from_chat_answer(body, answer, "resp_x", "m", 100, _ids())
+    assert [item["type"] for item in result["output"]] == ["reasoning", "message", "function_call"]  # type: ignore[index]
+    assert result["output"][0] == {  # type: ignore[index]
+        "type": "reasoning",
+        "id": "rs_0",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": "The user wants f."}],
+        "status": "completed",
+    }
+    assert result["usage"]["output_tokens_details"] == {"reasoning_tokens": 5}  # type: ignore[index]
+    item = _OUTPUT_ITEM.validate_python(result["output"][0])  # type: ignore[index]
+    assert item.type == "reasoning" and item.content is not None  # the official SDK's type
+    assert item.content[0].text == "The user wants f."
+    # A follow-up carries it as the assistant turn's reasoning_content, as the engine answered it.
+    assert responses.output_turns(result["output"]) == [
+        {
+            "role": "assistant",
+            "content": "calling f",
+            "tool_calls": [
+                {"id": "call_9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+            "reasoning_content": "The user wants f.",
+        }
+    ]
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_an_answer_that_only_reasoned_is_a_reasoning_item_and_an_empty_turn(field: str) -> None:
+    # ``reasoning``: later vLLM releases' name for it. Cut by max_tokens before any text.
+    answer = {
+        "choices": [
+            {"finish_reason": "length", "message": {"role": "assistant", field: "hmm", "content": None}}
+        ]
+    }
+    result = responses.from_chat_answer({"model": "m", "input": "hi"}, answer, "resp_x", "m", 100, _ids())
+    assert result["status"] == "incomplete"
+    assert [item["type"] for item in result["output"]] == ["reasoning"]  # type: ignore[index]
+    assert responses.output_turns(result["output"]) == [
+        {"role": "assistant", "content": "", "reasoning_content": "hmm"}
+    ]
+    plain = {"choices": [{"message": {"role": "assistant", "content": "hi", "reasoning_content": None}}]}
+    result = responses.from_chat_answer({"model": "m", "input": "hi"}, plain, "resp_y", "m", 100, _ids())
+    assert [item["type"] for item in result["output"]] == ["message"]  # type: ignore[index]
+
+
+def test_reasoning_items_sent_back_go_with_the_assistant_turn_that_follows_them() -> None:
+    body = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "fix it"},
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "Look first."}],
+                "status": "completed",
+            },
+            {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a.py"},
+            # OpenAI's own items: a summary and no content.
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Found it."}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+            # Codex CLI sends its items back without their reasoning_text: nothing to carry.
+            {"type": "reasoning", "summary": [], "encrypted_content": None},
+            {"role": "user", "content": "and now?"},
+            {"type": "reasoning", "summary": [], "content": [{"type": "text", "text": "Cut short."}]},
+        ],
+    }
+    responses.parse_request(body)
+    assert responses.turns(body) == [
+        {"role": "user", "content": "fix it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+            ],
+            "reasoning_content": "Look first.",
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+        {"role": "assistant", "content": "done", "reasoning_content": "Found it."},
+        {"role": "user", "content": "and now?"},
+        {"role": "assistant", "content": "", "reasoning_content": "Cut short."},
+    ]
+    # The guard reads what reaches the template: the reasoning too.
+    call = parse_call(Api.CHAT, json.dumps(responses.to_chat_body(body, (), "m")).encode())
+    seen = json.dumps(judge_messages(call))
+    for text in ("Look first.", "Found it.", "Cut short."):
+        assert text in seen, text
+
+
+def test_a_stored_answer_and_its_items_sent_back_make_the_same_follow_up() -> None:
+    # store true (previous_response_id) or store false (Codex CLI sends the output back):
+    # the engine is asked the same conversation.
+    answer = {
+        "choices": [{"message": {"role": "assistant", "reasoning_content": "think", "content": "answer"}}]
+    }
+    body = {"model": "m", "input": "q"}
+    result = responses.from_chat_answer(body, answer, "resp_x", "m", 100, _ids())
+    stored = responses.conversation_after((), body, result["output"])
+    sent_back = responses.turns({"input": [{"role": "user", "content": "q"}, *result["output"]]})  # type: ignore[misc]
+    assert (
+        stored
+        == sent_back
+        == [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "answer", "reasoning_content": "think"},
+        ]
+    )
+
+
 def _chat_stream(*events: dict[str, Any]) -> bytes:
     return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
 
@@ -321,6 +481,108 @@ def test_a_chat_stream_as_responses_events_whatever_its_chunks(piece: int) -> No
     assert final["output"][1]["arguments"] == '{"a":1}' and final["output"][1]["call_id"] == "call_1"
     assert final["usage"]["total_tokens"] == 9
     assert translation.feed(b"data: [DONE]\n\n") == b"" and translation.finish() == b""
+
+
+REASONING_STREAM = _chat_stream(
+    # vLLM 0.11.0's chunks with --reasoning-parser (exclude_unset: only the field it sets).
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+    {"choices": [{"index": 0, "delta": {"reasoning_content": "Think"}}]},
+    {"choices": [{"index": 0, "delta": {"reasoning_content": "ing."}}]},
+    {"choices": [{"index": 0, "delta": {"content": "Hi"}}]},
+    {"choices": [{"index": 0, "delta": {"content": "!"}, "finish_reason": "stop"}]},
+    {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}},
+)
+
+
+@pytest.mark.parametrize("piece", [len(REASONING_STREAM), 1, 13])
+def test_a_reasoning_stream_opens_and_closes_its_reasoning_item_before_the_message(piece: int) -> None:
+    translation = StreamTranslation({"model": "m", "input": "hi"}, "resp_x", "m", 100, _ids())
+    raw = b"".join(
+        translation.feed(REASONING_STREAM[i : i + piece]) for i in range(0, len(REASONING_STREAM), piece)
+    )
+    events = _events(raw)
+    assert [(e["type"], e.get("output_index")) for e in events] == [
+        ("response.created", None),
+        ("response.in_progress", None),
+        ("response.output_item.added", 0),
+        ("response.content_part.added", 0),
+        ("response.reasoning_text.delta", 0),
+        ("response.reasoning_text.delta", 0),
+        ("response.reasoning_text.done", 0),
+        ("response.content_part.done", 0),
+        ("response.output_item.done", 0),
+        ("response.output_item.added", 1),
+        ("response.content_part.added", 1),
+        ("response.output_text.delta", 1),
+        ("response.output_text.delta", 1),
+        ("response.output_text.done", 1),
+        ("response.content_part.done", 1),
+        ("response.output_item.done", 1),
+        ("response.completed", None),
+    ]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    for event in events:  # every event is one of the official SDK's types
+        if "response" not in event:  # (the Response's usage lacks the SDK's newest fields)
+            _STREAM_EVENT.validate_python(event)
+    reasoning = events[2:9]
+    assert {e.get("item_id", e.get("item", {}).get("id")) for e in reasoning} == {"rs_0"}
+    assert {e["content_index"] for e in reasoning if "content_index" in e} == {0}
+    assert events[2]["item"] == {
+        "type": "reasoning", "id": "rs_0", "summary": [], "content": [], "status": "in_progress"
+    }  # fmt: skip
+    assert events[3]["part"] == {"type": "reasoning_text", "text": ""}
+    assert [e["delta"] for e in events[4:6]] == ["Think", "ing."]
+    assert events[6]["text"] == "Thinking." and events[7]["part"]["text"] == "Thinking."
+    assert events[8]["item"]["content"] == [{"type": "reasoning_text", "text": "Thinking."}]
+    assert events[9]["item"]["id"] == "msg_1" and events[11]["item_id"] == "msg_1"
+    final = [_OUTPUT_ITEM.validate_python(item) for item in events[-1]["response"]["output"]]
+    assert [item.type for item in final] == ["reasoning", "message"] and final[0].id == "rs_0"
+    assert final[1].content[0].text == "Hi!"  # type: ignore[union-attr]
+
+
+def test_a_stream_cut_while_it_reasons_closes_its_reasoning_item() -> None:
+    translation = StreamTranslation({"model": "m", "input": "hi"}, "resp_x", "m", 100, _ids())
+    raw = translation.feed(
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"hm"},"finish_reason":"length"}]}\n\n'
+    )
+    raw += translation.finish()
+    events = _events(raw)
+    assert [e["type"] for e in events][-4:] == [
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
+    assert events[-1]["response"]["output"] == [
+        {
+            "type": "reasoning",
+            "id": "rs_0",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "hm"}],
+            "status": "completed",
+        }
+    ]
+
+
+def test_reasoning_before_a_tool_call_is_closed_before_the_call_opens() -> None:
+    translation = StreamTranslation({"model": "m", "input": "hi"}, "resp_x", "m", 100, _ids())
+    call = {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": "{}"}}
+    raw = translation.feed(
+        _chat_stream(
+            {"choices": [{"index": 0, "delta": {"reasoning_content": "use f"}}]},
+            {"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": "tool_calls"}]},
+        )
+    )
+    events = _events(raw)
+    assert [(e["type"], e.get("output_index")) for e in events][7:] == [
+        ("response.output_item.done", 0),
+        ("response.output_item.added", 1),
+        ("response.function_call_arguments.delta", 1),
+        ("response.function_call_arguments.done", 1),
+        ("response.output_item.done", 1),
+        ("response.completed", None),
+    ]
+    assert [item["type"] for item in events[-1]["response"]["output"]] == ["reasoning", "function_call"]
 
 
 def test_a_broken_stream_ends_failed_and_one_cut_short_incomplete() -> None:

@@ -642,3 +642,37 @@ fallbacks:
     # Its token count too: counted by native, not refused for the fallback's sake.
     counted = await client.messages.count_tokens(model="native", messages=USER, thinking=thinking)
     assert counted.input_tokens == 2
+
+
+async def test_an_engines_reasoning_is_a_thinking_block_whole_streamed_and_sent_back(
+    cluster: Cluster, start_router: StartRouter, anthropic_for: AnthropicFor
+) -> None:
+    # A chat engine (vLLM's profile: translated) answering as its reasoning parser does.
+    await cluster.add_sim("chat-a", reasoning_tokens=3)
+    client = anthropic_for(await start_router())
+
+    message = await client.messages.create(model="chat-a", max_tokens=5, messages=USER)
+    assert [block.type for block in message.content] == ["thinking", "text"]
+    thinking = message.content[0]
+    assert thinking.type == "thinking" and len(thinking.thinking.split()) == 3 and thinking.signature == ""
+    assert message.usage.output_tokens == 5
+
+    deltas = []
+    async with client.messages.stream(model="chat-a", max_tokens=5, messages=USER) as stream:
+        async for item in stream:
+            if item.type == "content_block_delta":
+                deltas.append((item.index, item.delta.type))
+        final = await stream.get_final_message()
+    assert deltas == [(0, "thinking_delta")] * 3 + [(0, "signature_delta")] + [(1, "text_delta")] * 2
+    assert final.content[0].type == "thinking" and final.content[0].thinking == thinking.thinking
+    assert final.content[0].signature == ""
+
+    # The answer sent back as the assistant turn, thinking block and all (as Claude Code does).
+    turns: Any = [
+        *USER,
+        {"role": "assistant", "content": final.to_dict()["content"]},
+        {"role": "user", "content": "go on"},
+    ]
+    again = await client.messages.create(model="chat-a", max_tokens=2, messages=turns)
+    assert again.stop_reason == "max_tokens"
+    assert again.usage.input_tokens == 2 + 2 + 2  # the sim counts the texts; the thinking went beside them

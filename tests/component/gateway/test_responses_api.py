@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -416,3 +417,143 @@ async def test_a_body_that_is_not_text_is_refused_as_chat_refuses_it(
             answer = await response.json()
         assert answer["error"]["type"] == "invalid_request_error"
         assert answer["error"]["message"].startswith("We could not parse the JSON body of your request.")
+
+
+async def test_an_engines_reasoning_reaches_the_client_whole_and_streamed(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    # The sim answers as vLLM with --reasoning-parser: 3 tokens of reasoning_content first.
+    await cluster.add_sim("sim-chat", reasoning_tokens=3)
+    client = openai_for(await start_router())
+
+    response = await client.responses.create(model="sim-chat", input="think first", max_output_tokens=5)
+    assert [item.type for item in response.output] == ["reasoning", "message"]
+    reasoning = response.output[0]
+    assert reasoning.type == "reasoning" and reasoning.id.startswith("rs_") and reasoning.summary == []
+    assert reasoning.content is not None and reasoning.content[0].type == "reasoning_text"
+    thought = reasoning.content[0].text
+    assert len(thought.split()) == 3 and len(response.output_text.split()) == 2
+    assert response.usage is not None and response.usage.output_tokens == 5
+    # vLLM 0.11.0's chat usage has no reasoning count, so neither has the Response.
+    assert response.usage.output_tokens_details.reasoning_tokens == 0
+
+    stream = await client.responses.create(
+        model="sim-chat", input="think first", max_output_tokens=5, stream=True
+    )
+    events = [event async for event in stream]
+    assert [event.type for event in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.reasoning_text.delta"] * 3,
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * 2,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    deltas = [e for e in events if e.type == "response.reasoning_text.delta"]
+    assert "".join(e.delta for e in deltas) == thought  # the same prompt, the same words
+    done = next(e for e in events if e.type == "response.reasoning_text.done")
+    item_id = events[2].item.id  # type: ignore[union-attr]
+    assert done.text == thought and {e.item_id for e in [*deltas, done]} == {item_id}
+    assert {(e.output_index, e.content_index) for e in [*deltas, done]} == {(0, 0)}
+    text_deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert {e.output_index for e in text_deltas} == {1}
+    final = events[-1].response  # type: ignore[union-attr]
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+    assert final.output[0].id == item_id and final.output_text == "".join(e.delta for e in text_deltas)
+
+
+def _reasoning_engine(seen: list[dict[str, Any]]) -> web.Application:
+    """An engine that answers as vLLM's reasoning parser does and keeps each request's messages."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        seen.append(body)
+        message = {"role": "assistant", "reasoning_content": f"thought {len(seen)}", "content": "answer"}
+        usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+        if body.get("stream"):
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for delta, finish in (
+                ({"role": "assistant", "content": ""}, None),
+                ({"reasoning_content": "thought "}, None),
+                ({"reasoning_content": str(len(seen))}, None),
+                ({"content": "answer"}, "stop"),
+            ):
+                chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
+        return web.json_response(
+            {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage}
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+async def test_reasoning_goes_back_to_the_engine_stored_or_sent_back(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
+) -> None:
+    seen: list[dict[str, Any]] = []
+    await cluster.add_app("sim-chat", _reasoning_engine(seen))
+    client = openai_for(await start_router())
+    first = await client.responses.create(model="sim-chat", input="q1")
+    assert first.output[0].type == "reasoning"
+    turn = {"role": "assistant", "content": "answer", "reasoning_content": "thought 1"}
+
+    # A follow-up of a stored response: the router's stored turns carry the reasoning.
+    await client.responses.create(model="sim-chat", input="q2", previous_response_id=first.id)
+    assert seen[-1]["messages"] == [
+        {"role": "user", "content": "q1"},
+        turn,
+        {"role": "user", "content": "q2"},
+    ]
+
+    # store false, the output sent back as input (as Codex CLI and the Agents SDK do).
+    items: Any = [
+        {"role": "user", "content": "q1"},
+        *(item.model_dump(exclude_none=True) for item in first.output),
+    ]
+    await client.responses.create(
+        model="sim-chat", input=[*items, {"role": "user", "content": "q2"}], store=False
+    )
+    assert seen[-1]["messages"] == [
+        {"role": "user", "content": "q1"},
+        turn,
+        {"role": "user", "content": "q2"},
+    ]
+
+    # Reasoning encrypted by another provider cannot be carried: a 400 naming it, the engine never asked.
+    asked = len(seen)
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.responses.create(
+            model="sim-chat",
+            input=[
+                {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA"},
+                {"role": "user", "content": "q"},
+            ],
+            store=False,
+        )
+    assert caught.value.param == "input[0].encrypted_content" and len(seen) == asked
+
+    # The SDK's stream helper builds the Response from the events as they come.
+    async with client.responses.stream(model="sim-chat", input="q3", store=False) as helper:
+        async for _ in helper:
+            pass
+        built = await helper.get_final_response()
+    assert [item.type for item in built.output] == ["reasoning", "message"]
+    assert built.output[0].content[0].text == f"thought {len(seen)}"  # type: ignore[union-attr,index]
+    assert built.output_text == "answer"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
+from typing import Any
 
 import aiohttp
 import openai
@@ -301,6 +302,42 @@ async def test_a_judge_sim_answers_safe_or_unsafe_and_completions_stay_greek(
     assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "unsafe"
     completion = await client.completions.create(model=TEST_MODEL, prompt="forbidden fruit", max_tokens=3)
     assert _is_greek(completion.choices[0].text)  # a judge is a chat model; completions are unchanged
+
+
+async def test_a_reasoning_sim_sends_reasoning_content_first_as_vllms_reasoning_parser(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    server = await start_server(fast_settings(reasoning_tokens=3))
+    client = client_for(server)
+    messages: Any = [{"role": "user", "content": "think about it"}]
+    reply = await client.chat.completions.create(model=TEST_MODEL, messages=messages, max_tokens=5)
+    message = reply.choices[0].message.model_dump()
+    assert len(message["reasoning_content"].split()) == 3 and _is_greek(message["reasoning_content"])
+    assert len(message["content"].split()) == 2  # the rest of max_tokens
+    assert reply.usage is not None and reply.usage.completion_tokens == 5  # reasoning is generated too
+
+    stream = await client.chat.completions.create(
+        model=TEST_MODEL, messages=messages, max_tokens=5, stream=True
+    )
+    deltas = [
+        chunk.choices[0].delta.model_dump(exclude_unset=True) async for chunk in stream if chunk.choices
+    ]
+    assert deltas[0] == {"role": "assistant", "content": "", "refusal": None}
+    assert [set(delta) for delta in deltas[1:-1]] == [{"reasoning_content"}] * 3 + [{"content"}] * 2
+    assert "".join(d["reasoning_content"] for d in deltas[1:4]) == message["reasoning_content"]
+    assert "".join(d["content"] for d in deltas[4:6]) == message["content"]
+
+    # All of a small budget goes to the reasoning: no content (null), as vLLM's parser leaves it.
+    reply = await client.chat.completions.create(model=TEST_MODEL, messages=messages, max_tokens=2)
+    assert reply.choices[0].message.content is None
+    assert len(reply.choices[0].message.model_dump()["reasoning_content"].split()) == 2
+    completion = await client.completions.create(model=TEST_MODEL, prompt="think", max_tokens=4)
+    assert len(completion.choices[0].text.split()) == 4  # text completions never reason
+
+    # Without the setting, an answer has no reasoning_content at all (the sim's default).
+    plain = client_for(await start_server(fast_settings()))
+    reply = await plain.chat.completions.create(model=TEST_MODEL, messages=messages, max_tokens=2)
+    assert "reasoning_content" not in reply.choices[0].message.model_dump(exclude_unset=True)
 
 
 async def test_api_key_guards_v1_as_vllm_does_and_leaves_health_and_metrics_open(

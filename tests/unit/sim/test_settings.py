@@ -80,6 +80,7 @@ def test_head_file_is_a_path() -> None:
         ([], {"LLMGW_SIM_PORT": "eighty"}, "LLMGW_SIM_PORT"),
         ([], {"LLMGW_SIM_HANG": "maybe"}, "LLMGW_SIM_HANG"),
         (["--judge-unsafe-phrase", "  "], {}, "--judge-unsafe-phrase"),
+        (["--reasoning-tokens", "-1"], {}, "--reasoning-tokens must be >= 0"),
     ],
 )
 def test_unusable_settings_are_refused_naming_what_to_fix(
