@@ -58,6 +58,9 @@ class DockerPlugin:
     # The local llama-server binary that stands in for llama.cpp's server images on this
     # node (the stand-in runs no containers); None: those images cannot be pulled here.
     llama_server: str | None = None
+    # Seconds the daemon takes to pull an image this node does not have yet (0: each is
+    # there): the task, hence its allocation, stays pending meanwhile ("Downloading image").
+    image_pull_s: float = 0.0
 
 
 # A GPU node set up as ops/README.md's checklist says: the NVIDIA runtime registered

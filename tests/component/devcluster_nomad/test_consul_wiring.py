@@ -10,6 +10,7 @@ import nomad
 
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.consul import ConsulSettings
+from llmgw.devcluster.nomad.config import DockerPlugin, NodeSpec
 from tests.support.waiting import eventually
 
 from .conftest import call, fast_config, group, read_alloc_file, wait_for
@@ -92,3 +93,86 @@ async def test_services_register_with_checks_and_templates_render_from_consul(tm
             lambda: all(a["ClientStatus"] == "complete" for a in client.job.get_allocations("svc")), "stopped"
         )
         assert await passing(dev, "web") == [], "services are deregistered on stop"
+
+
+def llamacpp_group(name: str, image: str) -> dict[str, Any]:
+    """A group like llmgw's: its engine service at group level, a docker task whose image
+    the node pulls (llama.cpp's server, run as the node's local binary)."""
+    task = {
+        "Name": "engine",
+        "Driver": "docker",
+        "Config": {
+            "image": image,
+            "entrypoint": ["/app/llama-server"],
+            "args": ["--port", "${NOMAD_PORT_http}"],
+        },
+        "KillTimeout": S,
+        "Resources": {"CPU": 100, "MemoryMB": 64},
+    }
+    service = {
+        "Name": "engine",
+        "PortLabel": "http",
+        "Checks": [{"Type": "tcp", "Interval": S // 10, "Timeout": S}],
+    }
+    return {**group(name), "Tasks": [task], "Services": [service]}
+
+
+async def test_a_group_service_registers_before_its_task_pulls_and_the_allocation_is_pending_meanwhile(
+    tmp_path: Path,
+) -> None:
+    # Nomad registers group services in the allocation runner's Prerun, before any task
+    # starts (client/allocrunner/group_service_hook.go); the docker driver pulls in
+    # StartTask, the task pending until it returns (drivers/docker/driver.go, createImage).
+    server = tmp_path / "llama-server"
+    server.write_text("#!/bin/sh\nexec sleep 600\n")
+    server.chmod(0o755)
+    node = NodeSpec(name="gpu-1", docker=DockerPlugin(llama_server=str(server), image_pull_s=600))
+    config = DevClusterConfig(nomad=fast_config(tmp_path, nodes=(node,)), consul=ConsulSettings.for_tests())
+    async with DevCluster(config) as dev:
+        client = nomad.Nomad(address=dev.nomad_addr, timeout=10, token=dev.nomad_token)
+        job = {
+            "ID": "engine",
+            "TaskGroups": [llamacpp_group("rank-0", "ghcr.io/ggml-org/llama.cpp:server-b6700")],
+        }
+        await call(client.jobs.register_job, {"Job": job})
+
+        async def registered() -> list[dict[str, Any]] | None:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(
+                    f"{dev.consul_addr}/v1/health/service/engine",
+                    headers={"X-Consul-Token": dev.consul_token},
+                ) as resp,
+            ):
+                entries = list(await resp.json())
+            return entries or None
+
+        async def checked() -> list[dict[str, Any]] | None:
+            # Nomad registers the service, then its check: wait for both.
+            entries = await registered() or []
+            return (
+                entries if any(c["ServiceName"] == "engine" for e in entries for c in e["Checks"]) else None
+            )
+
+        [entry] = await eventually(checked, 20, "the group service registered with its check")
+        assert [c["Status"] for c in entry["Checks"] if c["ServiceName"] == "engine"] == ["critical"]
+        [stub] = await call(client.job.get_allocations, "engine")
+
+        def pulling() -> dict[str, Any] | None:
+            alloc = client.allocation.get_allocation(stub["ID"])
+            events = alloc["TaskStates"]["engine"]["Events"]
+            return alloc if events and events[-1]["Type"] == "Driver" else None
+
+        alloc = await wait_for(pulling, "the image pull announced")
+        assert alloc["ClientStatus"] == "pending"
+        state = alloc["TaskStates"]["engine"]
+        assert state["State"] == "pending" and state["Events"][-1]["DriverMessage"] == "Downloading image"
+
+        # Stopped while it pulls: the task never ran, the service is deregistered.
+        await call(client.job.deregister_job, "engine")
+        await wait_for(
+            lambda: client.allocation.get_allocation(stub["ID"])["ClientStatus"] == "complete", "stopped"
+        )
+        stopped = await call(client.allocation.get_allocation, stub["ID"])
+        assert stopped["TaskStates"]["engine"]["StartedAt"] == "0001-01-01T00:00:00Z"  # Go's zero time
+        assert await registered() is None
