@@ -713,6 +713,8 @@ class AllocRunner:
         self.tasks: dict[str, TaskRunner] = {}
         self.stop_requested = asyncio.Event()
         self.group_registrations: list[Registration] = []
+        # By service id: the registrations Consul's agent has not taken yet, tried again.
+        self.retrying: dict[str, asyncio.Task[None]] = {}
         self.main: asyncio.Task[None] | None = None
         self.crashed = False
         self.task_handles: list[asyncio.Task[None]] = []
@@ -740,7 +742,8 @@ class AllocRunner:
         self.crashed = True
         for runner in self.tasks.values():
             runner.crash()
-        handles = [h for h in [self.main, *self.task_handles] if h is not None]
+        handles = [h for h in [self.main, *self.task_handles, *self.retrying.values()] if h is not None]
+        self.retrying = {}
         for handle in handles:
             handle.cancel()
         for handle in handles:
@@ -794,9 +797,36 @@ class AllocRunner:
             try:
                 await agent.register(reg)
             except ConsulError as exc:
+                # Nomad's sync loop tries again (service_client.go, Run): the allocation
+                # runs on, its service missing from Consul until the agent takes it.
                 log.warning("consul registration of %s failed: %s", reg.service["ID"], exc)
+                key = str(reg.service["ID"])
+                self.retrying[key] = asyncio.create_task(self._register_later(reg), name=f"register-{key}")
+
+    async def _register_later(self, reg: Registration) -> None:
+        config = self.host.config
+        failures = 1
+        try:
+            while True:
+                await asyncio.sleep(min(config.consul_retry_s * failures, config.consul_retry_max_s))
+                agent = self.host.consul_for(self.alloc.node_id)
+                if agent is None or self.crashed:
+                    return
+                try:
+                    await agent.register(reg)
+                    return
+                except ConsulError:
+                    failures += 1
+        finally:
+            key = str(reg.service["ID"])
+            if self.retrying.get(key) is asyncio.current_task():
+                del self.retrying[key]
 
     async def deregister(self, regs: list[Registration]) -> None:
+        for reg in regs:
+            retry = self.retrying.pop(str(reg.service["ID"]), None)
+            if retry is not None:
+                await cancel_and_wait(retry)
         agent = self.host.consul_for(self.alloc.node_id)
         if agent is None or self.crashed:
             return

@@ -190,6 +190,12 @@ class StandInConfig:
     blocking_max_wait_s: float = 600.0
     # How often template watchers poll Consul when its blocking query returns early.
     template_retry_s: float = 1.0
+    # A registration the Consul agent refused or could not take is tried again after this,
+    # then twice this, ... at most ``consul_retry_max_s`` apart, until it is taken or the
+    # service deregistered: Nomad's sync loop (command/agent/consul/service_client.go,
+    # ``Run``: ``retryInterval * failures`` capped at ``maxRetryInterval``, 1 s and 30 s).
+    consul_retry_s: float = 1.0
+    consul_retry_max_s: float = 30.0
     # How long a stopped task may take to exit after SIGKILL before we give up waiting.
     kill_grace_s: float = 5.0
     # The node's artifact fetcher downloads nothing in dev: an artifact whose source URL is

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import nomad
@@ -11,6 +13,7 @@ import nomad
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.consul import ConsulSettings
 from llmgw.devcluster.nomad.config import DockerPlugin, NodeSpec
+from llmgw.devcluster.partition import TcpProxy
 from tests.support.waiting import eventually
 
 from .conftest import call, fast_config, group, read_alloc_file, wait_for
@@ -176,3 +179,60 @@ async def test_a_group_service_registers_before_its_task_pulls_and_the_allocatio
         stopped = await call(client.allocation.get_allocation, stub["ID"])
         assert stopped["TaskStates"]["engine"]["StartedAt"] == "0001-01-01T00:00:00Z"  # Go's zero time
         assert await registered() is None
+
+
+async def test_a_registration_the_agent_could_not_take_is_retried_while_the_allocation_runs(
+    tmp_path: Path,
+) -> None:
+    # Nomad queues registrations and its sync loop retries a failed one (1 s, 2 s, ... at
+    # most 30 s apart: command/agent/consul/service_client.go, Run), so an allocation can
+    # run before Consul has its service. Short retries here.
+    nomad_config = fast_config(
+        tmp_path, nodes=(NodeSpec(name="gpu-1"),), consul_retry_s=0.05, consul_retry_max_s=0.2
+    )
+    config = DevClusterConfig(nomad=nomad_config, consul=ConsulSettings.for_tests())
+    async with DevCluster(config) as dev:
+        assert dev.nomad is not None
+        agent = urlsplit(dev.nomad.config.consul_agents["gpu-1"])
+        with socket.socket() as probe:  # a port nothing listens on: the agent refuses
+            probe.bind(("127.0.0.1", 0))
+            down_port = probe.getsockname()[1]
+        dev.nomad.config.consul_agents["gpu-1"] = f"http://127.0.0.1:{down_port}"
+        client = nomad.Nomad(address=dev.nomad_addr, timeout=10, token=dev.nomad_token)
+        web = group("web", Services=[{"Name": "web", "PortLabel": "http"}])
+        await call(client.jobs.register_job, {"Job": {"ID": "svc", "TaskGroups": [web]}})
+        await wait_for(
+            lambda: [a["ClientStatus"] for a in client.job.get_allocations("svc")] == ["running"], "running"
+        )
+        registered = await listed(dev, "web")
+        assert registered == [], "no agent took the registration yet"
+
+        proxy = TcpProxy(str(agent.hostname), int(agent.port or 0))
+        await proxy.start(down_port)  # the agent is back
+        try:
+
+            async def listed_once() -> list[dict[str, Any]] | None:
+                return await listed(dev, "web") or None
+
+            [entry] = await eventually(listed_once, 20, "the registration retried and taken")
+            [alloc] = await call(client.job.get_allocations, "svc")
+            assert entry["Service"]["ID"] == f"_nomad-task-{alloc['ID']}-group-web-web-http"
+            await call(client.job.deregister_job, "svc")
+            await wait_for(
+                lambda: all(a["ClientStatus"] == "complete" for a in client.job.get_allocations("svc")),
+                "stopped",
+            )
+            assert await listed(dev, "web") == []
+        finally:
+            await proxy.stop()
+
+
+async def listed(dev: DevCluster, name: str) -> list[dict[str, Any]]:
+    """Every instance of ``name`` Consul lists, passing or not."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"{dev.consul_addr}/v1/health/service/{name}", headers={"X-Consul-Token": dev.consul_token}
+        ) as resp,
+    ):
+        return list(await resp.json())
