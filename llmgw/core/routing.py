@@ -22,7 +22,8 @@ The four answers when nothing serves are deliberately different, because clients
 - ``OFF`` 503 that must not be retried: the model is configured off (min 0, max 0,
   or no scaling stanza), waiting will not help;
 - ``LOADING`` 503 with ``Retry-After``: an on-demand model is being started, or a
-  replica of a running model is starting and none passes yet (``loading_endpoints``);
+  replica of a running model is starting and none passes yet (``loading_endpoints``,
+  and ``placed_replicas``: its allocation placed or running, not registered yet);
 - ``NO_CAPACITY`` 503 with ``Retry-After``: a running model has no healthy replica now
   and none is known to be starting (a replica that passed and went critical is not);
 - ``UNAVAILABLE`` 503 ``model_unavailable`` at once, no wait: the control plane says it
@@ -122,7 +123,7 @@ def fallback_chain(
 class ModelState(StrEnum):
     SERVING = "serving"  # at least one healthy endpoint that is not draining
     STARTABLE = "startable"  # on demand with nothing healthy: a request wakes it
-    LOADING = "loading"  # should run, nothing healthy, a replica is starting (``loading_endpoints``)
+    LOADING = "loading"  # should run, nothing healthy, a replica is starting (see ``model_state``)
     NO_CAPACITY = "no-capacity"  # should run (min >= 1) but nothing healthy now, nothing starting
     UNAVAILABLE = "unavailable"  # the control plane cannot serve it now: unplaceable, or drained
     OFF = "off"  # min 0, max 0: deliberately off
@@ -137,7 +138,8 @@ def model_state(
     The configuration wins over the control plane's word (``unavailable``: it listed
     the model in ``llmgw/unavailable``, see ``records.unavailable_now``): off is the
     more lasting answer. The control plane's word wins over a replica starting (the
-    count of ``loading_endpoints``): it knows what a router cannot, that the model's
+    count of ``loading_endpoints``: registered, not passing yet, plus ``placed_replicas``:
+    placed or running, not registered yet): it knows what a router cannot, that the model's
     replicas keep failing, that it was drained, or that no place is left for more.
     An on-demand model stays ``STARTABLE`` while its replica starts: it is waited for,
     and its wake kept up, as from its first request."""
@@ -165,16 +167,18 @@ def loading_endpoints(
 
     ``previous`` is the service ids of the snapshot before (None: this is the first
     one), ``loading`` the set this returned for it. An endpoint counts when it was
-    absent from the previous snapshot and is not passing (Nomad registers a task's
-    service when the task starts, and the engine's check fails until its weights are
-    loaded), and keeps counting until it passes or leaves. One that passed and went
+    absent from the previous snapshot and is not passing (Nomad registers a replica's
+    service as its allocation starts, and the engine's check fails until its weights
+    are loaded), and keeps counting until it passes or leaves. One that passed and went
     critical again is a crash (or a hang), not a load: it does not count, and
     neither does one already there and not passing in a router's first snapshot,
     whose history it cannot know. Consul's and Nomad's views of the moment cannot
     tell a load from a crash (both are a running allocation whose check fails);
     only this history can, so the answer when it is missing is the older one,
-    ``no_healthy_replica``. A task Nomad restarts after a crash is deregistered
-    and registered again (a new arrival): it is loading again."""
+    ``no_healthy_replica``. A task Nomad restarts after a crash keeps its group's
+    registration (a crash, as above); an allocation restarted whole (``nomad alloc
+    restart``: ``PreTaskRestart`` in ``client/allocrunner/group_service_hook.go``) is
+    deregistered and registered again (a new arrival): it is loading again."""
     fresh: set[str] = set()
     for endpoint in endpoints:
         if endpoint.passing:
@@ -280,6 +284,7 @@ class AllocationFact:
     desired_run: bool  # DesiredStatus is "run" (not "stop" or "evict")
     # (host IP, port) of every port Nomad allocated it: where Nomad registers its services.
     addresses: frozenset[tuple[str, int]]
+    group: str = ""  # its task group (``ENGINE_GROUP`` registers the engine); "" when Nomad did not say
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,11 +349,7 @@ def vouch(endpoint: Endpoint, view: NomadView | None, *, current: bool) -> Vouch
     if view is None:
         return Vouch.UNVERIFIED
     fact = view.allocations.get(endpoint.alloc_id)
-    if (
-        fact is None
-        or fact.job_id != endpoint.replica
-        or (canonical_address(endpoint.address), endpoint.port) not in fact.addresses
-    ):
+    if fact is None or not _registered_for(endpoint, fact):
         return Vouch.UNMATCHED if current else Vouch.UNVERIFIED
     if fact.node_id in view.nodes_gone or fact.client_status in _GONE_STATUSES:
         return Vouch.GONE
@@ -357,6 +358,74 @@ def vouch(endpoint: Endpoint, view: NomadView | None, *, current: bool) -> Vouch
     if fact.client_status != "running":
         return Vouch.STARTING
     return Vouch.ROUTE
+
+
+def _registered_for(endpoint: Endpoint, fact: AllocationFact) -> bool:
+    """``endpoint`` is a registration Nomad would make for ``fact``'s allocation: its id,
+    its job, one of its ports."""
+    return (
+        fact.alloc_id == endpoint.alloc_id
+        and fact.job_id == endpoint.replica
+        and (canonical_address(endpoint.address), endpoint.port) in fact.addresses
+    )
+
+
+# The task group of a replica job that serves the API and registers the engine service:
+# the renderer names a replica's groups ``rank-<n>`` (``llmgw.render.context``), and only
+# rank 0 has an ``llmgw-engine`` service; the other ranks' allocations never register one.
+ENGINE_GROUP = "rank-0"
+_PLACED_STATUSES = frozenset({"pending", "running"})
+
+
+def job_model_slug(job_id: str) -> str | None:
+    """The model slug in a replica job's id (``llmgw-<slug>-<replica id>``; a replica id
+    has no ``-``), or None for a job llmgw does not name so."""
+    if not job_id.startswith(JOB_PREFIX):
+        return None
+    model_slug, dash, replica_id = job_id[len(JOB_PREFIX) :].rpartition("-")
+    return model_slug if dash and model_slug and replica_id else None
+
+
+def placed_replicas(
+    view: NomadView, endpoints: Iterable[Endpoint], draining: Collection[str] = ()
+) -> Mapping[str, int]:
+    """By model slug, the replicas being placed or started that Consul does not list yet:
+    allocations of a replica job's ``ENGINE_GROUP``, told to run, ``pending`` or
+    ``running``, on a node that is not gone, of a replica not draining, with no
+    registration among ``endpoints`` (Consul's snapshot) that Nomad would have made
+    for them.
+
+    Nomad registers a group's services in the allocation runner's ``Prerun``, before
+    any task starts (``client/allocrunner/group_service_hook.go``), and sends them to
+    Consul asynchronously (``command/agent/consul/service_client.go``: ``commit`` queues
+    the operations, the sync loop registers them and retries a failure). So between
+    placement and that registration the allocation is ``pending`` (tasks not started)
+    or already ``running`` (a sync delayed or retried), and nothing in Consul says a
+    replica is coming. Once its registration arrives, ``loading_endpoints`` takes over.
+    A failed, lost, complete or stopping allocation is no replica coming, nor is one
+    Nomad's view cannot place on a live node. Unlike a registration, an allocation
+    carries its own history: pending or running, never a crash (a task that exited
+    makes it ``failed`` once its restarts are spent, and a task restarting inside it
+    keeps its group's registration), so a router's first view counts it too."""
+    allocations = view.allocations
+    registered = {
+        e.alloc_id for e in endpoints if (a := allocations.get(e.alloc_id)) and _registered_for(e, a)
+    }
+    placed: dict[str, int] = {}
+    for fact in allocations.values():
+        if (
+            fact.group != ENGINE_GROUP
+            or not fact.desired_run
+            or fact.client_status not in _PLACED_STATUSES
+            or fact.node_id in view.nodes_gone
+            or fact.alloc_id in registered
+            or fact.job_id in draining
+        ):
+            continue
+        model_slug = job_model_slug(fact.job_id)
+        if model_slug is not None:
+            placed[model_slug] = placed.get(model_slug, 0) + 1
+    return placed
 
 
 # --- retrying -----------------------------------------------------------------------------------

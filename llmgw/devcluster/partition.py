@@ -25,8 +25,9 @@ class TcpProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+    async def start(self, port: int = 0) -> None:
+        """Listen on ``port`` (0: any free one)."""
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", port)
         self.port = int(self._server.sockets[0].getsockname()[1])
 
     def freeze(self) -> None:

@@ -10,8 +10,9 @@ catalog routed by: ``records.unavailable_trusted``), Nomad's word on each endpoi
 address is routable; one whose allocation stops, fails or loses its node is taken
 away at the event, and a registration no allocation matches is ignored and reported
 once), the endpoints that count as a replica starting (``routing.loading_endpoints``:
-seen to register, not passing yet; a model with one is answered as loading), the
-in-flight count per endpoint
+seen to register, not passing yet) and the replicas Nomad places or runs that Consul
+does not list yet (``routing.placed_replicas``; a model with either is answered as
+loading), the in-flight count per endpoint
 (kept across snapshots, so a request that started on an endpoint is released on
 it even after the endpoint left the snapshot), the waiters for a change, and how far
 the router's watch loops have got: the generation of each watched value they have
@@ -35,6 +36,7 @@ from collections.abc import Callable, Collection, Mapping
 
 from llmgw.core import routing
 from llmgw.core.catalog import Model
+from llmgw.core.names import slug
 from llmgw.core.records import (
     Endpoint,
     EndpointSnapshot,
@@ -76,6 +78,9 @@ class EndpointBook:
         # endpoints that count as starting (``routing.loading_endpoints``).
         self._present: frozenset[str] | None = None
         self._loading: frozenset[str] = frozenset()
+        # By model slug: replicas placed or running with no registration yet
+        # (``routing.placed_replicas``), while Nomad is checked and its view current.
+        self._placed: Mapping[str, int] = {}
         self._suspect_for = suspect_for
         self._monotonic = monotonic
         self._suspect_until: dict[str, float] = {}  # by service id: refused a connection lately
@@ -124,6 +129,7 @@ class EndpointBook:
         if not self._nomad_checked:
             return
         view, current = self._nomad_view, self._nomad_current
+        self._replace_placed()
         vouches = {e.service_id: routing.vouch(e, view, current=current) for e in self.endpoints()}
         self._vouches = vouches
         self._routable = frozenset(k for k, v in vouches.items() if v is Vouch.ROUTE)
@@ -134,12 +140,22 @@ class EndpointBook:
         # Remembered while it stays unmatched, so each is reported once, and the set stays small.
         self._reported_unmatched = unmatched
 
+    def _replace_placed(self) -> None:
+        # A stale view is not trusted to say a replica is coming: it may have failed since.
+        view = self._nomad_view
+        if view is None or not self._nomad_current:
+            self._placed = {}
+            return
+        self._placed = routing.placed_replicas(view, self.endpoints(), self._draining)
+
     def vouch_of(self, endpoint: Endpoint) -> Vouch | None:
         """Nomad's word on ``endpoint``; None when Nomad is not checked."""
         return self._vouches.get(endpoint.service_id) if self._nomad_checked else None
 
     def set_draining(self, replicas: Collection[str]) -> None:
         self._draining = frozenset(replicas)
+        if self._nomad_checked:
+            self._replace_placed()
         self._changed_now()
 
     def set_unavailable(self, document: UnavailableModels | None) -> None:
@@ -199,13 +215,15 @@ class EndpointBook:
         return count
 
     def loading_count(self, model: str) -> int:
-        """The endpoints of ``model`` that count as a replica starting: not passing yet
+        """The replicas of ``model`` that count as starting: endpoints not passing yet
         since they registered (``routing.loading_endpoints``), not draining, and, when
-        Nomad is checked, of an allocation it shows running or starting."""
+        Nomad is checked, of an allocation it shows running or starting; and, when Nomad
+        is checked, its allocations placed or running that Consul does not list yet
+        (``routing.placed_replicas``)."""
+        count = self._placed.get(slug(model), 0) if self._placed else 0
         loading = self._loading
         if not loading:
-            return 0
-        count = 0
+            return count
         for endpoint in self._by_model.get(model, ()):
             if endpoint.service_id not in loading or endpoint.replica in self._draining:
                 continue

@@ -14,7 +14,7 @@ published side (latest view, generation, health, waiting) is
 ``llmgw.adapters.watched``'s ``WatchedState``, shared with the Consul watches.
 
 Parses right here, at the edge, the fields routing needs (``routing.AllocationFact``):
-an allocation's id, job, node, client and desired status, and the host IP and port of
+an allocation's id, job, task group, node, client and desired status, and the host IP and port of
 every port Nomad allocated it (``AllocatedResources.Shared.Ports``, and the older
 ``Shared.Networks``), which is where Nomad registers its services in Consul
 (``client/serviceregistration/address.go``, ``GetAddress``: address mode ``auto``
@@ -89,6 +89,7 @@ def parse_allocation(raw: JSON) -> AllocationFact:
         client_status=str(raw.get("ClientStatus") or "pending"),
         desired_run=(raw.get("DesiredStatus") or "run") == "run",
         addresses=frozenset(_addresses(raw)),
+        group=str(raw.get("TaskGroup") or ""),
     )
 
 

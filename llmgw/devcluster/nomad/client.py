@@ -30,7 +30,7 @@ from llmgw.apispec.jobspec.goduration import format_go_duration
 from llmgw.cancellation import cancel_and_wait
 from llmgw.devcluster.nomad import docker
 from llmgw.devcluster.nomad import template as tmpl
-from llmgw.devcluster.nomad.config import StandInConfig
+from llmgw.devcluster.nomad.config import DockerPlugin, StandInConfig
 from llmgw.devcluster.nomad.consul_http import ConsulAgent, ConsulError, Registration, registration
 from llmgw.devcluster.nomad.processes import ProcessTable, signal_number
 from llmgw.devcluster.nomad.state import AllocRecord, Store, TaskStateRecord, now_ns
@@ -49,6 +49,7 @@ class ClientHost(Protocol):
     procs: ProcessTable
     config: StandInConfig
     variables: Variables
+    pulled_images: set[tuple[str, str]]  # (node id, image) each node's Docker daemon has
 
     def consul_for(self, node_id: str) -> ConsulAgent | None: ...
     def alloc_root(self, alloc_id: str) -> Path: ...
@@ -65,7 +66,9 @@ def task_event(kind: str, message: str = "", **extra: Any) -> JSON:
 
 
 def client_status(states: dict[str, TaskStateRecord]) -> tuple[str, str]:
-    """Nomad's getClientStatus."""
+    """Nomad's getClientStatus (``client/allocrunner/alloc_runner.go``, v2.0.6-dev): failed
+    wins, then running (a task running makes the allocation running, though another is
+    still pending, e.g. restarting), then pending, then complete."""
     pending = running = dead = failed = False
     for ts in states.values():
         if ts.state == "running":
@@ -79,10 +82,10 @@ def client_status(states: dict[str, TaskStateRecord]) -> tuple[str, str]:
                 dead = True
     if failed:
         return "failed", "Failed tasks"
-    if pending:
-        return "pending", "No tasks have started"
     if running:
         return "running", "Tasks are running"
+    if pending:
+        return "pending", "No tasks have started"
     if dead:
         return "complete", "All tasks have completed"
     return "pending", ""
@@ -448,6 +451,27 @@ class TaskRunner:
                 await cancel_and_wait(watcher)
             await self._deregister_services()
 
+    async def _pull_image(self, plugin: DockerPlugin, config: JSON) -> bool:
+        """The docker driver's ``createImage`` (``drivers/docker/driver.go``, v2.0.6-dev):
+        an image the daemon has is used as it is unless ``force_pull`` is set (or its tag is
+        ``latest``, which no image the stand-in runs has: see ``docker.py``); any other is
+        pulled, announced by a ``Driver`` event "Downloading image", and the task stays
+        pending until it is there, ``plugin.image_pull_s`` here. Its group's services are
+        registered already (``group_service_hook.go``, ``Prerun``). False when the task
+        was killed meanwhile."""
+        if plugin.image_pull_s <= 0:
+            return True
+        key = (self.ar.alloc.node_id, str(config.get("image") or ""))
+        if key in self.ar.host.pulled_images and not config.get("force_pull"):
+            return True
+        self.event("Driver", "Downloading image", DriverMessage="Downloading image")
+        self.ar.report()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.kill_requested.wait(), plugin.image_pull_s)
+            return False
+        self.ar.host.pulled_images.add(key)
+        return True
+
     async def _restart_decision(self, policy: JSON, exit_code: int) -> float | None:
         """Seconds to wait before restarting, or None when the task must fail."""
         raw_attempts = policy.get("Attempts")
@@ -522,6 +546,8 @@ class TaskRunner:
                 unrecoverable = "Error was unrecoverable"
                 self.event("Not Restarting", unrecoverable, RestartReason=unrecoverable, FailsTask=True)
                 return None
+            if not await self._pull_image(plugin, config):
+                return 0  # killed while it pulled: the caller sees the kill
             argv = run.argv
             process_env = run.env
         elif driver != "raw_exec":
@@ -687,6 +713,8 @@ class AllocRunner:
         self.tasks: dict[str, TaskRunner] = {}
         self.stop_requested = asyncio.Event()
         self.group_registrations: list[Registration] = []
+        # By service id: the registrations Consul's agent has not taken yet, tried again.
+        self.retrying: dict[str, asyncio.Task[None]] = {}
         self.main: asyncio.Task[None] | None = None
         self.crashed = False
         self.task_handles: list[asyncio.Task[None]] = []
@@ -714,7 +742,8 @@ class AllocRunner:
         self.crashed = True
         for runner in self.tasks.values():
             runner.crash()
-        handles = [h for h in [self.main, *self.task_handles] if h is not None]
+        handles = [h for h in [self.main, *self.task_handles, *self.retrying.values()] if h is not None]
+        self.retrying = {}
         for handle in handles:
             handle.cancel()
         for handle in handles:
@@ -768,9 +797,36 @@ class AllocRunner:
             try:
                 await agent.register(reg)
             except ConsulError as exc:
+                # Nomad's sync loop tries again (service_client.go, Run): the allocation
+                # runs on, its service missing from Consul until the agent takes it.
                 log.warning("consul registration of %s failed: %s", reg.service["ID"], exc)
+                key = str(reg.service["ID"])
+                self.retrying[key] = asyncio.create_task(self._register_later(reg), name=f"register-{key}")
+
+    async def _register_later(self, reg: Registration) -> None:
+        config = self.host.config
+        failures = 1
+        try:
+            while True:
+                await asyncio.sleep(min(config.consul_retry_s * failures, config.consul_retry_max_s))
+                agent = self.host.consul_for(self.alloc.node_id)
+                if agent is None or self.crashed:
+                    return
+                try:
+                    await agent.register(reg)
+                    return
+                except ConsulError:
+                    failures += 1
+        finally:
+            key = str(reg.service["ID"])
+            if self.retrying.get(key) is asyncio.current_task():
+                del self.retrying[key]
 
     async def deregister(self, regs: list[Registration]) -> None:
+        for reg in regs:
+            retry = self.retrying.pop(str(reg.service["ID"]), None)
+            if retry is not None:
+                await cancel_and_wait(retry)
         agent = self.host.consul_for(self.alloc.node_id)
         if agent is None or self.crashed:
             return

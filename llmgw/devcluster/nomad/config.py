@@ -58,6 +58,9 @@ class DockerPlugin:
     # The local llama-server binary that stands in for llama.cpp's server images on this
     # node (the stand-in runs no containers); None: those images cannot be pulled here.
     llama_server: str | None = None
+    # Seconds the daemon takes to pull an image this node does not have yet (0: each is
+    # there): the task, hence its allocation, stays pending meanwhile ("Downloading image").
+    image_pull_s: float = 0.0
 
 
 # A GPU node set up as ops/README.md's checklist says: the NVIDIA runtime registered
@@ -187,6 +190,12 @@ class StandInConfig:
     blocking_max_wait_s: float = 600.0
     # How often template watchers poll Consul when its blocking query returns early.
     template_retry_s: float = 1.0
+    # A registration the Consul agent refused or could not take is tried again after this,
+    # then twice this, ... at most ``consul_retry_max_s`` apart, until it is taken or the
+    # service deregistered: Nomad's sync loop (command/agent/consul/service_client.go,
+    # ``Run``: ``retryInterval * failures`` capped at ``maxRetryInterval``, 1 s and 30 s).
+    consul_retry_s: float = 1.0
+    consul_retry_max_s: float = 30.0
     # How long a stopped task may take to exit after SIGKILL before we give up waiting.
     kill_grace_s: float = 5.0
     # The node's artifact fetcher downloads nothing in dev: an artifact whose source URL is

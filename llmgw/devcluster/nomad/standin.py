@@ -129,6 +129,8 @@ class NomadStandIn:
         self.procs = ProcessTable()
         # Nomad Variables and the ACL policies attached to workloads (what nomadVar reads).
         self.variables = Variables()
+        # (node id, image) of the images each node's Docker daemon has pulled (``image_pull_s``).
+        self.pulled_images: set[tuple[str, str]] = set()
         self.scheduler = Scheduler(self.store, free_port, now_ns)
         self.runners: dict[str, AllocRunner] = {}
         self.http_addr = "127.0.0.1:4646"  # set by the server once bound

@@ -1,4 +1,5 @@
-"""The docker driver of a stand-in GPU node: its fingerprint and the refusals of createContainerConfig.
+"""The docker driver of a stand-in GPU node: its fingerprint, the refusals of createContainerConfig,
+and its image pulls.
 
 Messages are Nomad v2.0.5's (drivers/docker/driver.go, containerBinds and
 createContainerConfig; drivers/shared/capabilities/defaults.go, Delta).
@@ -14,7 +15,7 @@ import pytest
 from llmgw.devcluster.nomad import NomadServer, NomadStandIn, StandInConfig, config_from_yaml
 from llmgw.devcluster.nomad.config import GPU_NODE_DOCKER, DockerPlugin, HostVolume, NodeSpec, real_gpu_nodes
 from llmgw.devcluster.nomad.docker import container_config_refusal, container_run, pull_failure, start_failure
-from tests.component.devcluster_nomad.conftest import assert_shape, call
+from tests.component.devcluster_nomad.conftest import assert_shape, call, fast_config, group, wait_for
 
 TASK_DIR = "/data/alloc/1/engine"
 ALLOC_DIR = "/data/alloc/1"
@@ -208,3 +209,39 @@ def test_a_shell_entrypoint_that_execs_the_server_runs_the_local_binary() -> Non
     assert run is not None
     assert run.argv[:3] == ["/bin/sh", "-c", 'exec "$@" --model "$(cat "$1")"']
     assert run.argv[3:] == ["llama-server", f"{ALLOC_DIR}/alloc/path", "/opt/bin/llama-server"]
+
+
+async def test_a_node_pulls_an_image_once_unless_told_to_pull_it_again(tmp_path: Path) -> None:
+    # drivers/docker/driver.go, createImage: an image the daemon has is used as it is,
+    # unless its tag is latest or force_pull is set; a pull is a "Downloading image" event.
+    server = tmp_path / "llama-server"
+    server.write_text("#!/bin/sh\nexec sleep 600\n")
+    server.chmod(0o755)
+    node = NodeSpec(name="gpu-1", docker=DockerPlugin(llama_server=str(server), image_pull_s=0.2))
+    async with NomadServer(NomadStandIn(fast_config(tmp_path, nodes=(node,)))) as srv:
+        client = nomad.Nomad(host="127.0.0.1", port=srv.port, timeout=10)
+
+        async def run(job_id: str, image: str, **config: object) -> list[str]:
+            task = {
+                "Name": "engine",
+                "Driver": "docker",
+                "Config": {"image": image, "entrypoint": ["/app/llama-server"], **config},
+                "KillTimeout": 1_000_000_000,
+                "Resources": {"CPU": 100, "MemoryMB": 64},
+            }
+            job = {"ID": job_id, "TaskGroups": [{**group("rank-0"), "Tasks": [task]}]}
+            await call(client.jobs.register_job, {"Job": job})
+
+            def running() -> dict[str, object] | None:
+                allocs = client.job.get_allocations(job_id)
+                return allocs[0] if allocs and allocs[0]["ClientStatus"] == "running" else None
+
+            stub = await wait_for(running, f"{job_id} running")
+            alloc = await call(client.allocation.get_allocation, stub["ID"])
+            return [str(e.get("DriverMessage") or e["Type"]) for e in alloc["TaskStates"]["engine"]["Events"]]
+
+        image = "ghcr.io/ggml-org/llama.cpp:server-b6700"
+        first = await run("first", image)
+        assert first.index("Downloading image") < first.index("Started"), first
+        assert "Downloading image" not in await run("second", image)  # the node has it now
+        assert "Downloading image" in await run("third", image, force_pull=True)

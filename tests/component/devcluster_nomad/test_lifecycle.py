@@ -11,6 +11,8 @@ import nomad
 import pytest
 
 from llmgw.devcluster.nomad import NomadServer, NomadStandIn
+from llmgw.devcluster.nomad.client import client_status
+from llmgw.devcluster.nomad.state import TaskStateRecord
 
 from .conftest import assert_shape, call, fast_config, group, read_alloc_file, wait_for
 
@@ -32,6 +34,26 @@ def alive(pid: int) -> bool:
     # A zombie is dead for our purposes: read its state.
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize(
+    ("states", "status"),
+    [
+        ([("running", False), ("pending", False)], "running"),  # one task restarting, one running
+        ([("pending", False), ("pending", False)], "pending"),
+        ([("running", False), ("dead", False)], "running"),  # a prestart task done
+        ([("dead", False), ("dead", False)], "complete"),
+        ([("running", False), ("dead", True)], "failed"),
+        ([("pending", False), ("dead", True)], "failed"),
+    ],
+)
+def test_an_allocations_client_status_is_nomads_from_its_tasks(
+    states: list[tuple[str, bool]], status: str
+) -> None:
+    # client/allocrunner/alloc_runner.go, getClientStatus (v2.0.6-dev): failed, then running,
+    # then pending, then complete.
+    tasks = {f"t{i}": TaskStateRecord(state=state, failed=failed) for i, (state, failed) in enumerate(states)}
+    assert client_status(tasks)[0] == status
 
 
 async def test_node_failure_loses_only_that_groups_allocs(client: nomad.Nomad, server: NomadServer) -> None:

@@ -9,6 +9,9 @@ Consul side played by the fake watched endpoints.
 - an allocation told to stop gets no new request from that moment;
 - a registration not passing yet makes its model loading only while Nomad shows its
   allocation running (not a forged one, not one told to stop);
+- an allocation running before Consul lists its registration makes its model loading
+  (waited for, ``model_loading``, streams kept with comments) until it registers and
+  passes, then it serves; one whose node is gone does not;
 - with Nomad unreachable the router keeps its last view and says so (metric, log): the
   endpoints it trusted keep serving, a new one waits until Nomad answers again.
 """
@@ -160,12 +163,14 @@ async def routers() -> AsyncIterator[Routers]:
 
 
 async def start_router(
-    cluster: Cluster, routers: Routers, address: str, timeouts: NomadTimeouts | None = None
+    cluster: Cluster, routers: Routers, address: str, timeouts: NomadTimeouts | None = None, **settings: Any
 ) -> tuple[RouterServer, AllocationWatch]:
     client = NomadClient(NomadConnection(address=address), timeouts)
     routers.clients.append(client)
     watch = AllocationWatch(client, AllocationWatchSettings(retry_initial=0.05, retry_max=0.2))
-    router = RouterServer(router_settings(load_wait=0.2), replace(cluster.deps(), allocations=watch))
+    router = RouterServer(
+        router_settings(**({"load_wait": 0.2} | settings)), replace(cluster.deps(), allocations=watch)
+    )
     await router.start()
     routers.servers.append(router)
     await eventually(lambda: watch.healthy, 30, "the router following Nomad")
@@ -350,6 +355,29 @@ async def test_with_nomad_unreachable_trusted_endpoints_serve_and_new_ones_wait(
         await proxy.stop()
 
 
+async def refused_with(http: aiohttp.ClientSession, router: RouterServer) -> str:
+    async with http.post(router.url + "/v1/chat/completions", json=BODY) as response:
+        assert response.status == 503, await response.text()
+        code: str = (await response.json())["error"]["code"]
+        return code
+
+
+async def listed_state(http: aiohttp.ClientSession, router: RouterServer) -> str:
+    async with http.get(router.url + "/v1/models") as response:
+        listed = (await response.json())["data"]
+    state: str = next(m for m in listed if m["id"] == MODEL)["llmgw"]["state"]
+    return state
+
+
+async def listed_as(http: aiohttp.ClientSession, router: RouterServer, state: str, within: float = 5) -> None:
+    """Returns once the router lists the model in ``state`` (it follows Nomad's events)."""
+
+    async def probe() -> bool:
+        return await listed_state(http, router) == state
+
+    assert await eventually(probe, within, f"{MODEL} listed {state}")
+
+
 async def test_a_replica_starting_counts_only_while_nomad_shows_its_allocation_running(
     cluster: Cluster,
     routers: Routers,
@@ -357,32 +385,113 @@ async def test_a_replica_starting_counts_only_while_nomad_shows_its_allocation_r
     nomad: NomadClient,
     http: aiohttp.ClientSession,
 ) -> None:
-    router, _ = await start_router(cluster, routers, standin.address)
+    router, watch = await start_router(cluster, routers, standin.address)
     book = router.app[CONTEXT].book
-
-    async def refused_with() -> str:
-        async with http.post(router.url + "/v1/chat/completions", json=BODY) as response:
-            assert response.status == 503, await response.text()
-            code: str = (await response.json())["error"]["code"]
-            return code
-
-    placed = await place(nomad, http, 0)
-    # A registration no allocation matches, not passing: not a replica starting.
-    forged = replace(
-        placed.endpoint,
+    # A registration no allocation matches, not passing, and nothing placed: no replica starting.
+    forged = Endpoint(
         service_id="evil",
+        node="gpu-1",
+        model=MODEL,
+        model_slug=slug(MODEL),
+        replica=f"llmgw-{slug(MODEL)}-0",
         alloc_id="00000000-0000-4000-8000-000000000000",
+        address="127.0.0.1",
+        port=1,
+        engine="sim",
+        profile=0,
+        simulated=True,
         status=HealthStatus.CRITICAL,
     )
     cluster.add_endpoint(forged)
     await cluster.seen_by(router)
-    assert await refused_with() == "no_healthy_replica"
+    assert await refused_with(http, router) == "no_healthy_replica"
+    placed = await place(nomad, http, 0)
     # The real allocation's registration, its check not passing yet: loading.
     cluster.add_endpoint(replace(placed.endpoint, status=HealthStatus.CRITICAL))
     await cluster.seen_by(router)
-    assert await refused_with() == "model_loading"
-    # Its allocation told to stop: no load is coming from it.
+    assert await eventually(lambda: book.vouch_of(placed.endpoint) is Vouch.ROUTE, 5)
+    assert await refused_with(http, router) == "model_loading"
+    # Its allocation told to stop: no load is coming from it, only from the allocation
+    # Nomad places in its stead (``nomad alloc stop`` migrates it), not registered yet.
     assert standin.standin is not None
     standin.standin.stop_alloc(placed.alloc_id)
     assert await eventually(lambda: str(book.vouch_of(placed.endpoint)) in ("stopping", "gone"), 5)
-    assert await refused_with() == "no_healthy_replica"
+
+    def replacement_seen() -> bool:
+        view = watch.latest
+        return view is not None and any(
+            f.job_id == placed.job_id and f.desired_run and f.alloc_id != placed.alloc_id
+            for f in view.allocations.values()
+        )
+
+    assert await eventually(replacement_seen, 10)
+    await cluster.seen_by(router)
+    assert await refused_with(http, router) == "model_loading"
+    # The replica stopped whole: nothing is coming.
+    await nomad.deregister(placed.job_id)
+    await listed_as(http, router, "no-capacity")
+    assert await refused_with(http, router) == "no_healthy_replica"
+
+
+async def test_an_allocation_running_before_its_registration_is_answered_as_loading_then_serves(
+    cluster: Cluster,
+    routers: Routers,
+    standin: NomadServer,
+    nomad: NomadClient,
+    http: aiohttp.ClientSession,
+) -> None:
+    router, _ = await start_router(
+        cluster,
+        routers,
+        standin.address,
+        load_wait=0.3,
+        load_wait_streaming=10.0,
+        loading_comment_interval=0.05,
+    )
+    assert await refused_with(http, router) == "no_healthy_replica"  # no replica planned
+    # Nomad runs the replica's allocation and its engine answers; Consul lists nothing for
+    # it yet (Nomad's registration is on its way: llmgw/core/routing.py, placed_replicas).
+    placed = await place(nomad, http, 0)
+    await listed_as(http, router, "loading")
+    assert router.app[CONTEXT].book.endpoints() == ()
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with http.post(router.url + "/v1/chat/completions", json=BODY) as response:
+        assert loop.time() - started >= 0.3  # it waited for the replica first
+        assert response.status == 503
+        assert response.headers["Retry-After"] == "10"
+        error = (await response.json())["error"]
+    assert error["code"] == "model_loading" and f"`{MODEL}` is loading" in error["message"]
+
+    async with http.post(router.url + "/v1/chat/completions", json=BODY | {"stream": True}) as response:
+        assert response.status == 200
+        head = await response.content.readuntil(b"\n\n")
+        assert head == b": loading model\n\n"
+        # Registered, its check not passing yet: still loading, the stream still waits.
+        cluster.add_endpoint(replace(placed.endpoint, status=HealthStatus.CRITICAL))
+        await cluster.seen_by(router)
+        assert await response.content.readuntil(b"\n\n") == b": loading model\n\n"
+        assert await listed_state(http, router) == "loading"
+        # It passes: served.
+        cluster.set_status(cluster.engines[-1], HealthStatus.PASSING)
+        raw = (head + await response.read()).decode()
+    assert f": llmgw model={MODEL} replica={placed.job_id}\n\n" in raw
+    assert raw.rstrip().endswith("data: [DONE]")
+    assert await replicas_answering(http, router, 2) == [placed.job_id] * 2
+
+
+async def test_an_allocation_whose_node_is_gone_is_no_replica_coming(
+    cluster: Cluster,
+    routers: Routers,
+    standin: NomadServer,
+    nomad: NomadClient,
+    http: aiohttp.ClientSession,
+) -> None:
+    router, _ = await start_router(cluster, routers, standin.address)
+    placed = await place(nomad, http, 0)
+    await listed_as(http, router, "loading")
+    assert standin.standin is not None
+    await standin.standin.fail_node(placed.node_id)
+    await listed_as(http, router, "no-capacity", 10)
+    assert await refused_with(http, router) == "no_healthy_replica"

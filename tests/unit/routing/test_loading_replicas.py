@@ -81,7 +81,7 @@ def replay(snapshots: Sequence[Sequence[tuple[str, HealthStatus]]]) -> frozenset
         # Already there and failing in the router's first snapshot: its history is unknown.
         ([[("a", CRITICAL)]], set()),
         ([[("a", CRITICAL)], [("a", CRITICAL)]], set()),
-        # Deregistered and registered again (Nomad restarting the task): loading again.
+        # Deregistered and registered again (Nomad restarting the allocation): loading again.
         ([[], [("a", PASSING)], [], [("a", CRITICAL)]], {"a"}),
         # Gone: forgotten, and a later registration of another id counts on its own.
         ([[], [("a", CRITICAL)], []], set()),
