@@ -452,6 +452,13 @@ def test_responses_on_a_real_engine_whole_streamed_and_followed_up(
     assert cut.status == "incomplete"
     assert cut.incomplete_details is not None and cut.incomplete_details.reason == "max_output_tokens"
     assert cut.usage is not None and cut.usage.output_tokens == 3
+    *_, cut_final = client.responses.create(
+        model="tiny-llama", input=prompt, max_output_tokens=3, temperature=0, stream=True
+    )
+    assert cut_final.type == "response.incomplete"
+    assert cut_final.response.incomplete_details is not None
+    assert cut_final.response.incomplete_details.reason == "max_output_tokens"
+    assert cut_final.response.usage is not None and cut_final.response.usage.output_tokens == 3
 
     # Streamed: the engine's stream, then response.completed with the engine's usage chunk.
     expected_stream = direct_stream_text(
@@ -523,6 +530,11 @@ def test_messages_on_a_real_engine_whole_streamed_and_counted(
 
     cut = messages_client.messages.create(model="tiny-llama", max_tokens=3, messages=user, extra_body=GREEDY)
     assert (cut.stop_reason, cut.usage.output_tokens) == ("max_tokens", 3)
+    *_, cut_delta, _ = messages_client.messages.create(
+        model="tiny-llama", max_tokens=3, messages=user, extra_body=GREEDY, stream=True
+    )
+    assert cut_delta.type == "message_delta"
+    assert (cut_delta.delta.stop_reason, cut_delta.usage.output_tokens) == ("max_tokens", 3)
 
     events = list(
         messages_client.messages.create(
@@ -551,3 +563,32 @@ def test_messages_on_a_real_engine_whole_streamed_and_counted(
         "error": {"type": "invalid_request_error", "message": refused.value.body["error"]["message"]},
     }
     assert "cannot count tokens" in refused.value.body["error"]["message"]
+
+
+def test_a_prompt_longer_than_the_engines_context_is_refused_in_each_apis_shape(
+    real_dev: RunningDev, client: openai.OpenAI, messages_client: anthropic.Anthropic
+) -> None:
+    [engine] = engine_urls(real_dev, "tiny-llama")
+    long = "x " * 3000  # a token a character: past the 2048 tokens tiny-llama was trained on
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        greedy(engine, [{"role": "user", "content": long}], 4)
+    engine_error = json.load(caught.value)["error"]
+    assert engine_error["type"] == "exceed_context_size_error"
+
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model="tiny-llama", input=long, max_output_tokens=4, stream=stream)
+        assert refused.value.body == {
+            "message": engine_error["message"],
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": "context_length_exceeded",
+        }
+        with pytest.raises(anthropic.BadRequestError) as rejected:
+            messages_client.messages.create(
+                model="tiny-llama", max_tokens=4, messages=[{"role": "user", "content": long}], stream=stream
+            )
+        assert rejected.value.body == {
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": engine_error["message"]},
+        }
