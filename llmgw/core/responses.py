@@ -21,6 +21,8 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from llmgw.core.routing import Refusal
+
 # Fields llmgw carries to the engine (translated) or keeps itself (store,
 # previous_response_id, metadata). Anything else is refused by name.
 CARRIED = frozenset(
@@ -635,6 +637,43 @@ def from_chat_answer(
         output=output,
         usage=usage_of_chat(answer.get("usage")),
         incomplete_reason=reason,
+    )
+
+
+def engine_refusal(status: int, body: bytes, model: str, *, too_long: bool) -> Refusal:
+    """An engine's error answer (not 200) as OpenAI's error, its message kept.
+
+    Engines answer in shapes of their own, each with an integer ``code`` (the status)
+    where OpenAI has a string or null: llama.cpp's ``{"error": {"code", "message",
+    "type", "n_prompt_tokens", "n_ctx"}}`` with types such as ``exceed_context_size_error``
+    (``format_error_response``, tools/server/server-common.cpp), vLLM's ``{"error":
+    {"message", "type": "BadRequestError", "param", "code"}}`` (older vLLM: at the top).
+    A Responses client gets OpenAI's fields instead: ``type`` ``invalid_request_error``
+    (a 4xx) or ``server_error``, the engine's ``param`` and ``code`` only where they are
+    strings, and for a prompt longer than the context (``too_long``: the caller's reading
+    of the engine's words) OpenAI's own ``code`` ``context_length_exceeded`` and ``param``
+    ``input``, which clients test for (OpenAI's answer to a too-long input, as its clients
+    report it: ``{"type": "invalid_request_error", "code": "context_length_exceeded",
+    "param": "input"}``, e.g. anomalyco/opencode issue 6071)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    error = data.get("error", data) if isinstance(data, dict) else None
+    error = error if isinstance(error, dict) else {}
+    message = error.get("message")
+    if not isinstance(message, str) or not message:
+        message = f"The model `{model}` answered with HTTP {status}."
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    if too_long:
+        return Refusal(status, message, kind, "context_length_exceeded", param="input")
+    code, param = error.get("code"), error.get("param")
+    return Refusal(
+        status,
+        message,
+        kind,
+        code if isinstance(code, str) else None,
+        param=param if isinstance(param, str) else None,
     )
 
 

@@ -33,6 +33,7 @@ from llmgw.gateway.calls import json_object, parse_call
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
 from llmgw.gateway.dispatch import SSE_HEADERS, Exchange, RefusedMidStream, Served
 from llmgw.gateway.errors import ApiError
+from llmgw.gateway.guard import says_too_long
 from llmgw.gateway.transport import BodyBroken
 
 log = logging.getLogger("llmgw.gateway.responses")
@@ -163,14 +164,10 @@ class _Turn:
         """A whole answer, or an engine's refusal (of a stream too: ``create_response``
         sends only a stream's 200 to ``stream``)."""
         if exchange.response.status != 200:
+            refusal = _engine_refusal(exchange)
             if exchange.loading is not None:
-                return await _end_with_error(exchange.loading, _engine_refusal(exchange))
-            content_type = exchange.response.headers.get("content-type", "application/json")
-            return web.Response(
-                status=exchange.response.status,
-                body=exchange.head,
-                headers={**self._headers(exchange), "Content-Type": content_type},
-            )
+                return await _end_with_error(exchange.loading, refusal)
+            return web.json_response(refusal.body(), status=refusal.status, headers=self._headers(exchange))
         try:
             answer = json.loads(exchange.head)
         except ValueError:
@@ -297,16 +294,9 @@ async def sweep(context: RouterContext) -> None:
 
 
 def _engine_refusal(exchange: Exchange) -> Refusal:
-    try:
-        error = json.loads(exchange.head).get("error")
-    except (ValueError, AttributeError):
-        error = None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        code = error.get("code")
-        return Refusal(exchange.response.status, error["message"], str(error.get("type") or "server_error"),
-                       code if isinstance(code, str) else None)  # fmt: skip
-    return Refusal(exchange.response.status, f"The model `{exchange.model}` answered with HTTP "
-                   f"{exchange.response.status}.", "server_error", None)  # fmt: skip
+    """The engine's error answer in OpenAI's shape (``responses.engine_refusal``)."""
+    status, body = exchange.response.status, exchange.head
+    return responses.engine_refusal(status, body, exchange.model, too_long=says_too_long(status, body))
 
 
 async def _end_with_error(response: web.StreamResponse, refusal: Refusal) -> web.StreamResponse:

