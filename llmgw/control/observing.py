@@ -118,6 +118,7 @@ def parse_alloc(raw: JSON) -> tuple[JobId, ObservedAlloc]:
         raise ParseError(f"allocation {alloc_id}: unknown ClientStatus {raw.get('ClientStatus')!r}") from None
     states = raw.get("TaskStates") or {}
     started: list[float] = []
+    finished: list[float] = []
     restarts = 0
     for state in states.values() if isinstance(states, Mapping) else ():
         if not isinstance(state, Mapping):
@@ -127,7 +128,15 @@ def parse_alloc(raw: JSON) -> tuple[JobId, ObservedAlloc]:
             at = parse_time(state.get("StartedAt"))
             if at is not None:
                 started.append(at)
+        elif state.get("State") == "dead" and not state.get("Failed"):
+            at = parse_time(state.get("FinishedAt"))
+            if at is not None:
+                finished.append(at)
     running_since = max(started) if started and status is AllocStatus.RUNNING else None
+    # In a pending allocation only a prestart task can have finished: the main tasks
+    # start once every prestart task that is not a sidecar is done (Nomad v2.0.6-dev,
+    # ``client/allocrunner/tasklifecycle/coordinator.go``).
+    prestart_done_at = max(finished) if finished and status is AllocStatus.PENDING else None
     failed_task, failure = _task_failure(states)
     return JobId(_text(raw, "JobID")), ObservedAlloc(
         alloc_id=alloc_id,
@@ -141,6 +150,7 @@ def parse_alloc(raw: JSON) -> tuple[JobId, ObservedAlloc]:
         gpus=_gpus(raw),
         failed_task=failed_task,
         failure=failure,
+        prestart_done_at=prestart_done_at,
     )
 
 

@@ -203,7 +203,9 @@ class Profile(_Strict):
     image: CatalogText | None = Field(None, description="container image overriding the engine's default")
     resources: Resources | None = None
     load_timeout: Seconds | None = Field(
-        None, description="how long the replica may take to become healthy (default per engine)"
+        None,
+        description="how long the replica may take to become healthy once its engine or its model fetch "
+        "starts, the download of its weights included (default per engine)",
     )
     simulate_gpus: StrictBool | None = Field(
         None,

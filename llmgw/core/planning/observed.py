@@ -72,6 +72,11 @@ class ObservedAlloc:
     # for what happened to it ("Exit Code: 1", a driver error), for the status only.
     failed_task: str | None = None
     failure: str = ""
+    # A pending allocation whose prestart tasks (llmgw's model fetch, a rank's
+    # rendezvous) ran to completion: when the last of them finished. Its engine task is
+    # starting (the driver pulls its image), and the allocation went from running back
+    # to pending: Nomad's status is running only while a task runs.
+    prestart_done_at: float | None = None
 
     @property
     def gpus_giving_back(self) -> int:

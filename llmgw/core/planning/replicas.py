@@ -121,14 +121,20 @@ def assess(
         g for g in job.groups if g not in current or current[g].client_status is not AllocStatus.RUNNING
     ]
     if missing:
-        deadline = job.submitted_at + settings.placement_timeout
-        detail = ", ".join(
-            f"{g} {current[g].client_status}" if g in current else f"{g} not placed" for g in missing
-        )
+        # A group whose prestart tasks are done (the model fetched, the head found) is
+        # pending again while its engine's image is pulled: that pull gets the placement
+        # window from then, so a long fetch does not use it up.
+        since = [
+            max(job.submitted_at, current[g].prestart_done_at or 0.0) if g in current else job.submitted_at
+            for g in missing
+        ]
+        deadline = min(since) + settings.placement_timeout
+        detail = ", ".join(_placing_words(g, current.get(g)) for g in missing)
         if now >= deadline:
             return judged(
                 Phase.FAILED,
-                f"not every group running {settings.placement_timeout:g}s after it was registered ({detail})",
+                f"not every group running {settings.placement_timeout:g}s after it was registered "
+                f"or its prestart tasks finished ({detail})",
             )
         return judged(Phase.PLACING, f"waiting for {detail}", deadline)
 
@@ -145,6 +151,14 @@ def assess(
     if now >= deadline:
         return judged(Phase.FAILED, f"not healthy {load_timeout:g}s after its engine started (load timeout)")
     return judged(Phase.LOADING, f"engine loading (health check {health or 'not registered yet'})", deadline)
+
+
+def _placing_words(group: str, alloc: ObservedAlloc | None) -> str:
+    if alloc is None:
+        return f"{group} not placed"
+    if alloc.prestart_done_at is not None:
+        return f"{group} {alloc.client_status} (its engine starting after its prestart tasks)"
+    return f"{group} {alloc.client_status}"
 
 
 # What the failure of one of llmgw's own prestart tasks means (their names are set in
