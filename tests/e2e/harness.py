@@ -67,9 +67,14 @@ T = TypeVar("T")
 
 # The leader lock on short clocks, so a failover takes a few seconds, not the default ~14 s
 # (the dead leader's 3 s process check goes critical, then 10 s lock-delay; see
-# test_after_a_leader_crash_another_leads_within_20_s_at_consuls_real_timing).
+# test_after_a_leader_crash_another_leads_within_20_s_at_consuls_real_timing). Renewals every
+# 0.5 s, not ttl / 2: a leader steps down unless a renewal sent within ttl - safety_margin
+# (1.5 s) came back, and at 1 s apart that left 0.5 s for two round trips through a loop
+# that lags more than that on a loaded machine (the term ended and began again, and a test
+# that looked then saw no leader). At 0.5 s the loop may lag 1 s; failovers take no longer.
 FAST_ELECTION = ElectionSettings(
     ttl=2.0,
+    renew_interval=0.5,
     lock_delay=2.0,
     safety_margin=0.5,
     acquire_retry_interval=0.5,
