@@ -1,7 +1,13 @@
-"""Running `llmgw dev` as a user does: a subprocess, its banner, its fault commands, Ctrl-C."""
+"""Running `llmgw dev` as a user does: a subprocess, its banner, its fault commands, Ctrl-C.
+
+And, for every test here that runs on an event loop (the in-process stack of ``harness.py``),
+a watchdog of that loop whose report of its longest stalls is printed under the test if it
+fails: a test that timed out on a loaded machine then shows what held the loop up.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -10,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +24,35 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.loop_stalls import LoopStalls
+
 REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+_STALLS = pytest.StashKey[LoopStalls]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents and inspect.iscoroutinefunction(getattr(item, "obj", None)):
+            item.fixturenames.append("loop_stalls")  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+async def loop_stalls(request: pytest.FixtureRequest) -> AsyncIterator[LoopStalls]:
+    stalls = LoopStalls()
+    stalls.start()
+    request.node.stash[_STALLS] = stalls
+    yield stalls
+    stalls.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    stalls = item.stash.get(_STALLS, None)
+    if stalls is not None and report.failed and report.when in ("call", "teardown"):
+        report.sections.append(("event loop stalls", stalls.report()))
 
 
 def free_port() -> int:

@@ -67,9 +67,14 @@ T = TypeVar("T")
 
 # The leader lock on short clocks, so a failover takes a few seconds, not the default ~14 s
 # (the dead leader's 3 s process check goes critical, then 10 s lock-delay; see
-# test_after_a_leader_crash_another_leads_within_20_s_at_consuls_real_timing).
+# test_after_a_leader_crash_another_leads_within_20_s_at_consuls_real_timing). Renewals every
+# 0.5 s, not ttl / 2: a leader steps down unless a renewal sent within ttl - safety_margin
+# (1.5 s) came back, and at 1 s apart that left 0.5 s for two round trips through a loop
+# that lags more than that on a loaded machine (the term ended and began again, and a test
+# that looked then saw no leader). At 0.5 s the loop may lag 1 s; failovers take no longer.
 FAST_ELECTION = ElectionSettings(
     ttl=2.0,
+    renew_interval=0.5,
     lock_delay=2.0,
     safety_margin=0.5,
     acquire_retry_interval=0.5,
@@ -80,7 +85,12 @@ FAST_ELECTION = ElectionSettings(
 )
 # Real Consul's clocks, except that a session TTL may be as short as FAST_ELECTION's.
 CONSUL = ConsulSettings(session_ttl_min=1.0)
-FAST_CLIENT = ClientSettings(connect_timeout=1.0, request_timeout=5.0, blocking_slack=1.0)
+# The connect timeout stays ClientSettings' 5 s: aiohttp times a connect on the event loop, and
+# this loop runs the whole stack (stand-ins, routers, control planes, the load), which lags a
+# second and more on a loaded 2-core machine. At 1 s, such a lag while a new instance (or the
+# test's own client) opened its first connections failed those requests although Consul had
+# accepted them. A short one detects nothing here: a frozen TcpProxy still accepts connections.
+FAST_CLIENT = ClientSettings(request_timeout=5.0, blocking_slack=1.0)
 
 
 def e2e_control_settings() -> ControlSettings:

@@ -240,6 +240,15 @@ class ConsulClient:
                 payload = await response.read()
                 status = response.status
                 headers = response.headers
+        except aiohttp.ConnectionTimeoutError:
+            # Before the timeout of the whole request: aiohttp raises this (a TimeoutError too)
+            # when the connect timeout fires. Its timer runs on the event loop, so it also fires
+            # when Consul accepted the connection but this process's loop was blocked for longer
+            # than the timeout and saw it late: the message must not blame Consul's answer.
+            raise ConsulUnavailable(
+                f"{what}: no connection to {self._connection.url} within {client_timeout.sock_connect:g}s "
+                "(Consul is down or unreachable, or this process's event loop was blocked that long)"
+            ) from None
         except TimeoutError:
             raise ConsulUnavailable(f"{what}: no answer within {client_timeout.total:g}s") from None
         except aiohttp.ClientConnectorCertificateError as exc:

@@ -4,9 +4,11 @@ client certificate and a server name; and its errors say what to do."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import ssl
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +162,29 @@ async def test_refused_connections_are_temporary(connector: Callable[..., Consul
     async with connector("http://127.0.0.1:1") as client:
         with pytest.raises(ConsulUnavailable, match="Consul GET /v1/kv/k"):
             await client.kv_get("k")
+
+
+async def test_a_connect_timeout_is_reported_as_one_not_as_a_silent_consul(
+    standin: ConsulStandIn, connector: Callable[..., ConsulClient]
+) -> None:
+    """aiohttp times the connect on the event loop: when the loop is blocked for longer than
+    the connect timeout while a connection opens, the request fails although Consul accepted
+    the connection. The error names the connect timeout and its possible causes; it used to
+    say "no answer within <request timeout>", a timeout that had not run out."""
+    async with connector(standin.url) as client:
+        connect_timeout = client.settings.connect_timeout
+        assert connect_timeout < client.settings.request_timeout
+        reading = asyncio.ensure_future(client.kv_get("k"))
+        await asyncio.sleep(0)  # the request is under way: its connection is opening
+        # The behaviour under test: this process's event loop blocked past the connect timeout.
+        time.sleep(connect_timeout * 1.5)
+        with pytest.raises(ConsulUnavailable) as failed:
+            await reading
+    assert str(failed.value) == (
+        f"Consul GET /v1/kv/k: no connection to {standin.url} within {connect_timeout:g}s "
+        "(Consul is down or unreachable, or this process's event loop was blocked that long)"
+    )
+    assert failed.value.temporary
 
 
 # ------------------------------------------------------------------ TLS
