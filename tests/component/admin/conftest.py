@@ -22,7 +22,7 @@ from llmgw.render import Renderer, RenderSettings
 from llmgw.settings import ConsulConnection
 
 TOKEN = "test-admin-token-0123456789abcdef0123"
-FAST_CLIENT = ClientSettings(connect_timeout=0.5, request_timeout=2.0, blocking_slack=0.5)
+FAST_CLIENT = ClientSettings(request_timeout=2.0, blocking_slack=0.5)
 
 GOOD = """\
 models:

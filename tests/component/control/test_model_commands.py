@@ -59,7 +59,7 @@ models:
 """
 CHANGED = CATALOG.replace("scaling: {min: 2, max: 2}", "scaling: {min: 1, max: 1}")
 
-FAST_CLIENT = ClientSettings(connect_timeout=0.5, request_timeout=2.0, blocking_slack=0.5)
+FAST_CLIENT = ClientSettings(request_timeout=2.0, blocking_slack=0.5)
 FAST_WATCH = WatchSettings(wait=1.0, min_interval=0.01, burst=2, backoff_initial=0.02, backoff_max=0.1)
 
 

@@ -64,7 +64,7 @@ async def standin() -> AsyncIterator[ConsulStandIn]:
 async def consul(standin: ConsulStandIn) -> AsyncIterator[ConsulClient]:
     client = ConsulClient(
         ConsulConnection(host=standin.host, port=standin.port),
-        ClientSettings(connect_timeout=0.5, request_timeout=1.0, blocking_slack=1.0),
+        ClientSettings(request_timeout=1.0, blocking_slack=1.0),
     )
     await client.start()
     yield client
