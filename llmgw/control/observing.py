@@ -119,12 +119,14 @@ def parse_alloc(raw: JSON) -> tuple[JobId, ObservedAlloc]:
     states = raw.get("TaskStates") or {}
     started: list[float] = []
     finished: list[float] = []
+    running: list[str] = []
     restarts = 0
-    for state in states.values() if isinstance(states, Mapping) else ():
+    for name, state in states.items() if isinstance(states, Mapping) else ():
         if not isinstance(state, Mapping):
             continue
         restarts += int(state.get("Restarts") or 0)
         if state.get("State") == "running":
+            running.append(str(name))
             at = parse_time(state.get("StartedAt"))
             if at is not None:
                 started.append(at)
@@ -151,6 +153,7 @@ def parse_alloc(raw: JSON) -> tuple[JobId, ObservedAlloc]:
         failed_task=failed_task,
         failure=failure,
         prestart_done_at=prestart_done_at,
+        running_tasks=tuple(sorted(running)),
     )
 
 

@@ -77,6 +77,7 @@ class ObservedAlloc:
     # starting (the driver pulls its image), and the allocation went from running back
     # to pending: Nomad's status is running only while a task runs.
     prestart_done_at: float | None = None
+    running_tasks: tuple[str, ...] = ()  # the tasks Nomad shows running, by name, sorted
 
     @property
     def gpus_giving_back(self) -> int:

@@ -150,7 +150,15 @@ def assess(
     deadline = running_since + load_timeout
     if now >= deadline:
         return judged(Phase.FAILED, f"not healthy {load_timeout:g}s after its engine started (load timeout)")
-    return judged(Phase.LOADING, f"engine loading (health check {health or 'not registered yet'})", deadline)
+    reason = f"engine loading (health check {health or 'not registered yet'})"
+    preparing = [
+        f"group {g} {TASK_PREPARING_WORDS[a.running_tasks[0]]}"
+        for g, a in sorted(current.items())
+        if len(a.running_tasks) == 1 and a.running_tasks[0] in TASK_PREPARING_WORDS
+    ]
+    if preparing:  # the engine has not started yet: say what runs before it
+        reason = "; ".join(preparing) + f" (health check {health or 'not registered yet'})"
+    return judged(Phase.LOADING, reason, deadline)
 
 
 def _placing_words(group: str, alloc: ObservedAlloc | None) -> str:
@@ -159,6 +167,17 @@ def _placing_words(group: str, alloc: ObservedAlloc | None) -> str:
     if alloc.prestart_done_at is not None:
         return f"{group} {alloc.client_status} (its engine starting after its prestart tasks)"
     return f"{group} {alloc.client_status}"
+
+
+# What one of llmgw's own prestart tasks is doing while it runs, and its engine waits
+# (their names are set in templates/_macros.hcl.j2 and llmgw.render.context).
+TASK_PREPARING_WORDS: Mapping[str, str] = MappingProxyType(
+    {
+        "fetch-model": "fetching the model's files from the mirror",
+        "await-head": "waiting for its replica's head to register",
+        "await-ranks": "waiting for its replica's other ranks to register",
+    }
+)
 
 
 # What the failure of one of llmgw's own prestart tasks means (their names are set in

@@ -101,9 +101,12 @@ def test_parsing_tells_when_the_prestart_tasks_finished_only_while_the_engine_st
     assert parse_alloc(ENGINE_UP)[1].prestart_done_at is None  # running: the engine's own start counts
 
 
-def test_the_fetch_counts_as_loading_and_its_end_gives_the_image_pull_a_placement_window() -> None:
-    phase, _, deadline = judge(FETCHING, T0 + 600)
+def test_the_fetch_counts_as_loading_says_so_and_its_end_gives_the_image_pull_a_placement_window() -> None:
+    phase, reason, deadline = judge(FETCHING, T0 + 600)
     assert phase is Phase.LOADING and deadline == T0 + 30 + LOAD_TIMEOUT  # getting the weights is loading
+    assert (
+        reason == "group rank-0 fetching the model's files from the mirror (health check not registered yet)"
+    )
 
     # The fetch took 40 minutes: the engine's image pull starts now and has its own window.
     done = T0 + 30 + FETCH_MINUTES
@@ -115,8 +118,9 @@ def test_the_fetch_counts_as_loading_and_its_end_gives_the_image_pull_a_placemen
     phase, reason, _ = judge(FETCHED, done + S.placement_timeout + 1)
     assert phase is Phase.FAILED and "or its prestart tasks finished" in reason
 
-    phase, _, deadline = judge(ENGINE_UP, T0 + 2700)
+    phase, reason, deadline = judge(ENGINE_UP, T0 + 2700)
     assert phase is Phase.LOADING and deadline == T0 + 2600 + LOAD_TIMEOUT
+    assert reason == "engine loading (health check not registered yet)"
 
 
 def test_a_group_never_started_keeps_the_window_from_its_registration() -> None:

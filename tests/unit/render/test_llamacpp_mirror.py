@@ -56,3 +56,37 @@ def test_the_engine_command_gives_llama_server_the_file_the_fetch_named(
     printed = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()
     assert printed[-2:] == ["--model", "/var/lib/llmgw/models/qwen-gguf/q4/qwen 2.5-00001-of-00002.gguf"]
     assert printed[printed.index("--ctx-size") + 1] == "8192"
+
+
+# Every prestart task llmgw renders: a mirror fetch on each rank, a rank's wait for its head.
+MULTI_NODE = """
+models:
+  big:
+    profiles:
+      - {engine: vllm, source: "mirror:big@v1", tp: 16, nodes: 2}
+      - {engine: sglang, source: "mirror:big@v1", tp: 16, nodes: 2}
+"""
+
+
+def test_every_prestart_task_llmgw_renders_has_words_in_the_status(shipped_policy: SecurityPolicy) -> None:
+    """`llmgw status` says what a replica's own prestart task does while it runs, and what
+    its failure means, by the task's name: a renamed or new task would lose both silently."""
+    from llmgw.core.planning.replicas import TASK_FAILURE_WORDS, TASK_PREPARING_WORDS
+
+    catalog = load_catalog(MULTI_NODE, filename="c", policy=shipped_policy).catalog
+    assert catalog is not None
+    renderer = Renderer(RenderSettings(mirror_url="http://mirror.internal:8900"), shipped_policy)
+    prestart: set[str] = set()
+    for profile in (0, 1):
+        spec = renderer.check(
+            renderer.render(catalog, ReplicaRequest("big", profile, "0", fabric="ib-0"), catalog_hash="h"),
+            model="big",
+        )
+        prestart |= {
+            task["Name"]
+            for group in spec["TaskGroups"]
+            for task in group["Tasks"]
+            if (task.get("Lifecycle") or {}).get("Hook") == "prestart"
+        }
+    assert {"fetch-model", "await-head"} <= prestart
+    assert prestart <= set(TASK_PREPARING_WORDS) and prestart <= set(TASK_FAILURE_WORDS)
