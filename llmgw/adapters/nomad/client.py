@@ -165,7 +165,9 @@ class NomadClient:
                 f"{method} {path}: cannot reach Nomad at {self._connection.address}: {exc}"
             ) from exc
         except TimeoutError as exc:
-            raise NomadError(f"{method} {path}: Nomad did not answer in time") from exc
+            raise NomadError(
+                f"{method} {path}: no answer from Nomad at {self._connection.address} within {timeout.total:g}s"
+            ) from exc
 
     def _blocking(self, index: int | None, wait_s: float | None) -> tuple[dict[str, str | int | None], float]:
         if index is None:

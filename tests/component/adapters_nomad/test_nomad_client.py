@@ -186,6 +186,22 @@ async def test_a_silent_stream_fails_within_the_read_timeout(nomad_server: Nomad
         await proxy.stop()
 
 
+async def test_a_nomad_that_never_answers_is_reported_with_its_address_and_the_wait(
+    nomad_server: NomadServer,
+) -> None:
+    proxy = TcpProxy(nomad_server.host, nomad_server.port)
+    await proxy.start()
+    try:
+        proxy.freeze()  # accepts the connection, then passes nothing either way
+        nomad = NomadClient(NomadConnection(address=proxy.url, token=TOKEN), NomadTimeouts(request_s=0.5))
+        async with nomad:
+            with pytest.raises(NomadError) as silent:
+                await nomad.job("web")
+        assert str(silent.value) == f"GET /v1/job/web: no answer from Nomad at {proxy.url} within 0.5s"
+    finally:
+        await proxy.stop()
+
+
 async def test_an_event_line_of_more_than_a_mebibyte_is_read_whole(nomad_server: NomadServer) -> None:
     # One Job event carries the whole job: a job with 1.5 MiB of meta makes a line three
     # times aiohttp's 512 KiB line limit, as a batch of a busy cluster's allocations does.
