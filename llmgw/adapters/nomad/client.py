@@ -166,7 +166,8 @@ class NomadClient:
             ) from exc
         except TimeoutError as exc:
             raise NomadError(
-                f"{method} {path}: no answer from Nomad at {self._connection.address} within {timeout.total:g}s"
+                f"{method} {path}: no answer from Nomad at {self._connection.address} "
+                f"within {timeout.total:g}s"
             ) from exc
 
     def _blocking(self, index: int | None, wait_s: float | None) -> tuple[dict[str, str | int | None], float]:
