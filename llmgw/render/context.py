@@ -22,6 +22,7 @@ from llmgw.core.engines import (
     KeyIntake,
     Launch,
     LaunchContext,
+    LoggingConfigFile,
     ModelFiles,
     RankLaunch,
     Runtime,
@@ -337,7 +338,13 @@ def _group(
         "gpu": gpu,
         "serve": {
             "argv": list(rank.serve.argv),
-            "env": {**dict(rank.serve.env), **(HUB_CACHE_ENV if model_cache else {}), **profile.env},
+            # The key's logging config is llmgw's even where a policy lets a catalog set one.
+            "env": {
+                **dict(rank.serve.env),
+                **(HUB_CACHE_ENV if model_cache else {}),
+                **profile.env,
+                **_key_logging_env(launched, rank),
+            },
         },
         "waits": waits,
         "head_address_template": head_template,
@@ -347,7 +354,21 @@ def _group(
         "secret_templates": _secret_templates(
             settings, job_id, launched.key_intake if rank.serves_api else None
         ),
+        "logging_template": _logging_template(launched.key_logging) if rank.serves_api else None,
     }
+
+
+def _key_logging_env(launched: Launch, rank: RankLaunch) -> dict[str, Word]:
+    config = launched.key_logging
+    return {config.variable: config.path} if config is not None and rank.serves_api else {}
+
+
+def _logging_template(config: LoggingConfigFile | None) -> dict[str, Any] | None:
+    """The engine's logging config, written by Nomad into the task's ``local/`` before it
+    starts. Plain text, not a secret: llmgw's own, so it reads no Variable."""
+    if config is None:
+        return None
+    return {"destination": f"local/{config.file_name}", "data": config.text}
 
 
 def _secret_templates(

@@ -24,6 +24,7 @@ from llmgw.core.engines.base import (
     KeyIntake,
     Launch,
     LaunchContext,
+    LoggingConfigFile,
     ModelFiles,
     RankLaunch,
     Runtime,
@@ -41,6 +42,7 @@ __all__ = [
     "KeyIntake",
     "Launch",
     "LaunchContext",
+    "LoggingConfigFile",
     "ModelFiles",
     "RankLaunch",
     "Runtime",
@@ -53,19 +55,21 @@ __all__ = [
 def launch(profile: Profile, context: LaunchContext) -> Launch:
     """The ranks of one replica of ``profile``, each with its commands."""
     intake: KeyIntake
+    key_logging: LoggingConfigFile | None = None
     match profile.engine:
         case Engine.VLLM:
             launched, intake = launch_vllm(profile, context), vllm.KEY_INTAKE
         case Engine.SGLANG:
             launched, intake = launch_sglang(profile, context), sglang.KEY_INTAKE
+            key_logging = sglang.key_logging(profile)
         case Engine.LLAMACPP:
             launched, intake = launch_llamacpp(profile, context), llamacpp.KEY_INTAKE
         case Engine.SIM:
             launched, intake = launch_sim(profile, context), sim.KEY_INTAKE
-    return with_api_key(launched, intake) if context.requires_api_key else launched
+    return with_api_key(launched, intake, key_logging) if context.requires_api_key else launched
 
 
-def with_api_key(launched: Launch, intake: KeyIntake) -> Launch:
+def with_api_key(launched: Launch, intake: KeyIntake, key_logging: LoggingConfigFile | None = None) -> Launch:
     """The replica with rank 0's engine (the one serving the API) requiring a key it reads
     as ``intake`` says: never ``--api-key <key>``, which any user of the node sees in
     /proc/PID/cmdline. A config file's path is the one word added, last on the line.
@@ -73,7 +77,8 @@ def with_api_key(launched: Launch, intake: KeyIntake) -> Launch:
     What the key guards at the pinned releases: vLLM's /v1/* only, SGLang's every path but
     /health* and /metrics*, llama-server's every path but /health, /v1/health, /models,
     /v1/models, /api/tags and /. The security policy refuses the key's flags and variables
-    in a catalog.
+    in a catalog. ``key_logging``: the logging config that keeps the key out of rank 0's
+    logs, for an engine that would log it (SGLang); its path goes in rank 0's env.
     """
     if isinstance(intake, KeyFromConfigFile):
         ranks = tuple(
@@ -83,4 +88,14 @@ def with_api_key(launched: Launch, intake: KeyIntake) -> Launch:
             for rank in launched.ranks
         )
         launched = replace(launched, ranks=ranks)
+    if key_logging is not None:
+        # Only rank 0's engine holds the key, so only its logs need the config.
+        setting = (key_logging.variable, key_logging.path)
+        ranks = tuple(
+            replace(rank, serve=replace(rank.serve, env=(*rank.serve.env, setting)))
+            if rank.serves_api
+            else rank
+            for rank in launched.ranks
+        )
+        launched = replace(launched, ranks=ranks, key_logging=key_logging)
     return replace(launched, key_intake=intake)

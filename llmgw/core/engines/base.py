@@ -75,6 +75,24 @@ class KeyFromConfigFile:
         return Runtime(f"${{NOMAD_SECRETS_DIR}}/{self.file_name}")
 
 
+@dataclass(frozen=True, slots=True)
+class LoggingConfigFile:
+    """A logging config the engine loads at start from the file ``variable`` names.
+
+    Nomad writes ``text`` to ``file_name`` in the task's own directory (``local/``);
+    ``variable`` in the engine's environment holds its path. Not a secret: it says
+    which of the engine's records are dropped, so the API key's never reach the logs.
+    """
+
+    variable: str
+    file_name: str
+    text: str
+
+    @property
+    def path(self) -> Runtime:
+        return Runtime(f"${{NOMAD_TASK_DIR}}/{self.file_name}")
+
+
 # How rank 0's engine takes its API key: never as a word of its command line, which
 # every user of the node reads in /proc/PID/cmdline.
 KeyIntake = KeyFromEnv | KeyFromConfigFile
@@ -118,6 +136,9 @@ class Launch:
     health_answer_within_s: int = 0
     # Where rank 0's engine reads the API key it requires; None: it requires none.
     key_intake: KeyIntake | None = None
+    # The logging config rank 0's engine needs once it holds a key, where the engine
+    # would otherwise log the key (SGLang); None: its logs never carry it.
+    key_logging: LoggingConfigFile | None = None
 
 
 @dataclass(frozen=True, slots=True)

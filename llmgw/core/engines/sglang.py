@@ -32,6 +32,9 @@ warming up and while it shuts down, where ``/health`` answers 503.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from llmgw.core.catalog.model import Engine, Profile
 from llmgw.core.catalog.roles import role_args
 from llmgw.core.engines.base import (
@@ -39,6 +42,7 @@ from llmgw.core.engines.base import (
     KeyFromConfigFile,
     Launch,
     LaunchContext,
+    LoggingConfigFile,
     RankLaunch,
     Step,
     Word,
@@ -54,6 +58,24 @@ HEALTH_PATH = "/health"
 # (server_args_config_parser.py, ``ConfigArgumentMerger``) in the same process, so only
 # the file's path is on the command line. The file is in the task's secrets directory.
 KEY_INTAKE = KeyFromConfigFile(flag="--config", item="api-key", file_name="engine-key.yaml")
+
+# SGLang 0.5.3 logs ``server_args=ServerArgs(..., api_key='<key>', ...)`` once at start
+# (``_launch_subprocesses``, srt/entrypoints/engine.py), however the key came. Every
+# SGLang process calls ``configure_logger`` (srt/utils/common.py), which loads
+# ``SGLANG_LOGGING_CONFIG_PATH`` with ``logging.config.dictConfig`` instead of its
+# ``basicConfig``; the config below is that basicConfig (format, date format, stderr,
+# the --log-level) with that logger raised to WARNING: its only INFO record is the
+# dump (the rest are DEBUG, and ERROR when a scheduler dies, which still shows).
+LOGGING_CONFIG_ENV = "SGLANG_LOGGING_CONFIG_PATH"
+LOGGING_CONFIG_FILE = "sglang-logging.json"
+ARGS_LOGGER = "sglang.srt.entrypoints.engine"
+# configure_logger's own format without its per-process prefix (" TP1" and the like,
+# which a file shared by every process cannot vary).
+LOG_FORMAT = "[%(asctime)s] %(message)s"
+LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+# --log-level's default (ServerArgs.log_level) and the names logging knows it by.
+DEFAULT_LOG_LEVEL = "info"
+_LOG_LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
 
 # SGLang's /health gives up and answers 503 after this many seconds without output
 # from the scheduler (http_server.py: int(os.getenv(..., 20)) in 0.5.3).
@@ -77,6 +99,40 @@ def _data_parallel(args: tuple[str, ...]) -> bool:
         if len(name) > 3 and any(flag.startswith(name) for flag in _DATA_PARALLEL_FLAGS):
             return True
     return False
+
+
+def _log_level(args: tuple[str, ...]) -> str:
+    """The profile's ``--log-level`` (last one wins, as argparse), else SGLang's default."""
+    level = DEFAULT_LOG_LEVEL
+    for index, word in enumerate(args):
+        if word == "--log-level" and index + 1 < len(args):
+            level = args[index + 1]
+        elif word.startswith("--log-level="):
+            level = word.split("=", 1)[1]
+    # configure_logger takes getattr(logging, level.upper()); a name it would not find
+    # stops SGLang's basicConfig, and here keeps the default rather than fail dictConfig.
+    return level.lower() if level.lower() in _LOG_LEVELS else DEFAULT_LOG_LEVEL
+
+
+def logging_config(args: tuple[str, ...]) -> dict[str, Any]:
+    """The ``logging.config.dictConfig`` SGLang loads instead of its own basicConfig."""
+    return {
+        "version": 1,
+        # SGLang's modules make their loggers at import, before configure_logger runs.
+        "disable_existing_loggers": False,
+        "formatters": {"sglang": {"format": LOG_FORMAT, "datefmt": LOG_DATE_FORMAT}},
+        "handlers": {
+            "stderr": {"class": "logging.StreamHandler", "formatter": "sglang", "stream": "ext://sys.stderr"}
+        },
+        "root": {"level": _log_level(args).upper(), "handlers": ["stderr"]},
+        "loggers": {ARGS_LOGGER: {"level": "WARNING"}},
+    }
+
+
+def key_logging(profile: Profile) -> LoggingConfigFile:
+    """The logging config that keeps rank 0's API key out of the task's logs."""
+    text = json.dumps(logging_config(profile.args), indent=2, sort_keys=True) + "\n"
+    return LoggingConfigFile(variable=LOGGING_CONFIG_ENV, file_name=LOGGING_CONFIG_FILE, text=text)
 
 
 def health_answer_within_s(profile: Profile) -> int:
