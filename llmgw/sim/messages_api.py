@@ -123,8 +123,9 @@ def prompt_of(body: Mapping[str, Any]) -> tuple[str, list[object]]:
     elif isinstance(system, list):
         texts.extend(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
     for index, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise ApiError(400, f"messages.{index}.role: Input should be 'user' or 'assistant'")
+        # A system message among the others: Claude Code sends its environment as one.
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
+            raise ApiError(400, f"messages.{index}.role: Input should be 'user', 'assistant' or 'system'")
         content = message.get("content")
         if isinstance(content, str):
             texts.append(content)

@@ -59,6 +59,24 @@ async def test_errors_are_in_anthropics_shape(start_server: StartServer, http: a
         }
 
 
+async def test_a_system_message_among_the_messages_is_read_as_claude_code_sends_it(
+    start_server: StartServer, http: aiohttp.ClientSession
+) -> None:
+    server = await start_server()
+    environment = {"role": "system", "content": [{"type": "text", "text": "be kind"}]}
+    async with http.post(
+        server.make_url("/v1/messages"),
+        json={"model": TEST_MODEL, "max_tokens": 2, "messages": [*USER, environment]},
+    ) as response:
+        assert response.status == 200
+        assert (await response.json())["usage"] == {"input_tokens": 5, "output_tokens": 2}
+    async with http.post(
+        server.make_url("/v1/messages"),
+        json={"model": TEST_MODEL, "max_tokens": 2, "messages": [*USER, {"role": "tool", "content": "x"}]},
+    ) as response:
+        assert response.status == 400
+
+
 async def test_tokenize_counts_a_chat_as_vllm_does(
     start_server: StartServer, http: aiohttp.ClientSession
 ) -> None:
