@@ -77,6 +77,15 @@ async def test_a_system_message_among_the_messages_is_read_as_claude_code_sends_
         assert response.status == 400
 
 
+async def test_answer_tokens_ends_a_message_with_end_turn(start_server: StartServer) -> None:
+    async with _client(await start_server(fast_settings(answer_tokens=3))) as client:
+        message = await client.messages.create(model=TEST_MODEL, max_tokens=4000, messages=USER)
+        assert message.stop_reason == "end_turn" and message.usage.output_tokens == 3
+        async with client.messages.stream(model=TEST_MODEL, max_tokens=4000, messages=USER) as stream:
+            final = await stream.get_final_message()
+        assert final.stop_reason == "end_turn" and final.usage.output_tokens == 3
+
+
 async def test_tokenize_counts_a_chat_as_vllm_does(
     start_server: StartServer, http: aiohttp.ClientSession
 ) -> None:
