@@ -14,6 +14,7 @@ does not hang the test)."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import signal
@@ -37,6 +38,9 @@ CACHE = Path(os.environ.get("LLMGW_CACHE_DIR") or Path.home() / ".cache" / "llmg
 # The agents' system prompts and tools are thousands of words (one sim token each), and
 # Claude Code asks max_tokens 32000: a context that holds both. An answer that ends as a
 # model's does, with a stop (an agent takes one cut at max_tokens for a failure).
+# sim-guarded is screened by sim-guard: its Messages requests are judged as the chat
+# completion they translate to, so Claude Code's reach the translation too (the sim
+# serves Messages itself, untranslated, for an unguarded model).
 CATALOG = f"""
 models:
   sim-chat:
@@ -47,6 +51,24 @@ models:
         args: ["--max-model-len", "1000000", "--answer-tokens", "{ANSWER_TOKENS}"]
         sim: {{tokens_per_second: 5000, load_seconds: 0.2}}
     scaling: {{min: 1, max: 1}}
+  sim-guarded:
+    roles: [chat]
+    profiles:
+      - engine: sim
+        simulate_gpus: false
+        args: ["--max-model-len", "1000000", "--answer-tokens", "{ANSWER_TOKENS}"]
+        sim: {{tokens_per_second: 5000, load_seconds: 0.2}}
+    scaling: {{min: 1, max: 1}}
+  sim-guard:
+    roles: [guard]
+    profiles:
+      - engine: sim
+        simulate_gpus: false
+        args: ["--max-model-len", "1000000", "--judge-unsafe-phrase", "forbidden fruit"]
+        sim: {{tokens_per_second: 5000, load_seconds: 0.2}}
+    scaling: {{min: 1, max: 1}}
+guard_policies:
+  demo: {{judge: sim-guard, models: [sim-guarded]}}
 """
 RUN_TIMEOUT = 120
 
@@ -85,18 +107,17 @@ def greek_run(text: str) -> int:
     return longest
 
 
-def requests_of(dev: RunningDev, status: str = "200") -> float:
-    return dev.router_metric("llmgw_router_requests_total", model="sim-chat", status=status)
+def requests_of(dev: RunningDev, model: str = "sim-chat") -> float:
+    return dev.router_metric("llmgw_router_requests_total", model=model, status="200")
 
 
 def refused_of(dev: RunningDev) -> float:
-    """The requests for the model answered with a 4xx or 5xx."""
+    """The requests for any model answered with a 4xx or 5xx."""
     text = urllib.request.urlopen(dev.base_url.removesuffix("/v1") + "/metrics", timeout=10).read().decode()
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith('llmgw_router_requests_total{model="sim-chat",status="')
-        and not line.startswith('llmgw_router_requests_total{model="sim-chat",status="2')
+        if line.startswith("llmgw_router_requests_total{") and 'status="2' not in line
     )
 
 
@@ -132,19 +153,22 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDev, 
         tmp_path, "--catalog", str(tmp_path / "catalog.yaml"), "--api-keys", "--nodes", "1", "--gpus", "1"
     )
     try:
-        key = running.create_key("agents", "--model", "sim-chat")
-        request = urllib.request.Request(
-            running.base_url + "/chat/completions",
-            data=b'{"model": "sim-chat", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}',
-            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-        )
-        eventually_sync(
-            functools.partial(urllib.request.urlopen, request, timeout=10),
-            60,
-            "sim-chat answering the key",
-            every=0.25,
-            retry_on=(urllib.error.URLError, ConnectionError),
-        )
+        key = running.create_key("agents")
+        for model in ("sim-chat", "sim-guarded"):
+            request = urllib.request.Request(
+                running.base_url + "/chat/completions",
+                data=json.dumps(
+                    {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+                ).encode(),
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            )
+            eventually_sync(
+                functools.partial(urllib.request.urlopen, request, timeout=10),
+                60,
+                f"{model} answering the key",
+                every=0.25,
+                retry_on=(urllib.error.URLError, ConnectionError),
+            )
         yield running, key
     finally:
         if running.process.poll() is None:
@@ -179,8 +203,9 @@ def test_codex_exec_configured_as_the_readme_says_answers_through_the_router(
     assert refused_of(running) == refused_before
 
 
+@pytest.mark.parametrize("model", ["sim-chat", "sim-guarded"])
 def test_claude_p_configured_as_the_readme_says_answers_through_the_router(
-    dev: tuple[RunningDev, str], tmp_path: Path
+    dev: tuple[RunningDev, str], tmp_path: Path, model: str
 ) -> None:
     claude = installed("LLMGW_CLAUDE", "claude")
     running, key = dev
@@ -199,7 +224,7 @@ def test_claude_p_configured_as_the_readme_says_answers_through_the_router(
     assert env["ANTHROPIC_BASE_URL"] == "http://router.example:8080"
     env["ANTHROPIC_BASE_URL"] = running.base_url.removesuffix("/v1")
     env["ANTHROPIC_AUTH_TOKEN"] = key
-    env["ANTHROPIC_MODEL"] = env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] = "sim-chat"
+    env["ANTHROPIC_MODEL"] = env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] = model
     # Claude Code's own switches for what it would send its vendor.
     env |= {
         "DISABLE_TELEMETRY": "1",
@@ -207,12 +232,12 @@ def test_claude_p_configured_as_the_readme_says_answers_through_the_router(
         "DISABLE_ERROR_REPORTING": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
-    before, refused_before = requests_of(running), refused_of(running)
+    before, refused_before = requests_of(running, model), refused_of(running)
 
     done = run_client([claude, "-p", "say hello"], env, work)
 
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     assert greek_run(done.stdout) == ANSWER_TOKENS, (done.stdout, done.stderr[-3000:])
-    assert requests_of(running) - before >= 1
+    assert requests_of(running, model) - before >= 1
     # Nothing it sent along the way was refused (a background request refused fails silently).
     assert refused_of(running) == refused_before
