@@ -145,6 +145,17 @@ def readme_block(heading: str, language: str) -> str:
     return section.split(f"```{language}\n", 1)[1].split("```", 1)[0]
 
 
+# Asked before `dev` by each test, so a missing client skips without starting llmgw dev.
+@pytest.fixture(scope="module")
+def codex() -> str:
+    return installed("LLMGW_CODEX", "codex")
+
+
+@pytest.fixture(scope="module")
+def claude() -> str:
+    return installed("LLMGW_CLAUDE", "claude")
+
+
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDev, str]]:
     tmp_path = tmp_path_factory.mktemp("agent-clis")
@@ -177,9 +188,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDev, 
 
 
 def test_codex_exec_configured_as_the_readme_says_answers_through_the_router(
-    dev: tuple[RunningDev, str], tmp_path: Path
+    codex: str, dev: tuple[RunningDev, str], tmp_path: Path
 ) -> None:
-    codex = installed("LLMGW_CODEX", "codex")
     running, key = dev
     home, codex_home, work = tmp_path / "home", tmp_path / "codex-home", tmp_path / "work"
     for directory in (home, codex_home, work):
@@ -205,9 +215,8 @@ def test_codex_exec_configured_as_the_readme_says_answers_through_the_router(
 
 @pytest.mark.parametrize("model", ["sim-chat", "sim-guarded"])
 def test_claude_p_configured_as_the_readme_says_answers_through_the_router(
-    dev: tuple[RunningDev, str], tmp_path: Path, model: str
+    claude: str, dev: tuple[RunningDev, str], tmp_path: Path, model: str
 ) -> None:
-    claude = installed("LLMGW_CLAUDE", "claude")
     running, key = dev
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
