@@ -183,8 +183,8 @@ def to_chat(body: Mapping[str, object]) -> dict[str, object]:
 
 def _check_thinking(thinking: object) -> None:
     """``thinking`` disabled, or adaptive (the model decides whether to think, as an
-    engine's chat template does): nothing to pass on. Its ``display`` is how Anthropic
-    shows the thinking; an engine's reasoning comes back as thinking blocks in full."""
+    engine's chat template does): nothing to pass on. Its ``display`` is carried on the
+    way back (``thinking_omitted``)."""
     if thinking is None:
         return
     if not isinstance(thinking, Mapping) or thinking.get("type") not in ("disabled", "adaptive"):
@@ -198,6 +198,14 @@ def _check_thinking(thinking: object) -> None:
             )
     if thinking.get("display") not in (None, "summarized", "omitted"):
         raise Untranslatable("thinking.display", "`thinking.display` must be summarized or omitted.")
+
+
+def thinking_omitted(body: Mapping[str, object]) -> bool:
+    """Whether the answer's thinking blocks come without their text (``thinking.display``
+    ``omitted``: Anthropic then sends each block with an empty ``thinking`` and its
+    signature, and no ``thinking_delta``)."""
+    thinking = body.get("thinking")
+    return isinstance(thinking, Mapping) and thinking.get("display") == "omitted"
 
 
 def _check_context_management(value: object) -> None:
@@ -461,8 +469,11 @@ def _stop(finish: object, matched: object, stops: tuple[str, ...]) -> tuple[str,
     return _STOP_REASONS.get(finish if isinstance(finish, str) else "stop", "end_turn"), None
 
 
-def from_chat(answer: Mapping[str, object], model: str, stops: tuple[str, ...] = ()) -> dict[str, object]:
-    """A Messages answer from a chat completion's JSON."""
+def from_chat(
+    answer: Mapping[str, object], model: str, stops: tuple[str, ...] = (), *, omit_thinking: bool = False
+) -> dict[str, object]:
+    """A Messages answer from a chat completion's JSON (its thinking without its text
+    when ``omit_thinking``)."""
     choices = answer.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
     message = choice.get("message")
@@ -470,7 +481,7 @@ def from_chat(answer: Mapping[str, object], model: str, stops: tuple[str, ...] =
     content: list[dict[str, object]] = []
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
-        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+        content.append({"type": "thinking", "thinking": "" if omit_thinking else reasoning, "signature": ""})
     text = message.get("content")
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
@@ -548,6 +559,7 @@ class StreamTranslation:
 
     model: str
     stops: tuple[str, ...] = ()
+    omit_thinking: bool = False  # thinking blocks without their thinking_deltas
     usage: dict[str, object] | None = None
     _pending: bytes = b""
     _started: bool = False
@@ -611,7 +623,8 @@ class StreamTranslation:
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             out.append(self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""}))
-            out.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
+            if not self.omit_thinking:
+                out.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
         text = delta.get("content")
         if isinstance(text, str) and text:
             out.append(self._open("text", {"type": "text", "text": ""}))

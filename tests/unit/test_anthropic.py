@@ -379,6 +379,27 @@ def test_a_reasoning_stream_is_a_thinking_block_with_its_signature_before_its_st
     cut = _events(anthropic.StreamTranslation("served").feed(stream(*chunks[:3])))
     assert [e["delta"]["type"] for e in cut if e["type"] == "content_block_delta"][-1] == "signature_delta"
     assert [e["type"] for e in cut][-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    # thinking.display "omitted" (Claude Code's default): the block and its signature,
+    # without its text, as Anthropic sends them.
+    omitted = _events(anthropic.StreamTranslation("served", omit_thinking=True).feed(stream(*chunks)))
+    assert [(e["type"], e.get("delta", {}).get("type")) for e in omitted[1:4]] == [
+        ("content_block_start", None),
+        ("content_block_delta", "signature_delta"),
+        ("content_block_stop", None),
+    ]
+    assert "Think" not in json.dumps(omitted) and omitted[5]["delta"] == {"type": "text_delta", "text": "Hi"}
+
+
+def test_thinking_display_omitted_leaves_the_answer_s_thinking_blocks_without_text() -> None:
+    answer = {
+        "choices": [{"message": {"content": "Hi", "reasoning_content": "secret"}, "finish_reason": "stop"}]
+    }
+    assert not anthropic.thinking_omitted({"thinking": {"type": "adaptive"}})
+    assert anthropic.thinking_omitted({"thinking": {"type": "adaptive", "display": "omitted"}})
+    content = anthropic.from_chat(answer, "m", omit_thinking=True)["content"]
+    assert content == [{"type": "thinking", "thinking": "", "signature": ""}, {"type": "text", "text": "Hi"}]
+    shown = anthropic.from_chat(answer, "m")["content"]
+    assert shown[0] == {"type": "thinking", "thinking": "secret", "signature": ""}  # type: ignore[index]
 
 
 def test_an_engine_error_in_a_chat_stream_becomes_an_error_event() -> None:
