@@ -25,12 +25,19 @@ from dataclasses import dataclass, field
 TRANSLATED_FIELDS = frozenset(
     {
         "model", "messages", "max_tokens", "system", "stream", "temperature", "top_p", "top_k",
-        "stop_sequences", "tools", "tool_choice", "metadata",
+        "stop_sequences", "tools", "tool_choice", "metadata", "output_config",
     }
 )  # fmt: skip
 # Fields that change nothing an engine generates, accepted and not passed on: a
-# service tier is Anthropic's capacity choice, and ``thinking`` only when disabled.
-IGNORED_FIELDS = frozenset({"service_tier"})
+# service tier is Anthropic's capacity choice; ``thinking`` only when disabled or
+# adaptive, and ``context_management`` only when it keeps every thinking block
+# (``_check_thinking``, ``_check_context_management``).
+IGNORED_FIELDS = frozenset({"service_tier", "thinking", "context_management"})
+# ``output_config.effort`` as a chat completion's ``reasoning_effort`` (the values both
+# APIs share: Anthropic's "max" has no chat counterpart).
+_EFFORTS = frozenset({"low", "medium", "high"})
+# ``context_management`` edits that leave the conversation as it was sent.
+_KEEP_ALL_EDITS = {"type": "clear_thinking_20251015", "keep": "all"}
 # ``cache_control`` marks a prompt cache breakpoint: engines cache prefixes by
 # themselves (vLLM's and SGLang's prefix caching, llama.cpp's cache_prompt), so it is
 # accepted on every block and tool and not passed on.
@@ -135,13 +142,10 @@ def to_chat(body: Mapping[str, object]) -> dict[str, object]:
     """The chat completion body that asks what ``body`` (a checked Messages request)
     asks, or ``Untranslatable`` naming the first field it cannot carry."""
     for name in body:
-        if name not in TRANSLATED_FIELDS and name not in IGNORED_FIELDS and name != "thinking":
+        if name not in TRANSLATED_FIELDS and name not in IGNORED_FIELDS:
             raise Untranslatable(name, f"`{name}` is not supported by this model's engine; leave it out.")
-    thinking = body.get("thinking")
-    if thinking is not None and not (isinstance(thinking, Mapping) and thinking.get("type") == "disabled"):
-        raise Untranslatable(
-            "thinking", "Extended thinking (`thinking`) is not supported by this model's engine."
-        )
+    _check_thinking(body.get("thinking"))
+    _check_context_management(body.get("context_management"))
     messages: list[dict[str, object]] = []
     system = body.get("system")
     if system is not None:
@@ -161,6 +165,9 @@ def to_chat(body: Mapping[str, object]) -> dict[str, object]:
     metadata = body.get("metadata")
     if isinstance(metadata, Mapping) and isinstance(metadata.get("user_id"), str):
         chat["user"] = metadata["user_id"]
+    effort = _effort(body.get("output_config"))
+    if effort is not None:
+        chat["reasoning_effort"] = effort
     tools = body.get("tools")
     if tools is not None:
         chat["tools"] = _chat_tools(tools)
@@ -172,6 +179,79 @@ def to_chat(body: Mapping[str, object]) -> dict[str, object]:
         # The usage chunk is read by the translation (message_delta's usage), never forwarded.
         chat["stream_options"] = {"include_usage": True}
     return chat
+
+
+def _check_thinking(thinking: object) -> None:
+    """``thinking`` disabled, or adaptive (the model decides whether to think, as an
+    engine's chat template does): nothing to pass on. Its ``display`` is carried on the
+    way back (``thinking_omitted``)."""
+    if thinking is None:
+        return
+    if not isinstance(thinking, Mapping) or thinking.get("type") not in ("disabled", "adaptive"):
+        raise Untranslatable(
+            "thinking", "Extended thinking (`thinking`) is not supported by this model's engine."
+        )
+    for name in thinking:
+        if name not in ("type", "display"):
+            raise Untranslatable(
+                f"thinking.{name}", f"`thinking.{name}` is not supported by this model's engine."
+            )
+    if thinking.get("display") not in (None, "summarized", "omitted"):
+        raise Untranslatable("thinking.display", "`thinking.display` must be summarized or omitted.")
+
+
+def thinking_omitted(body: Mapping[str, object]) -> bool:
+    """Whether the answer's thinking blocks come without their text (``thinking.display``
+    ``omitted``: Anthropic then sends each block with an empty ``thinking`` and its
+    signature, and no ``thinking_delta``)."""
+    thinking = body.get("thinking")
+    return isinstance(thinking, Mapping) and thinking.get("display") == "omitted"
+
+
+def _check_context_management(value: object) -> None:
+    """Only edits that keep every thinking block pass: the engine sees the conversation
+    as sent, so any edit that would clear part of it cannot be carried."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping) or not isinstance(value.get("edits"), list):
+        raise Untranslatable("context_management", "`context_management` must be an object with `edits`.")
+    for name in value:
+        if name != "edits":
+            raise Untranslatable(
+                f"context_management.{name}",
+                f"`context_management.{name}` is not supported by this model's engine.",
+            )
+    edits = value["edits"]
+    assert isinstance(edits, list)
+    for index, edit in enumerate(edits):
+        if edit != _KEEP_ALL_EDITS:
+            raise Untranslatable(
+                f"context_management.edits.{index}",
+                "Context editing is not supported by this model's engine (only "
+                '`{"type": "clear_thinking_20251015", "keep": "all"}`, which clears nothing).',
+            )
+
+
+def _effort(output_config: object) -> str | None:
+    if output_config is None:
+        return None
+    if not isinstance(output_config, Mapping):
+        raise Untranslatable("output_config", "`output_config` must be an object.")
+    for name in output_config:
+        if name != "effort":
+            raise Untranslatable(
+                f"output_config.{name}", f"`output_config.{name}` is not supported by this model's engine."
+            )
+    effort = output_config.get("effort")
+    if effort is None:
+        return None
+    if effort not in _EFFORTS:
+        raise Untranslatable(
+            "output_config.effort",
+            "`output_config.effort` must be low, medium or high on this model's engine.",
+        )
+    assert isinstance(effort, str)
+    return effort
 
 
 def _system_text(system: object) -> str:
@@ -200,12 +280,22 @@ def _chat_messages(message: object, at: str) -> list[dict[str, object]]:
     if not isinstance(message, Mapping):
         raise Untranslatable(at, "Each message must be an object with a role and content.")
     role = message.get("role")
-    if role not in ("user", "assistant"):
-        raise Untranslatable(f"{at}.role", "A message's role must be `user` or `assistant`.")
+    if role not in ("user", "assistant", "system"):
+        raise Untranslatable(f"{at}.role", "A message's role must be `user`, `assistant` or `system`.")
     for name in message:
         if name not in ("role", "content"):
             raise Untranslatable(f"{at}.{name}", f"`{name}` on a message is not supported; leave it out.")
     content = message.get("content")
+    if role == "system":
+        # Claude Code sends its environment as a system message after the first user
+        # turn: a chat system message in place, text only, as ``system`` is.
+        if isinstance(content, list):
+            content = _text_of_blocks(
+                content, f"{at}.content", "A system message's blocks must be text blocks."
+            )
+        if not isinstance(content, str):
+            raise Untranslatable(f"{at}.content", "A system message's content must be text.")
+        return [{"role": "system", "content": content}]
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
@@ -323,7 +413,7 @@ def _chat_tools(tools: object) -> list[dict[str, object]]:
                 f"The server tool `{tool.get('type')}` is not supported by this model's engine.",
             )
         for name in tool:
-            if name not in ("name", "description", "input_schema", "type", "cache_control"):
+            if name not in ("name", "description", "input_schema", "type", "cache_control", "defer_loading"):
                 raise Untranslatable(
                     f"{where}.{name}", f"`{name}` on a tool is not supported by this model's engine."
                 )
@@ -331,6 +421,8 @@ def _chat_tools(tools: object) -> list[dict[str, object]]:
             "name": tool["name"],
             "parameters": tool.get("input_schema") or {"type": "object"},
         }
+        if not isinstance(tool.get("defer_loading", False), bool):
+            raise Untranslatable(f"{where}.defer_loading", "A tool's `defer_loading` must be a boolean.")
         description = tool.get("description")
         if isinstance(description, str):
             function["description"] = description
@@ -377,8 +469,11 @@ def _stop(finish: object, matched: object, stops: tuple[str, ...]) -> tuple[str,
     return _STOP_REASONS.get(finish if isinstance(finish, str) else "stop", "end_turn"), None
 
 
-def from_chat(answer: Mapping[str, object], model: str, stops: tuple[str, ...] = ()) -> dict[str, object]:
-    """A Messages answer from a chat completion's JSON."""
+def from_chat(
+    answer: Mapping[str, object], model: str, stops: tuple[str, ...] = (), *, omit_thinking: bool = False
+) -> dict[str, object]:
+    """A Messages answer from a chat completion's JSON (its thinking without its text
+    when ``omit_thinking``)."""
     choices = answer.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
     message = choice.get("message")
@@ -386,7 +481,7 @@ def from_chat(answer: Mapping[str, object], model: str, stops: tuple[str, ...] =
     content: list[dict[str, object]] = []
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
-        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+        content.append({"type": "thinking", "thinking": "" if omit_thinking else reasoning, "signature": ""})
     text = message.get("content")
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
@@ -464,6 +559,7 @@ class StreamTranslation:
 
     model: str
     stops: tuple[str, ...] = ()
+    omit_thinking: bool = False  # thinking blocks without their thinking_deltas
     usage: dict[str, object] | None = None
     _pending: bytes = b""
     _started: bool = False
@@ -527,7 +623,8 @@ class StreamTranslation:
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             out.append(self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""}))
-            out.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
+            if not self.omit_thinking:
+                out.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
         text = delta.get("content")
         if isinstance(text, str) and text:
             out.append(self._open("text", {"type": "text", "text": ""}))

@@ -24,13 +24,15 @@ from dataclasses import dataclass, field
 from llmgw.core.routing import Refusal
 
 # Fields llmgw carries to the engine (translated) or keeps itself (store,
-# previous_response_id, metadata). Anything else is refused by name.
+# previous_response_id, metadata), and Codex CLI's ``client_metadata`` (its session's
+# ids, a map of strings like ``metadata``: it asks nothing of the model, see
+# llmgw/gateway/DESIGN.md), accepted and not passed on. Anything else is refused by name.
 CARRIED = frozenset(
     {
         "model", "input", "instructions", "stream", "store", "previous_response_id", "metadata",
         "max_output_tokens", "temperature", "top_p", "tools", "tool_choice", "parallel_tool_calls",
         "text", "user", "reasoning", "include", "truncation", "service_tier", "prompt_cache_key",
-        "safety_identifier", "stream_options",
+        "safety_identifier", "stream_options", "client_metadata",
     }
 )  # fmt: skip
 # ``include`` values that ask for nothing the translation leaves out: its reasoning
@@ -105,11 +107,12 @@ def parse_request(body: Mapping[str, object]) -> ResponsesRequest:
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise _type_error(instructions, "string", "instructions")
-    metadata = body.get("metadata")
-    if metadata is not None and not (
-        isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
-    ):
-        raise _type_error(metadata, "map of strings", "metadata")
+    for name in ("metadata", "client_metadata"):
+        metadata = body.get(name)
+        if metadata is not None and not (
+            isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
+        ):
+            raise _type_error(metadata, "map of strings", name)
     for name in ("temperature", "top_p"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):

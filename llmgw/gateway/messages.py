@@ -116,9 +116,10 @@ def _for_messages(call: ApiCall, catalog: Catalog, chain: tuple[str, ...]) -> Tr
         return chain, None
     stops = chat.get("stop")
     stops = tuple(stops) if isinstance(stops, list) else ()
+    omit_thinking = anthropic.thinking_omitted(call.body)
 
     def per_model(model: str) -> Translation | None:
-        return None if native(catalog, model) else _ChatTranslation(chat, model, stops)
+        return None if native(catalog, model) else _ChatTranslation(chat, model, stops, omit_thinking)
 
     return chain, per_model
 
@@ -167,6 +168,7 @@ class _ChatTranslation:
     chat: dict[str, object]
     model: str
     stops: tuple[str, ...]
+    omit_thinking: bool = False
     path: str = CHAT_PATH
 
     def body(self, model: str) -> bytes:
@@ -181,10 +183,10 @@ class _ChatTranslation:
             answer = None
         if not isinstance(answer, dict):
             raise ApiError(errors.upstream_unreadable(self.model))
-        return _json(anthropic.from_chat(answer, self.model, self.stops))
+        return _json(anthropic.from_chat(answer, self.model, self.stops, omit_thinking=self.omit_thinking))
 
     def stream(self) -> StreamRewrite:
-        return anthropic.StreamTranslation(self.model, self.stops)
+        return anthropic.StreamTranslation(self.model, self.stops, self.omit_thinking)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,6 @@ from llmgw.sim.settings import ExitCode, SimSettings
 
 log = logging.getLogger("llmgw.sim")
 
-FINISH_REASON = "length"  # the simulator never emits a stop token: it always runs to max_tokens
 _API_PREFIX = "/v1/"
 # Request bodies up to this size are read (aiohttp's 1 MiB default is too small for long prompts).
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -336,7 +335,8 @@ async def _admit(request: web.Request) -> tuple[SimState, dict[str, Any]]:
 
 async def _chat(request: web.Request) -> web.StreamResponse:
     state, body = await _admit(request)
-    return await _generate(request, state, openai_api.parse_chat(body, state.limits), "chatcmpl-")
+    generation = openai_api.parse_chat(body, state.limits).answered(state.settings.answer_tokens)
+    return await _generate(request, state, generation, "chatcmpl-")
 
 
 async def _completions(request: web.Request) -> web.StreamResponse:
@@ -367,7 +367,7 @@ async def _generate(
         identity,
         "".join(pieces[reasoning:]),
         len(pieces),
-        FINISH_REASON,
+        generation.finish_reason,
         "".join(pieces[:reasoning]) if reasoning else None,
     )
     return web.json_response(body)
@@ -412,7 +412,7 @@ async def _stream(
         return data
 
     def end(sent: int) -> list[bytes]:
-        data = [openai_api.sse_event(openai_api.chunk(generation, identity, None, FINISH_REASON))]
+        data = [openai_api.sse_event(openai_api.chunk(generation, identity, None, generation.finish_reason))]
         if generation.include_usage:
             data.append(openai_api.sse_event(openai_api.usage_chunk(generation, identity, sent)))
         return [*data, openai_api.SSE_DONE]

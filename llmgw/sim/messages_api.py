@@ -32,8 +32,8 @@ Pieces = Callable[[Any, GenerationRequest], Iterator[str]]
 MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 TOKENIZE_PATH = "/tokenize"
-# The sim never emits a stop token: it always runs to max_tokens.
-STOP_REASON = "max_tokens"
+# The chat finish reasons as Messages stop reasons (vLLM's converter maps them so).
+STOP_REASONS = {"length": "max_tokens", "stop": "end_turn"}
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}
 
 
@@ -50,7 +50,7 @@ def add_routes(
     async def create(request: web.Request) -> web.StreamResponse:
         try:
             state, body = await admit(request)
-            generation = parse_messages(body, state.limits)
+            generation = parse_messages(body, state.limits).answered(state.settings.answer_tokens)
             failure = state.faults.draw_failure()
             if failure is not None:
                 raise failure
@@ -66,7 +66,7 @@ def add_routes(
         )
         return web.json_response(
             {
-                **_message(state.settings.served_name, generation.prompt_tokens, len(said)),
+                **_message(state.settings.served_name, generation, len(said)),
                 "content": [{"type": "text", "text": "".join(said)}],
             }
         )
@@ -123,8 +123,9 @@ def prompt_of(body: Mapping[str, Any]) -> tuple[str, list[object]]:
     elif isinstance(system, list):
         texts.extend(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
     for index, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise ApiError(400, f"messages.{index}.role: Input should be 'user' or 'assistant'")
+        # A system message among the others: Claude Code sends its environment as one.
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
+            raise ApiError(400, f"messages.{index}.role: Input should be 'user', 'assistant' or 'system'")
         content = message.get("content")
         if isinstance(content, str):
             texts.append(content)
@@ -160,16 +161,16 @@ def parse_messages(body: Mapping[str, Any], limits: openai_api.Limits) -> Genera
     return GenerationRequest(Endpoint.CHAT, model, prompt, prompt_tokens, max_tokens, stream, True)
 
 
-def _message(model: str, input_tokens: int, output_tokens: int) -> dict[str, Any]:
+def _message(model: str, generation: GenerationRequest, output_tokens: int) -> dict[str, Any]:
     return {
         "id": "msg_" + uuid.uuid4().hex,
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": [],
-        "stop_reason": STOP_REASON if output_tokens else None,
+        "stop_reason": STOP_REASONS[generation.finish_reason] if output_tokens else None,
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        "usage": {"input_tokens": generation.prompt_tokens, "output_tokens": output_tokens},
     }
 
 
@@ -180,7 +181,7 @@ def event(kind: str, payload: Mapping[str, Any]) -> bytes:
 async def _stream(
     request: web.Request, state: Any, generation: GenerationRequest, pieces: Pieces
 ) -> web.StreamResponse:
-    start = _message(state.settings.served_name, generation.prompt_tokens, 0)
+    start = _message(state.settings.served_name, generation, 0)
 
     def piece(text: str, index: int) -> list[bytes]:
         delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
@@ -195,7 +196,7 @@ async def _stream(
         # vLLM's message_delta carries the input tokens too (message_stream_converter).
         delta = {
             "type": "message_delta",
-            "delta": {"stop_reason": STOP_REASON, "stop_sequence": None},
+            "delta": {"stop_reason": STOP_REASONS[generation.finish_reason], "stop_sequence": None},
             "usage": {"input_tokens": generation.prompt_tokens, "output_tokens": sent},
         }
         return [*data, event("message_delta", delta), event("message_stop", {"type": "message_stop"})]

@@ -10,6 +10,7 @@ as OpenAI-compatible engines do, so tool-calling clients pass through.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import json
@@ -122,6 +123,20 @@ class GenerationRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
+    # The answer ends with a stop before max_tokens (``--answer-tokens``): the engine's
+    # max_tokens is then the answer's length.
+    stops: bool = False
+
+    @property
+    def finish_reason(self) -> str:
+        """The simulator never emits a stop token unless told to: it runs to max_tokens."""
+        return "stop" if self.stops else "length"
+
+    def answered(self, answer_tokens: int) -> GenerationRequest:
+        """This request as a model that says ``answer_tokens`` (0: no limit) and stops."""
+        if not answer_tokens or answer_tokens >= self.max_tokens:
+            return self
+        return dataclasses.replace(self, max_tokens=answer_tokens, stops=True)
 
 
 class EncodingFormat(enum.StrEnum):

@@ -36,8 +36,6 @@ Admit = Callable[[web.Request], Awaitable[tuple["SimState", dict[str, Any]]]]
 Pieces = Callable[[SimSettings, GenerationRequest], Iterator[str]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-FINISH_REASON = "length"  # as the chat API's: the simulator always runs to max_tokens
-
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
@@ -59,7 +57,7 @@ def handler(admit: Admit, pieces: Pieces) -> Handler:
                 404, f"Response with id '{parsed.previous_response_id[:100]}' not found.", param="response_id"
             )
         chat = responses.to_chat_body(body, (), parsed.model)
-        generation = openai_api.parse_chat(chat, state.limits)
+        generation = openai_api.parse_chat(chat, state.limits).answered(state.settings.answer_tokens)
         failure = state.faults.draw_failure()
         if failure is not None:
             raise failure
@@ -73,7 +71,9 @@ def handler(admit: Admit, pieces: Pieces) -> Handler:
             state.faults.wait_while_hung,
         )
         identity = openai_api.ResponseIdentity(response_id, created, parsed.model, state.fingerprint)
-        answer = openai_api.completion_body(generation, identity, "".join(said), len(said), FINISH_REASON)
+        answer = openai_api.completion_body(
+            generation, identity, "".join(said), len(said), generation.finish_reason
+        )
         return web.json_response(
             responses.from_chat_answer(body, answer, response_id, parsed.model, created, _new_id)
         )
@@ -98,7 +98,7 @@ async def _stream(
         return [translation.feed(openai_api.sse_event(openai_api.chunk(generation, identity, text)))]
 
     def end(sent: int) -> list[bytes]:
-        last = openai_api.chunk(generation, identity, None, FINISH_REASON)
+        last = openai_api.chunk(generation, identity, None, generation.finish_reason)
         usage = openai_api.usage_chunk(generation, identity, sent)
         chat = openai_api.sse_event(last) + openai_api.sse_event(usage) + openai_api.SSE_DONE
         return [translation.feed(chat)]

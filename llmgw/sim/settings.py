@@ -85,6 +85,11 @@ class SimSettings:
     # delta's) ``reasoning_content``; the rest is the content. 0: no reasoning, as vLLM
     # without a reasoning parser. Text completions and a judge's verdict never reason.
     reasoning_tokens: int = 0
+    # End every chat answer (chat completions, Messages) after this many tokens with a
+    # stop, as a model that reaches its end-of-sequence token (finish_reason "stop",
+    # stop_reason "end_turn"), when max_tokens allows more: an agent treats an answer cut
+    # at max_tokens as a failure. 0: run to max_tokens, ending with "length".
+    answer_tokens: int = 0
     # Seconds of simulated weight loading before /health turns 200.
     load_time: float = 1.0
     # On SIGTERM/SIGINT, in-flight requests get this long to finish before they are cancelled.
@@ -165,6 +170,13 @@ _FLAGS: tuple[Flag, ...] = (
         int,
         "answer chat completions with this many tokens of reasoning first, in reasoning_content "
         "(as vLLM's --reasoning-parser); 0: none",
+    ),
+    _flag(
+        "--answer-tokens",
+        "answer_tokens",
+        int,
+        "end each chat answer after this many tokens with a stop (as a model's end-of-sequence "
+        "token) when max_tokens allows more; 0: run to max_tokens",
     ),
     _flag("--load-time", "load_time", float, "seconds of simulated weight loading"),
     _flag("--shutdown-timeout", "shutdown_timeout", float, "seconds in-flight requests get on shutdown"),
@@ -278,6 +290,8 @@ def validate(settings: SimSettings) -> list[str]:
             problems.append(f"--head must be HOST:PORT, got {settings.head!r}")
     if settings.reasoning_tokens < 0:
         problems.append(f"--reasoning-tokens must be >= 0, got {settings.reasoning_tokens}")
+    if settings.answer_tokens < 0:
+        problems.append(f"--answer-tokens must be >= 0, got {settings.answer_tokens}")
     if settings.judge_unsafe_phrase is not None and not settings.judge_unsafe_phrase.split():
         problems.append("--judge-unsafe-phrase must have a word in it: an empty phrase would flag everything")
     if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):

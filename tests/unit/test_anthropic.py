@@ -130,7 +130,36 @@ def test_a_request_becomes_the_chat_completion_that_asks_the_same() -> None:
             {"messages": [{"role": "assistant", "content": [{"type": "image", "source": {}}]}]},
             "messages.0.content.0.type",
         ),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
+        (
+            {"messages": [{"role": "system", "content": [{"type": "image", "source": {}}]}]},
+            "messages.0.content.0",
+        ),
+        ({"messages": [{"role": "system", "content": 3}]}, "messages.0.content"),
+        # Adaptive thinking passes; a budget, or a display Anthropic does not define, does not.
+        ({"thinking": {"type": "adaptive", "budget_tokens": 100}}, "thinking.budget_tokens"),
+        ({"thinking": {"type": "adaptive", "display": "full"}}, "thinking.display"),
+        # Only an edit that clears nothing passes: the engine sees the conversation as sent.
+        (
+            {"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
+            "context_management.edits.0",
+        ),
+        (
+            {
+                "context_management": {
+                    "edits": [
+                        {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}
+                    ]
+                }
+            },
+            "context_management.edits.0",
+        ),
+        ({"context_management": {"edits": []}, "x": 1}, "x"),
+        ({"context_management": "all"}, "context_management"),
+        ({"output_config": {"effort": "max"}}, "output_config.effort"),
+        ({"output_config": {"format": {"type": "json_schema"}}}, "output_config.format"),
+        ({"output_config": "high"}, "output_config"),
+        ({"tools": [{"name": "f", "input_schema": {}, "defer_loading": "yes"}]}, "tools.0.defer_loading"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]}]},
             "messages.0.content.0.source",
@@ -350,6 +379,27 @@ def test_a_reasoning_stream_is_a_thinking_block_with_its_signature_before_its_st
     cut = _events(anthropic.StreamTranslation("served").feed(stream(*chunks[:3])))
     assert [e["delta"]["type"] for e in cut if e["type"] == "content_block_delta"][-1] == "signature_delta"
     assert [e["type"] for e in cut][-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    # thinking.display "omitted" (Claude Code's default): the block and its signature,
+    # without its text, as Anthropic sends them.
+    omitted = _events(anthropic.StreamTranslation("served", omit_thinking=True).feed(stream(*chunks)))
+    assert [(e["type"], e.get("delta", {}).get("type")) for e in omitted[1:4]] == [
+        ("content_block_start", None),
+        ("content_block_delta", "signature_delta"),
+        ("content_block_stop", None),
+    ]
+    assert "Think" not in json.dumps(omitted) and omitted[5]["delta"] == {"type": "text_delta", "text": "Hi"}
+
+
+def test_thinking_display_omitted_leaves_the_answer_s_thinking_blocks_without_text() -> None:
+    answer = {
+        "choices": [{"message": {"content": "Hi", "reasoning_content": "secret"}, "finish_reason": "stop"}]
+    }
+    assert not anthropic.thinking_omitted({"thinking": {"type": "adaptive"}})
+    assert anthropic.thinking_omitted({"thinking": {"type": "adaptive", "display": "omitted"}})
+    content = anthropic.from_chat(answer, "m", omit_thinking=True)["content"]
+    assert content == [{"type": "thinking", "thinking": "", "signature": ""}, {"type": "text", "text": "Hi"}]
+    shown = anthropic.from_chat(answer, "m")["content"]
+    assert shown[0] == {"type": "thinking", "thinking": "secret", "signature": ""}  # type: ignore[index]
 
 
 def test_an_engine_error_in_a_chat_stream_becomes_an_error_event() -> None:
@@ -417,3 +467,77 @@ def test_a_streams_usage_is_its_message_start_and_its_last_message_delta() -> No
 def test_a_chat_stream_with_nothing_before_its_end_is_still_a_whole_message() -> None:
     events = _events(anthropic.StreamTranslation("served").feed(b"data: [DONE]\n\n"))
     assert [e["type"] for e in events] == ["message_start", "message_delta", "message_stop"]
+
+
+def test_claude_code_s_request_is_carried() -> None:
+    # What Claude Code 2.1.332 sends on `claude -p` (recorded): a system prompt as blocks
+    # with cache breakpoints, its environment as a system message after the user's,
+    # adaptive thinking, an effort, a context edit that clears nothing, a deferred tool.
+    body = {
+        "model": "m",
+        "max_tokens": 32000,
+        "stream": True,
+        "system": [
+            {"type": "text", "text": "billing header"},
+            {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "reminder"}, {"type": "text", "text": "say hi"}],
+            },
+            {
+                "role": "system",
+                "content": [
+                    {"type": "text", "text": "# Environment", "cache_control": {"type": "ephemeral"}}
+                ],
+            },
+        ],
+        "tools": [
+            {"name": "Bash", "description": "run", "input_schema": {"type": "object"}},
+            {
+                "name": "Placeholder",
+                "description": "never call",
+                "input_schema": {"type": "object"},
+                "defer_loading": True,
+            },
+        ],
+        "metadata": {"user_id": '{"device_id":"d"}'},
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+    }
+    assert anthropic.to_chat(body) == {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "billing header\nYou are an agent."},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "reminder"}, {"type": "text", "text": "say hi"}],
+            },
+            {"role": "system", "content": "# Environment"},
+        ],
+        "max_tokens": 32000,
+        "user": '{"device_id":"d"}',
+        "reasoning_effort": "high",
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "Bash", "parameters": {"type": "object"}, "description": "run"},
+            },
+            # A deferred tool is offered from the start: the model may call it sooner than
+            # Anthropic's tool search would load it, and nothing else changes.
+            {
+                "type": "function",
+                "function": {
+                    "name": "Placeholder",
+                    "parameters": {"type": "object"},
+                    "description": "never call",
+                },
+            },
+        ],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    # The guard reads the system message in the middle too.
+    assert "# Environment" in json.dumps(judge_messages(parse_call(Api.MESSAGES, json.dumps(body).encode())))

@@ -41,6 +41,8 @@ def _ids() -> Any:
         ({"model": "m", "input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
         ({"model": "m", "input": "hi", "instructions": ["x"]}, "instructions"),
         ({"model": "m", "input": "hi", "metadata": {"a": 1}}, "metadata"),
+        ({"model": "m", "input": "hi", "client_metadata": {"turn_id": 1}}, "client_metadata"),
+        ({"model": "m", "input": "hi", "client_metadata": "s"}, "client_metadata"),
         ({"model": "m", "input": "hi", "truncation": "auto"}, "truncation"),
         ({"model": "m", "input": "hi", "service_tier": "flex"}, "service_tier"),
         ({"model": "m", "input": "hi", "include": ["message.output_text.logprobs"]}, "include[0]"),
@@ -754,3 +756,51 @@ def test_an_engines_error_reaches_a_responses_client_in_openais_shape(
     refusal = responses.engine_refusal(status, raw, "m", too_long=too_long)
     assert refusal.status == status
     assert refusal.body() == {"error": expected}
+
+
+def test_codex_cli_s_request_is_carried_and_its_hosted_tools_are_refused_by_name() -> None:
+    # The fields Codex CLI 0.171.0 sends on every turn (recorded from `codex exec`).
+    codex: dict[str, Any] = {
+        "model": "m",
+        "stream": True,
+        "input": [
+            {"type": "message", "id": "msg_1", "role": "developer",
+             "content": [{"type": "input_text", "text": "rules"}]},
+            {"type": "message", "id": "msg_2", "role": "user",
+             "content": [{"type": "input_text", "text": "say hi"}]},
+        ],
+        "tools": [
+            {"type": "function", "name": "exec_command", "description": "run", "strict": False,
+             "parameters": {"type": "object", "properties": {}}},
+        ],
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "reasoning": {"summary": "auto"},
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "01a2348a",
+        "client_metadata": {"session_id": "01a2348a", "x-codex-turn-metadata": "{}"},
+    }  # fmt: skip
+    parsed = responses.parse_request(codex)
+    assert (parsed.stream, parsed.store) == (True, False)
+    assert responses.to_chat_body(codex, (), "m") == {
+        "model": "m",
+        "messages": [{"role": "developer", "content": "rules"}, {"role": "user", "content": "say hi"}],
+        "parallel_tool_calls": True,
+        "tools": [
+            {"type": "function", "function": {"name": "exec_command", "description": "run", "strict": False,
+                                              "parameters": {"type": "object", "properties": {}}}},
+        ],
+        "tool_choice": "auto",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }  # fmt: skip
+    # Its web search and its multi-agent namespace (README: `web_search = "disabled"`,
+    # `features.multi_agent = false`) cannot be carried: a 400 naming each.
+    for tool in (
+        {"type": "web_search", "external_web_access": False},
+        {"type": "namespace", "name": "multi_agent_v1", "description": "agents", "tools": []},
+    ):
+        with pytest.raises(ResponsesInvalid) as refused:
+            responses.parse_request({**codex, "tools": [*codex["tools"], tool]})
+        assert refused.value.param == "tools[1].type" and json.dumps(tool["type"]) in refused.value.message

@@ -676,3 +676,28 @@ async def test_an_engines_reasoning_is_a_thinking_block_whole_streamed_and_sent_
     again = await client.messages.create(model="chat-a", max_tokens=2, messages=turns)
     assert again.stop_reason == "max_tokens"
     assert again.usage.input_tokens == 2 + 2 + 2  # the sim counts the texts; the thinking went beside them
+
+
+async def test_adaptive_thinking_shown_omitted_answers_thinking_blocks_without_their_text(
+    cluster: Cluster, start_router: StartRouter, anthropic_for: AnthropicFor
+) -> None:
+    # What Claude Code 2.1.332 asks on every request, to a translated model that reasons.
+    await cluster.add_sim("chat-a", reasoning_tokens=3)
+    client = anthropic_for(await start_router())
+    thinking: Any = {"type": "adaptive", "display": "omitted"}
+    asked: Any = {"model": "chat-a", "max_tokens": 5, "messages": USER, "thinking": thinking}
+
+    message = await client.messages.create(**asked, output_config={"effort": "low"})
+    assert message.content[0].to_dict() == {
+        "type": "thinking", "thinking": "", "signature": ""
+    }  # fmt: skip
+    assert message.content[1].type == "text" and len(message.content[1].text.split()) == 2
+
+    deltas = []
+    async with client.messages.stream(**asked) as stream:
+        async for item in stream:
+            if item.type == "content_block_delta":
+                deltas.append((item.index, item.delta.type))
+        final = await stream.get_final_message()
+    assert deltas == [(0, "signature_delta")] + [(1, "text_delta")] * 2
+    assert final.content[0].type == "thinking" and final.content[0].thinking == ""

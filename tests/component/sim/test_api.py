@@ -43,6 +43,23 @@ async def test_chat_completion_returns_greek_words_up_to_max_tokens(
     assert (reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.usage.total_tokens) == (3, 7, 10)
 
 
+async def test_answer_tokens_ends_an_answer_with_a_stop_before_max_tokens(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    client = client_for(await start_server(fast_settings(answer_tokens=3)))
+    user: Any = [{"role": "user", "content": "say something nice"}]
+    short = await client.chat.completions.create(model=TEST_MODEL, messages=user, max_tokens=7)
+    assert short.choices[0].finish_reason == "stop" and short.usage is not None
+    assert short.usage.completion_tokens == 3 and len((short.choices[0].message.content or "").split()) == 3
+    chunks = [
+        c async for c in await client.chat.completions.create(model=TEST_MODEL, messages=user, stream=True)
+    ]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    # max_tokens under it still cuts the answer there.
+    cut = await client.chat.completions.create(model=TEST_MODEL, messages=user, max_tokens=2)
+    assert cut.choices[0].finish_reason == "length"
+
+
 async def test_same_prompt_same_answer_and_default_max_tokens(
     start_server: StartServer, client_for: ClientFor
 ) -> None:

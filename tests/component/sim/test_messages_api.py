@@ -59,6 +59,33 @@ async def test_errors_are_in_anthropics_shape(start_server: StartServer, http: a
         }
 
 
+async def test_a_system_message_among_the_messages_is_read_as_claude_code_sends_it(
+    start_server: StartServer, http: aiohttp.ClientSession
+) -> None:
+    server = await start_server()
+    environment = {"role": "system", "content": [{"type": "text", "text": "be kind"}]}
+    async with http.post(
+        server.make_url("/v1/messages"),
+        json={"model": TEST_MODEL, "max_tokens": 2, "messages": [*USER, environment]},
+    ) as response:
+        assert response.status == 200
+        assert (await response.json())["usage"] == {"input_tokens": 5, "output_tokens": 2}
+    async with http.post(
+        server.make_url("/v1/messages"),
+        json={"model": TEST_MODEL, "max_tokens": 2, "messages": [*USER, {"role": "tool", "content": "x"}]},
+    ) as response:
+        assert response.status == 400
+
+
+async def test_answer_tokens_ends_a_message_with_end_turn(start_server: StartServer) -> None:
+    async with _client(await start_server(fast_settings(answer_tokens=3))) as client:
+        message = await client.messages.create(model=TEST_MODEL, max_tokens=4000, messages=USER)
+        assert message.stop_reason == "end_turn" and message.usage.output_tokens == 3
+        async with client.messages.stream(model=TEST_MODEL, max_tokens=4000, messages=USER) as stream:
+            final = await stream.get_final_message()
+        assert final.stop_reason == "end_turn" and final.usage.output_tokens == 3
+
+
 async def test_tokenize_counts_a_chat_as_vllm_does(
     start_server: StartServer, http: aiohttp.ClientSession
 ) -> None:
