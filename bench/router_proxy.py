@@ -16,8 +16,9 @@ reported as the median over the rounds with their range. It prints:
 - time to first token p50/p99 and what each proxy adds,
 - non-streamed latency p50/p99 and what each proxy adds,
 - one client, one request at a time: the bare round trip through each target,
-- at saturation (an engine as fast as it goes), the router's CPU time per forwarded
-  SSE event, from /proc,
+- at saturation (an engine as fast as it goes), the CPU time per forwarded SSE event
+  of the router and of the two floors, from /proc, in the same rounds, and the
+  router's per-round difference to the plain aiohttp proxy,
 - last, the targets (at 64 streams of 50 tokens/s: tokens/s >= 0.97 of direct, added
   time to first token p50 < 1 ms and p99 < 5 ms, added latency within 2x of a plain
   proxy's), each with its figure and whether it is met.
@@ -564,6 +565,45 @@ async def unloaded(args: argparse.Namespace, targets: dict[str, int], router_pid
     print(f"  router CPU per request: {spread(router_cpu, '.0f')} us")
 
 
+async def saturation(
+    args: argparse.Namespace, proxies: dict[str, tuple[asyncio.subprocess.Process, int]]
+) -> None:
+    """Each proxy's CPU time (its process's, from /proc) per SSE event it forwarded, with
+    the bench's streams from an engine as fast as it goes, in rounds that run every proxy once (the
+    order rotated). Beside the router, the floors' same figure, and per round the router's
+    difference to the plain aiohttp proxy: load on the machine moves every proxy's
+    figure (caches evicted, fewer events per wake-up), the difference much less."""
+    names = list(proxies)
+    for name in names:
+        await load(
+            name, f"http://127.0.0.1:{proxies[name][1]}", concurrency=args.concurrency, seconds=args.warmup,
+            max_tokens=args.max_tokens, stream=True,
+        )  # fmt: skip
+    per_event: dict[str, list[float]] = {name: [] for name in names}
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    cores: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(args.rounds):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            process, port = proxies[name]
+            before = cpu_seconds(process.pid)
+            run = await load(name, f"http://127.0.0.1:{port}", concurrency=args.concurrency,
+                             seconds=args.seconds, max_tokens=args.max_tokens, stream=True)  # fmt: skip
+            used = cpu_seconds(process.pid) - before
+            per_event[name].append(used / max(run.events, 1) * 1e6)
+            rates[name].append(run.events / run.seconds)
+            cores[name].append(used / run.seconds * 100)
+    print("saturation (an engine as fast as it goes), CPU per forwarded SSE event:")
+    for name in names:
+        print(
+            f"  {name:<13} {spread(per_event[name], '.1f')} us, {spread(rates[name], '.0f')} events/s, "
+            f"CPU {spread(cores[name], '.0f')}% of a core"
+        )
+    if PLAIN in per_event:
+        for name in (n for n in names if n.startswith("router")):
+            over = [r - p for r, p in zip(per_event[name], per_event[PLAIN], strict=True)]
+            print(f"  {name} over {PLAIN}, per round: {spread(over, '+.1f')} us")
+
+
 async def main(args: argparse.Namespace) -> None:
     global PROXY_CPUS, STAGES_DIR
     if args.stages:
@@ -612,11 +652,16 @@ async def main(args: argparse.Namespace) -> None:
         stages_report(STAGES_DIR)
         shutil.rmtree(STAGES_DIR, ignore_errors=True)
 
-    # An engine as fast as it goes: the bare per-request cost, then the router's CPU per SSE event.
+    # An engine as fast as it goes: the bare per-request cost, then the CPU per SSE event of
+    # the router and of the floors (the least any proxy on the same stack spends on one).
     sim, sim_port = await start_sim(100_000.0, args.max_tokens)
     routers = {"router": await start_router(sim_port, args.router_loop)}
     if args.compare_loop:
         routers[f"router-{args.compare_loop}"] = await start_router(sim_port, args.compare_loop)
+    floors: dict[str, tuple[asyncio.subprocess.Process, int]] = {}
+    if not args.no_floors:
+        for kind in ("aiohttp", "asyncio"):
+            floors[f"bare-{kind}"] = await start_floor(kind, sim_port, args.router_loop)
     try:
         async with nginx(sim_port) as nginx_port:
             targets = {"direct": sim_port, "router": routers["router"][1]}
@@ -624,31 +669,9 @@ async def main(args: argparse.Namespace) -> None:
                 targets["nginx"] = nginx_port
             await unloaded(args, targets, routers["router"][0].pid)
         print()
-        for name, (_, port) in routers.items():
-            await load(
-                name, f"http://127.0.0.1:{port}", concurrency=args.concurrency, seconds=args.warmup,
-                max_tokens=args.max_tokens, stream=True,
-            )  # fmt: skip
-        per_event: dict[str, list[float]] = {name: [] for name in routers}
-        rates: dict[str, list[float]] = {name: [] for name in routers}
-        cores: dict[str, list[float]] = {name: [] for name in routers}
-        for _ in range(args.rounds):  # the routers alternate within each round: the same minute's noise
-            for name, (process, port) in routers.items():
-                before = cpu_seconds(process.pid)
-                run = await load(name, f"http://127.0.0.1:{port}", concurrency=args.concurrency,
-                                 seconds=args.seconds, max_tokens=args.max_tokens, stream=True)  # fmt: skip
-                used = cpu_seconds(process.pid) - before
-                per_event[name].append(used / max(run.events, 1) * 1e6)
-                rates[name].append(run.events / run.seconds)
-                cores[name].append(used / run.seconds * 100)
-        for name in routers:
-            print(
-                f"saturation, {name}: {spread(rates[name], '.0f')} SSE events/s, CPU "
-                f"{spread(cores[name], '.0f')}% of a core, {spread(per_event[name], '.1f')} us of CPU "
-                "per forwarded event"
-            )
+        await saturation(args, {**routers, **floors})
     finally:
-        for process, _ in routers.values():
+        for process, _ in (*routers.values(), *floors.values()):
             await _stop(process)
         await _stop(sim)
     verdicts(streaming, whole)

@@ -71,9 +71,11 @@ async def serve_call(
     model = route.model
     served = request[SERVED]
     chain, per_model = translate(catalog, route.chain) if translate is not None else (route.chain, None)
-    if hold_tokens is None:
+    key = request.get(API_KEY)
+    if hold_tokens is None and key is not None and key.tokens_per_minute is not None:
+        # Only a token limit holds tokens: no estimate for a request that holds none.
         hold_tokens = call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
-    hold = hold_for(request, hold_tokens)
+    hold = hold_for(request, hold_tokens or 0)
     request_id = request[REQUEST_ID]
     gates = context.gates
     try:
