@@ -191,6 +191,7 @@ def turns(body: Mapping[str, object]) -> list[dict[str, object]]:
         if kind == "message":
             messages.append(_message(item, param))
         elif kind == "function_call":
+            _only_fields(item, param, _FUNCTION_CALL_FIELDS, "function call")
             call = {
                 "id": _string(item, "call_id", param),
                 "type": "function",
@@ -211,6 +212,7 @@ def turns(body: Mapping[str, object]) -> list[dict[str, object]]:
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
+            _only_fields(item, param, _FUNCTION_CALL_OUTPUT_FIELDS, "function call output")
             output = item.get("output")
             if isinstance(output, list):
                 output = _text_of_parts(output, f"{param}.output")
@@ -227,6 +229,26 @@ def turns(body: Mapping[str, object]) -> list[dict[str, object]]:
     if reasoning:
         messages.append(_reasoning_turn(reasoning))
     return messages
+
+
+# The fields of a function call and of its output that the chat turn carries (``call_id``,
+# ``name``, ``arguments``; ``call_id``, ``output``), and the two it has no place for and
+# needs none: ``id``, the item's own id (Codex CLI 0.171.0 sends back the ``fc_`` id the
+# router's stream gave the call, and an ``fco_`` id of its own on the output), and
+# ``status``, where the item stood when it was returned (openai-python 3.57.0's
+# ``ResponseFunctionToolCallParam`` and ``FunctionCallOutput``: "Populated when items are
+# returned via API"). Neither changes what the model is asked. Any other field is refused
+# by name (the same types' ``namespace`` and ``caller``, a tool in a namespace, which chat
+# tools cannot hold, or run by a program; the output's ``name``): dropped, it would
+# change the conversation without the client knowing.
+_FUNCTION_CALL_FIELDS = frozenset({"type", "id", "status", "call_id", "name", "arguments"})
+_FUNCTION_CALL_OUTPUT_FIELDS = frozenset({"type", "id", "status", "call_id", "output"})
+
+
+def _only_fields(item: Mapping[str, object], param: str, carried: frozenset[str], noun: str) -> None:
+    for name in item:
+        if name not in carried:
+            raise _unsupported(f"{param}.{name}", f"The {noun} field '{name}'")
 
 
 def _reasoning_text(item: Mapping[str, object], param: str) -> str:

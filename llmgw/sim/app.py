@@ -356,6 +356,11 @@ async def _generate(
         model=state.settings.served_name,
         system_fingerprint=state.fingerprint,
     )
+    call = openai_api.tool_call_for(
+        state.settings.tool_calls, generation, "chatcmpl-tool-" + uuid.uuid4().hex
+    )
+    if call is not None:
+        return await _call_tool(request, state, generation, identity, call)
     if generation.stream:
         return await _stream(request, state, generation, identity)
     reasoning, answer = _answer(state.settings, generation)
@@ -419,6 +424,45 @@ async def _stream(
 
     return await streaming.stream_pieces(
         request, state, generation.prompt_tokens, answer, piece=piece, end=end
+    )
+
+
+async def _call_tool(
+    request: web.Request,
+    state: SimState,
+    generation: GenerationRequest,
+    identity: ResponseIdentity,
+    call: openai_api.ToolCall,
+) -> web.StreamResponse:
+    """A chat answer that is one tool call (``--tool-calls``), whole or streamed; its
+    arguments are its tokens, paced as any answer's (all of them, whatever max_tokens: a
+    call cut short would not parse)."""
+    if not generation.stream:
+        pieces = await state.engine.generate(
+            generation.prompt_tokens,
+            iter(call.pieces()),
+            state.faults.first_token_delay,
+            state.faults.wait_while_hung,
+        )
+        return web.json_response(openai_api.tool_call_body(generation, identity, call, len(pieces)))
+
+    def piece(text: str, index: int) -> list[bytes]:
+        data = [openai_api.sse_event(openai_api.tool_call_chunk(generation, identity, call, text))]
+        if index == 0:
+            data[:0] = [
+                openai_api.sse_event(openai_api.chunk(generation, identity, None, role=True)),
+                openai_api.sse_event(openai_api.tool_call_chunk(generation, identity, call, None)),
+            ]
+        return data
+
+    def end(sent: int) -> list[bytes]:
+        data = [openai_api.sse_event(openai_api.chunk(generation, identity, None, "tool_calls"))]
+        if generation.include_usage:
+            data.append(openai_api.sse_event(openai_api.usage_chunk(generation, identity, sent)))
+        return [*data, openai_api.SSE_DONE]
+
+    return await streaming.stream_pieces(
+        request, state, generation.prompt_tokens, iter(call.pieces()), piece=piece, end=end
     )
 
 

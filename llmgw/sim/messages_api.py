@@ -14,6 +14,7 @@ Must not: hold state (the app's ``SimState`` does).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -33,7 +34,7 @@ MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 TOKENIZE_PATH = "/tokenize"
 # The chat finish reasons as Messages stop reasons (vLLM's converter maps them so).
-STOP_REASONS = {"length": "max_tokens", "stop": "end_turn"}
+STOP_REASONS = {"length": "max_tokens", "stop": "end_turn", "tool_calls": "tool_use"}
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}
 
 
@@ -56,6 +57,12 @@ def add_routes(
                 raise failure
         except ApiError as exc:
             return _error(request, exc)
+        # vLLM's converter gives a tool_use block the id of the chat's tool call.
+        call = openai_api.tool_call_for(
+            state.settings.tool_calls, generation, "chatcmpl-tool-" + uuid.uuid4().hex
+        )
+        if call is not None:
+            return await _call_tool(request, state, generation, call)
         if generation.stream:
             return await _stream(request, state, generation, pieces)
         said = await state.engine.generate(
@@ -155,10 +162,34 @@ def parse_messages(body: Mapping[str, Any], limits: openai_api.Limits) -> Genera
     stream = body.get("stream") or False
     if not isinstance(stream, bool):
         raise ApiError(400, "stream: Input should be a valid boolean", param="stream")
-    prompt, _ = prompt_of(body)
+    prompt, messages = prompt_of(body)
     prompt_tokens = vocabulary.count_tokens(prompt)
     openai_api.check_context(prompt_tokens, max_tokens, limits)
-    return GenerationRequest(Endpoint.CHAT, model, prompt, prompt_tokens, max_tokens, stream, True)
+    last = messages[-1]
+    content = last.get("content") if isinstance(last, dict) else None
+    after_tool_result = isinstance(content, list) and any(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content
+    )
+    return GenerationRequest(
+        Endpoint.CHAT, model, prompt, prompt_tokens, max_tokens, stream, True,
+        tools=_custom_tools(body), after_tool_result=after_tool_result,
+    )  # fmt: skip
+
+
+def _custom_tools(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the request's own tools (no ``type``, or ``custom``: not Anthropic's
+    server tools); none under ``tool_choice: {"type": "none"}``."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if not isinstance(tools, list) or (isinstance(choice, dict) and choice.get("type") == "none"):
+        return ()
+    return tuple(
+        tool["name"]
+        for tool in tools
+        if isinstance(tool, dict)
+        and tool.get("type") in (None, "custom")
+        and isinstance(tool.get("name"), str)
+    )
 
 
 def _message(model: str, generation: GenerationRequest, output_tokens: int) -> dict[str, Any]:
@@ -207,6 +238,72 @@ async def _stream(
         generation.prompt_tokens,
         pieces(state.settings, generation),
         start=[event("message_start", {"type": "message_start", "message": start})],
+        piece=piece,
+        end=end,
+    )
+
+
+async def _call_tool(
+    request: web.Request, state: Any, generation: GenerationRequest, call: openai_api.ToolCall
+) -> web.StreamResponse:
+    """A message that is one ``tool_use`` block (``--tool-calls``), ``stop_reason``
+    ``tool_use``, as vLLM's converter makes one of a chat's tool call: whole, the block
+    with its ``input``; streamed, a ``content_block_start`` with an empty ``input`` and
+    the arguments in ``input_json_delta``s (Anthropic's streaming shape)."""
+    generation = dataclasses.replace(generation, stops=True)
+    stop_reason = STOP_REASONS["tool_calls"]
+    block = {"type": "tool_use", "id": call.id, "name": call.name}
+    if not generation.stream:
+        said = await state.engine.generate(
+            generation.prompt_tokens,
+            iter(call.pieces()),
+            state.faults.first_token_delay,
+            state.faults.wait_while_hung,
+        )
+        message = _message(state.settings.served_name, generation, len(said))
+        return web.json_response(
+            {
+                **message,
+                "stop_reason": stop_reason,
+                "content": [{**block, "input": json.loads(call.arguments)}],
+            }
+        )
+
+    def piece(text: str, index: int) -> list[bytes]:
+        delta = {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": text},
+        }
+        data = [event("content_block_delta", delta)]
+        if index == 0:
+            start = {"type": "content_block_start", "index": 0, "content_block": {**block, "input": {}}}
+            data.insert(0, event("content_block_start", start))
+        return data
+
+    def end(sent: int) -> list[bytes]:
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"input_tokens": generation.prompt_tokens, "output_tokens": sent},
+        }
+        return [
+            event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            event("message_delta", delta),
+            event("message_stop", {"type": "message_stop"}),
+        ]
+
+    return await streaming.stream_pieces(
+        request,
+        state,
+        generation.prompt_tokens,
+        iter(call.pieces()),
+        start=[
+            event(
+                "message_start",
+                {"type": "message_start", "message": _message(state.settings.served_name, generation, 0)},
+            )
+        ],
         piece=piece,
         end=end,
     )

@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,11 @@ class GenerationRequest:
     # The answer ends with a stop before max_tokens (``--answer-tokens``): the engine's
     # max_tokens is then the answer's length.
     stops: bool = False
+    # The names of the function tools the request offers (none when its tool_choice is
+    # "none"), and whether its last message is a tool's result: what ``tool_call_for``
+    # decides a tool call by.
+    tools: tuple[str, ...] = ()
+    after_tool_result: bool = False
 
     @property
     def finish_reason(self) -> str:
@@ -137,6 +143,48 @@ class GenerationRequest:
         if not answer_tokens or answer_tokens >= self.max_tokens:
             return self
         return dataclasses.replace(self, max_tokens=answer_tokens, stops=True)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call an answer makes (``--tool-calls``)."""
+
+    id: str
+    name: str
+    arguments: str  # JSON text, as vLLM's tool parsers put it in ``function.arguments``
+
+    def pieces(self) -> list[str]:
+        """The arguments as the tokens they stream in (each with the space before it)."""
+        return re.findall(r"\s*\S+", self.arguments) or [self.arguments]
+
+
+def tool_call_for(
+    tool_calls: Sequence[tuple[str, str]], request: GenerationRequest, call_id: str
+) -> ToolCall | None:
+    """The call a ``--tool-calls`` model answers ``request`` with: the first of its tools
+    the request offers, unless the request's last message is a tool's result (the model
+    then answers it in text, so an agent's loop ends)."""
+    if request.after_tool_result or request.endpoint is not Endpoint.CHAT:
+        return None
+    for name, arguments in tool_calls:
+        if name in request.tools:
+            return ToolCall(call_id, name, arguments)
+    return None
+
+
+def _function_tools(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the chat request's function tools; none under ``tool_choice: "none"``."""
+    tools = body.get("tools")
+    if body.get("tool_choice") == "none" or not isinstance(tools, list):
+        return ()
+    names = (
+        tool.get("function", {}).get("name")
+        for tool in tools
+        if isinstance(tool, dict)
+        and tool.get("type") == "function"
+        and isinstance(tool.get("function"), dict)
+    )
+    return tuple(name for name in names if isinstance(name, str))
 
 
 class EncodingFormat(enum.StrEnum):
@@ -303,7 +351,11 @@ def parse_chat(body: Mapping[str, Any], limits: Limits) -> GenerationRequest:
     prompt_tokens = vocabulary.count_tokens(prompt)
     budget = chosen if chosen is not None else limits.default_max_tokens
     check_context(prompt_tokens, budget, limits)
-    return GenerationRequest(Endpoint.CHAT, model, prompt, prompt_tokens, budget, stream, include_usage)
+    last = messages[-1]
+    return GenerationRequest(
+        Endpoint.CHAT, model, prompt, prompt_tokens, budget, stream, include_usage,
+        tools=_function_tools(body), after_tool_result=isinstance(last, dict) and last.get("role") == "tool",
+    )  # fmt: skip
 
 
 def _prompt_of(value: object, param: str) -> tuple[str, int]:
@@ -448,6 +500,46 @@ def completion_body(
     body = _head(identity, str(request.endpoint))
     body["choices"] = [choice]
     body["usage"] = usage(request.prompt_tokens, completion_tokens)
+    return body
+
+
+def tool_call_body(
+    request: GenerationRequest, identity: ResponseIdentity, call: ToolCall, completion_tokens: int
+) -> dict[str, Any]:
+    """A whole chat answer that calls a tool, as vLLM 0.11.0 answers one its tool parser
+    found (``serving_chat.py``'s ``chat_completion_full_generator``): no content, the
+    call in ``tool_calls`` (``ToolCall``: ``id``, ``type: "function"``, ``function`` with
+    ``name`` and JSON ``arguments``), ``finish_reason: "tool_calls"``."""
+    message = {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        ],
+    }
+    body = _head(identity, str(request.endpoint))
+    body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls"}]
+    body["usage"] = usage(request.prompt_tokens, completion_tokens)
+    return body
+
+
+def tool_call_chunk(
+    request: GenerationRequest, identity: ResponseIdentity, call: ToolCall, piece: str | None
+) -> dict[str, Any]:
+    """A streamed piece of a tool call, as vLLM's tool parsers stream one (``DeltaToolCall``
+    dumped without unset fields): first the call's ``id``, ``type`` and ``function.name``
+    (``piece`` None), then its arguments a piece at a time, each under ``index`` 0."""
+    function = {"name": call.name} if piece is None else {"arguments": piece}
+    tool_call: dict[str, Any] = {"index": 0, "function": function}
+    if piece is None:
+        tool_call = {"id": call.id, "type": "function", **tool_call}
+    body = _head(identity, "chat.completion.chunk")
+    body["choices"] = [
+        {"index": 0, "delta": {"tool_calls": [tool_call]}, "logprobs": None, "finish_reason": None}
+    ]
+    if request.include_usage:
+        body["usage"] = None
     return body
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -90,6 +91,12 @@ class SimSettings:
     # stop_reason "end_turn"), when max_tokens allows more: an agent treats an answer cut
     # at max_tokens as a failure. 0: run to max_tokens, ending with "length".
     answer_tokens: int = 0
+    # Answer a chat turn (chat completions, Messages) with one tool call, as vLLM's tool
+    # parser returns it, when the request offers a tool of one of these names (the first
+    # offered, in this order) and its last message is not a tool's result: (name, the
+    # call's arguments as JSON text). After the result comes back the model answers text,
+    # so an agent's loop ends. Empty: never call a tool.
+    tool_calls: tuple[tuple[str, str], ...] = ()
     # Seconds of simulated weight loading before /health turns 200.
     load_time: float = 1.0
     # On SIGTERM/SIGINT, in-flight requests get this long to finish before they are cancelled.
@@ -125,6 +132,31 @@ class SimSettings:
     @property
     def is_head(self) -> bool:
         return self.rank == 0
+
+
+def parse_tool_calls(raw: str) -> tuple[tuple[str, str], ...]:
+    """``{"NAME": {ARGUMENTS}, ...}`` as (name, arguments as JSON text) pairs, in order."""
+    if not raw.strip():
+        return ()
+    try:
+        calls = json.loads(raw)
+    except ValueError:
+        raise ValueError(
+            'expected a JSON object of tool names to their arguments, e.g. {"Bash": {"command": "echo hi"}}'
+        ) from None
+    if not isinstance(calls, dict) or not calls:
+        raise ValueError(
+            'expected a non-empty JSON object of tool names to their arguments, e.g. {"Bash": {}}'
+        )
+    for name, arguments in calls.items():
+        if not name.strip():
+            raise ValueError("a tool name must not be empty")
+        if not isinstance(arguments, dict):
+            raise ValueError(
+                f"the arguments of tool {name!r} must be a JSON object (a function's arguments are)"
+            )
+    # As vLLM's tool parsers write a call's arguments (json.dumps, ensure_ascii=False).
+    return tuple((name, json.dumps(arguments, ensure_ascii=False)) for name, arguments in calls.items())
 
 
 def _optional_int(raw: str) -> int | None:
@@ -177,6 +209,13 @@ _FLAGS: tuple[Flag, ...] = (
         int,
         "end each chat answer after this many tokens with a stop (as a model's end-of-sequence "
         "token) when max_tokens allows more; 0: run to max_tokens",
+    ),
+    _flag(
+        "--tool-calls",
+        "tool_calls",
+        parse_tool_calls,
+        "answer a chat turn that offers one of these tools with a call to it, as JSON "
+        '{"NAME": {ARGUMENTS}} (the first offered; a turn after a tool result answers text)',
     ),
     _flag("--load-time", "load_time", float, "seconds of simulated weight loading"),
     _flag("--shutdown-timeout", "shutdown_timeout", float, "seconds in-flight requests get on shutdown"),

@@ -9,22 +9,35 @@ what the test writes. One `llmgw dev` serves the file's tests.
 The clients talk only to the router on loopback: their homes are temporary directories,
 their vendors' telemetry and update checks are switched off where they have a switch, and
 every run is bounded by a timeout (a call to a vendor that cannot be reached fails, it
-does not hang the test)."""
+does not hang the test).
+
+The second half of an agent's turn runs too: ``sim-tools-guarded`` answers a turn that
+offers the client's shell tool with a call to it (``--tool-calls``), the client runs
+``echo`` and sends the output back (Responses: ``function_call`` and
+``function_call_output`` items; Messages: ``tool_use`` and ``tool_result`` blocks),
+the guard screens that follow-up as the chat it translates to, and the model answers it
+in text. The clients reach the router through a recording proxy, so the test reads the
+follow-up as the router received it."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
 import re
 import signal
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from llmgw.sim import vocabulary
 from tests.support.waiting import eventually_sync
@@ -71,6 +84,27 @@ guard_policies:
   demo: {{judge: sim-guard, models: [sim-guarded]}}
 """
 RUN_TIMEOUT = 120
+# What the tools model has each client run: its shell tool, as Codex CLI 0.171.0 offers
+# it (exec_command, {"cmd"}) and Claude Code 2.1.332 (Bash, {"command", "description"}).
+TOOL_OUTPUT = "llmgw-tool-ok"
+TOOL_CALLS = {
+    "exec_command": {"cmd": f"echo {TOOL_OUTPUT}"},
+    "Bash": {"command": f"echo {TOOL_OUTPUT}", "description": "Print a marker"},
+}
+TOOLS_MODEL = f"""
+  sim-tools-guarded:
+    roles: [chat]
+    profiles:
+      - engine: sim
+        simulate_gpus: false
+        args: ["--max-model-len", "1000000", "--answer-tokens", "{ANSWER_TOKENS}",
+               "--tool-calls", '{json.dumps(TOOL_CALLS)}']
+        sim: {{tokens_per_second: 5000, load_seconds: 0.2}}
+    scaling: {{min: 1, max: 1}}
+"""
+CATALOG = CATALOG.replace("\nguard_policies:", TOOLS_MODEL + "guard_policies:").replace(
+    "models: [sim-guarded]", "models: [sim-guarded, sim-tools-guarded]"
+)
 
 
 def installed(variable: str, name: str) -> str:
@@ -105,6 +139,11 @@ def greek_run(text: str) -> int:
         previous = word if word in vocabulary.GREEK else None
         longest = max(longest, run)
     return longest
+
+
+def judged_safe(dev: RunningDev) -> float:
+    """The requests the demo policy's judge found safe."""
+    return dev.router_metric("llmgw_router_guard_seconds_count", policy="demo", verdict="safe")
 
 
 def requests_of(dev: RunningDev, model: str = "sim-chat") -> float:
@@ -145,6 +184,48 @@ def readme_block(heading: str, language: str) -> str:
     return section.split(f"```{language}\n", 1)[1].split("```", 1)[0]
 
 
+def codex_setup(tmp_path: Path, base_url: str, key: str, model: str) -> tuple[dict[str, str], Path]:
+    """The environment and working directory of a `codex exec` configured as the README
+    says, with ``base_url`` (the router's /v1), the key and the model put in."""
+    home, codex_home, work = tmp_path / "home", tmp_path / "codex-home", tmp_path / "work"
+    for directory in (home, codex_home, work):
+        directory.mkdir()
+    config = readme_block("Pointing OpenAI's Codex CLI at llmgw", "toml")
+    assert 'base_url = "http://llmgw.example.internal:8080/v1"' in config
+    config = config.replace("http://llmgw.example.internal:8080/v1", base_url)
+    config = config.replace('model = "llama-3.1-8b"', f'model = "{model}"')
+    (codex_home / "config.toml").write_text(config)
+    return {**base_env(home), "CODEX_HOME": str(codex_home), "LLMGW_API_KEY": key}, work
+
+
+def claude_setup(tmp_path: Path, base_url: str, key: str, model: str) -> tuple[dict[str, str], Path]:
+    """The environment and working directory of a `claude -p` configured as the README
+    says, with ``base_url`` (the router's, no /v1), the key and the model put in."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = base_env(home)
+    for line in readme_block("Pointing Claude Code (or any Anthropic client) at llmgw", "sh").splitlines():
+        words = line.split("#", 1)[0].split()
+        if words[:1] == ["export"]:
+            name, _, value = words[1].partition("=")
+            env[name] = value
+        elif words[:1] == ["unset"]:
+            env.pop(words[1], None)
+    assert env["ANTHROPIC_BASE_URL"] == "http://router.example:8080"
+    env["ANTHROPIC_BASE_URL"] = base_url
+    env["ANTHROPIC_AUTH_TOKEN"] = key
+    env["ANTHROPIC_MODEL"] = env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] = model
+    # Claude Code's own switches for what it would send its vendor.
+    env |= {
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    return env, work
+
+
 # Asked before `dev` by each test, so a missing client skips without starting llmgw dev.
 @pytest.fixture(scope="module")
 def codex() -> str:
@@ -165,7 +246,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDev, 
     )
     try:
         key = running.create_key("agents")
-        for model in ("sim-chat", "sim-guarded"):
+        for model in ("sim-chat", "sim-guarded", "sim-tools-guarded"):
             request = urllib.request.Request(
                 running.base_url + "/chat/completions",
                 data=json.dumps(
@@ -191,16 +272,7 @@ def test_codex_exec_configured_as_the_readme_says_answers_through_the_router(
     codex: str, dev: tuple[RunningDev, str], tmp_path: Path
 ) -> None:
     running, key = dev
-    home, codex_home, work = tmp_path / "home", tmp_path / "codex-home", tmp_path / "work"
-    for directory in (home, codex_home, work):
-        directory.mkdir()
-    # The README's config.toml, with this router's address and model put in.
-    config = readme_block("Pointing OpenAI's Codex CLI at llmgw", "toml")
-    assert 'base_url = "http://llmgw.example.internal:8080/v1"' in config
-    config = config.replace("http://llmgw.example.internal:8080/v1", running.base_url)
-    config = config.replace('model = "llama-3.1-8b"', 'model = "sim-chat"')
-    (codex_home / "config.toml").write_text(config)
-    env = {**base_env(home), "CODEX_HOME": str(codex_home), "LLMGW_API_KEY": key}
+    env, work = codex_setup(tmp_path, running.base_url, key, "sim-chat")
     before, refused_before = requests_of(running), refused_of(running)
 
     done = run_client([codex, "exec", "--skip-git-repo-check", "say hello"], env, work)
@@ -218,29 +290,7 @@ def test_claude_p_configured_as_the_readme_says_answers_through_the_router(
     claude: str, dev: tuple[RunningDev, str], tmp_path: Path, model: str
 ) -> None:
     running, key = dev
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    # The README's environment, with this router's address, the key and the model put in.
-    env = base_env(home)
-    for line in readme_block("Pointing Claude Code (or any Anthropic client) at llmgw", "sh").splitlines():
-        words = line.split("#", 1)[0].split()
-        if words[:1] == ["export"]:
-            name, _, value = words[1].partition("=")
-            env[name] = value
-        elif words[:1] == ["unset"]:
-            env.pop(words[1], None)
-    assert env["ANTHROPIC_BASE_URL"] == "http://router.example:8080"
-    env["ANTHROPIC_BASE_URL"] = running.base_url.removesuffix("/v1")
-    env["ANTHROPIC_AUTH_TOKEN"] = key
-    env["ANTHROPIC_MODEL"] = env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] = model
-    # Claude Code's own switches for what it would send its vendor.
-    env |= {
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    }
+    env, work = claude_setup(tmp_path, running.base_url.removesuffix("/v1"), key, model)
     before, refused_before = requests_of(running, model), refused_of(running)
 
     done = run_client([claude, "-p", "say hello"], env, work)
@@ -249,4 +299,155 @@ def test_claude_p_configured_as_the_readme_says_answers_through_the_router(
     assert greek_run(done.stdout) == ANSWER_TOKENS, (done.stdout, done.stderr[-3000:])
     assert requests_of(running, model) - before >= 1
     # Nothing it sent along the way was refused (a background request refused fails silently).
+    assert refused_of(running) == refused_before
+
+
+# --- the second half of a turn: a tool call and its result -----------------------------------
+
+
+class RecordingProxy:
+    """Forwards every request to the router as it is and keeps its path and JSON body, in
+    order: what the router received, for the test to read. Its own event loop, in a thread
+    (the clients are subprocesses the test waits on)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.received: list[tuple[str, Any]] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.received.append((request.path, json.loads(body) if body else None))
+        headers = {
+            name: value
+            for name, value in request.headers.items()
+            if name.lower() not in ("host", "content-length", "transfer-encoding", "accept-encoding")
+        }
+        async with (
+            aiohttp.ClientSession(auto_decompress=False) as session,
+            session.request(
+                request.method, self.upstream + request.path_qs, headers=headers, data=body
+            ) as up,
+        ):
+            answer = web.StreamResponse(
+                status=up.status,
+                headers={
+                    k: v for k, v in up.headers.items() if k.lower() in ("content-type", "cache-control")
+                },
+            )
+            await answer.prepare(request)
+            async for data in up.content.iter_any():
+                await answer.write(data)
+            await answer.write_eof()
+            return answer
+
+    async def _start(self) -> web.AppRunner:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = runner.addresses[0][1]
+        return runner
+
+    def __enter__(self) -> RecordingProxy:
+        self._thread.start()
+        self._runner = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def bodies(self, path: str) -> list[Any]:
+        return [body for received, body in self.received if received == path]
+
+
+def test_codex_exec_runs_the_models_shell_call_and_sends_its_output_back(
+    codex: str, dev: tuple[RunningDev, str], tmp_path: Path
+) -> None:
+    running, key = dev
+    model = "sim-tools-guarded"
+    with RecordingProxy(running.base_url.removesuffix("/v1")) as proxy:
+        env, work = codex_setup(tmp_path, proxy.url + "/v1", key, model)
+        before, refused_before, judged_before = (
+            requests_of(running, model),
+            refused_of(running),
+            judged_safe(running),
+        )
+        # No approval to ask for and no sandbox to set up: the command is the test's own
+        # echo, run in the temporary working directory.
+        bypass = "--dangerously-bypass-approvals-and-sandbox"
+        done = run_client([codex, "exec", "--skip-git-repo-check", bypass, "say hello"], env, work)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    asked = proxy.bodies("/v1/responses")
+    # The first turn offered the shell tool; the model called it; the next request carries
+    # the call and the command's output, which the router took (translated, screened) and
+    # the model answered in text: the CLI's last message.
+    assert any(tool.get("name") == "exec_command" for tool in asked[0]["tools"])
+    follow_up = asked[-1]
+    items = [item for item in follow_up["input"] if isinstance(item, dict)]
+    calls = [item for item in items if item.get("type") == "function_call"]
+    outputs = [item for item in items if item.get("type") == "function_call_output"]
+    assert [json.loads(call["arguments"]) for call in calls] == [TOOL_CALLS["exec_command"]], items[-3:]
+    assert [output["call_id"] for output in outputs] == [calls[0]["call_id"]]
+    assert TOOL_OUTPUT in json.dumps(outputs[0]["output"]), outputs
+    assert greek_run(done.stdout) == ANSWER_TOKENS, (done.stdout, done.stderr[-3000:])
+    assert requests_of(running, model) - before >= 2
+    assert judged_safe(running) - judged_before >= 2  # the follow-up with the output too
+    assert refused_of(running) == refused_before
+
+
+def test_claude_p_runs_the_models_bash_call_and_sends_its_output_back(
+    claude: str, dev: tuple[RunningDev, str], tmp_path: Path
+) -> None:
+    running, key = dev
+    model = "sim-tools-guarded"
+    with RecordingProxy(running.base_url.removesuffix("/v1")) as proxy:
+        env, work = claude_setup(tmp_path, proxy.url, key, model)
+        before, refused_before, judged_before = (
+            requests_of(running, model),
+            refused_of(running),
+            judged_safe(running),
+        )
+        # Bash allowed for echo alone (-p cannot ask; --dangerously-skip-permissions is
+        # refused to root), in the temporary working directory.
+        done = run_client([claude, "-p", "say hello", "--allowedTools", "Bash(echo:*)"], env, work)
+
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    turns = [
+        body
+        for body in proxy.bodies("/v1/messages")
+        if any(t.get("name") == "Bash" for t in body.get("tools", []))
+    ]
+    follow_up = turns[-1]["messages"]
+    uses = [
+        block
+        for message in follow_up
+        if message["role"] == "assistant" and isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "tool_use"
+    ]
+    results = [
+        block
+        for block in follow_up[-1]["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    ]
+    assert [(use["name"], use["input"]) for use in uses] == [("Bash", TOOL_CALLS["Bash"])], follow_up[-2:]
+    assert [result["tool_use_id"] for result in results] == [uses[0]["id"]]
+    assert TOOL_OUTPUT in json.dumps(results[0].get("content")), results
+    assert not results[0].get("is_error"), results
+    assert greek_run(done.stdout) == ANSWER_TOKENS, (done.stdout, done.stderr[-3000:])
+    assert requests_of(running, model) - before >= 2
+    assert judged_safe(running) - judged_before >= 2  # the follow-up with the output too
     assert refused_of(running) == refused_before

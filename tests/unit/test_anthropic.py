@@ -541,3 +541,60 @@ def test_claude_code_s_request_is_carried() -> None:
     }
     # The guard reads the system message in the middle too.
     assert "# Environment" in json.dumps(judge_messages(parse_call(Api.MESSAGES, json.dumps(body).encode())))
+
+
+def test_claude_code_s_follow_up_after_a_tool_call_is_carried() -> None:
+    # Claude Code 2.1.332's request after it ran a Bash call (recorded by
+    # tests/e2e/test_agent_clis.py): its environment message now a plain string, the
+    # call as the answer gave it, the result with is_error false and a cache breakpoint.
+    body = {
+        "model": "m",
+        "max_tokens": 32000,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "say hello"}]},
+            {"role": "system", "content": "# Environment"},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "chatcmpl-tool-5775",
+                        "name": "Bash",
+                        "input": {"command": "echo llmgw-tool-ok", "description": "Print a marker"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "tool_use_id": "chatcmpl-tool-5775",
+                        "type": "tool_result",
+                        "content": "llmgw-tool-ok",
+                        "is_error": False,
+                        "cache_control": {"type": "ephemeral"},
+                    }
+                ],
+            },
+        ],
+    }
+    assert anthropic.to_chat(body)["messages"] == [
+        {"role": "user", "content": "say hello"},
+        {"role": "system", "content": "# Environment"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "chatcmpl-tool-5775",
+                    "type": "function",
+                    "function": {
+                        "name": "Bash",
+                        "arguments": '{"command": "echo llmgw-tool-ok", "description": "Print a marker"}',
+                    },
+                }
+            ],
+        },
+        # No "Error: " prefix: is_error false is a result as any other.
+        {"role": "tool", "tool_call_id": "chatcmpl-tool-5775", "content": "llmgw-tool-ok"},
+    ]

@@ -85,6 +85,44 @@ def _ids() -> Any:
             {"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": 3}]},
             "input[0].output",
         ),
+        # A call or an output field the chat turn has no place for.
+        (
+            {
+                "model": "m",
+                "input": [
+                    {
+                        "type": "function_call",
+                        "call_id": "c",
+                        "name": "f",
+                        "arguments": "{}",
+                        "namespace": "n",
+                    }
+                ],
+            },
+            "input[0].namespace",
+        ),
+        (
+            {
+                "model": "m",
+                "input": [
+                    {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                    {
+                        "type": "function_call_output",
+                        "call_id": "c",
+                        "output": "x",
+                        "caller": {"type": "direct"},
+                    },
+                ],
+            },
+            "input[1].caller",
+        ),
+        (
+            {
+                "model": "m",
+                "input": [{"type": "function_call_output", "call_id": "c", "output": "x", "name": "f"}],
+            },
+            "input[0].name",
+        ),
         # Codex CLI's reasoning items carry no text: alone, they ask nothing.
         ({"model": "m", "input": [{"type": "reasoning", "summary": []}]}, "input"),
         ({"model": "m", "input": "hi", "tools": [{"type": "file_search"}]}, "tools[0].type"),
@@ -804,3 +842,52 @@ def test_codex_cli_s_request_is_carried_and_its_hosted_tools_are_refused_by_name
         with pytest.raises(ResponsesInvalid) as refused:
             responses.parse_request({**codex, "tools": [*codex["tools"], tool]})
         assert refused.value.param == "tools[1].type" and json.dumps(tool["type"]) in refused.value.message
+
+
+def test_codex_clis_follow_up_after_a_tool_call_is_carried() -> None:
+    """Codex CLI 0.171.0's request after it ran a call (recorded from the real client by
+    tests/e2e/test_agent_clis.py): the call as the router's stream gave it (its ``fc_``
+    id, ``status``), the output with an id of Codex's own; the chat turn carries the call
+    id, name, arguments and output, and has no place for the items' ids and statuses."""
+    body = {
+        "model": "m",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "say hello"}]},
+            {
+                "type": "function_call",
+                "status": "completed",
+                "id": "fc_21e8657a6e1e10cb",
+                "name": "exec_command",
+                "arguments": '{"cmd": "echo llmgw-tool-ok"}',
+                "call_id": "chatcmpl-tool-a5ca1dfe",
+            },
+            {
+                "type": "function_call_output",
+                "id": "fco_01a234a0-19e8",
+                "call_id": "chatcmpl-tool-a5ca1dfe",
+                "output": "Process exited with code 0\nOutput:\nllmgw-tool-ok\n",
+            },
+        ],
+        "store": False,
+        "stream": True,
+    }
+    responses.parse_request(body)
+    assert responses.to_chat_body(body, [], "m")["messages"] == [
+        {"role": "user", "content": "say hello"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "chatcmpl-tool-a5ca1dfe",
+                    "type": "function",
+                    "function": {"name": "exec_command", "arguments": '{"cmd": "echo llmgw-tool-ok"}'},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "chatcmpl-tool-a5ca1dfe",
+            "content": "Process exited with code 0\nOutput:\nllmgw-tool-ok\n",
+        },
+    ]

@@ -384,3 +384,73 @@ async def test_api_key_guards_v1_as_vllm_does_and_leaves_health_and_metrics_open
     for path in ("/health", "/metrics"):
         async with http.get(server.make_url(path)) as response:
             assert response.status in (200, 503), path
+
+
+_SHELL_TOOL: Any = {
+    "type": "function",
+    "function": {
+        "name": "shell",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+    },
+}
+
+
+async def test_tool_calls_answer_a_turn_that_offers_the_tool_with_a_call_as_vllm_does(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    settings = fast_settings(
+        answer_tokens=3, tool_calls=(("absent", "{}"), ("shell", '{"cmd": "echo hi there"}'))
+    )
+    client = client_for(await start_server(settings))
+    user: Any = [{"role": "user", "content": "run it"}]
+    whole = await client.chat.completions.create(model=TEST_MODEL, messages=user, tools=[_SHELL_TOOL])
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls or []
+    assert call.id.startswith("chatcmpl-tool-") and call.type == "function"
+    assert (call.function.name, call.function.arguments) == ("shell", '{"cmd": "echo hi there"}')  # type: ignore[union-attr]
+    assert whole.usage is not None and whole.usage.completion_tokens == 4  # {"cmd": "echo hi there"}
+
+    stream = await client.chat.completions.create(
+        model=TEST_MODEL,
+        messages=user,
+        tools=[_SHELL_TOOL],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+    # The id, type and name first, then the arguments a token at a time, all at index 0.
+    assert deltas[0].id and deltas[0].id.startswith("chatcmpl-tool-") and deltas[0].type == "function"
+    assert deltas[0].function is not None and deltas[0].function.name == "shell"
+    assert {d.index for d in deltas} == {0} and all(d.id is None for d in deltas[1:])
+    assert "".join(d.function.arguments or "" for d in deltas if d.function) == '{"cmd": "echo hi there"}'
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
+
+
+async def test_tool_calls_answer_text_after_the_result_or_without_the_tool(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    client = client_for(await start_server(fast_settings(answer_tokens=3, tool_calls=(("shell", "{}"),))))
+    call: Any = {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+    after: Any = [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "hi"},
+    ]
+    other: Any = {**_SHELL_TOOL, "function": {**_SHELL_TOOL["function"], "name": "other"}}
+    for messages, tools, choice in (
+        (after, [_SHELL_TOOL], "auto"),  # the result came back: the loop ends
+        (after[:1], [other], "auto"),  # not offered
+        (after[:1], [_SHELL_TOOL], "none"),  # offered, but not to be called
+    ):
+        reply = await client.chat.completions.create(
+            model=TEST_MODEL, messages=messages, tools=tools, tool_choice=choice
+        )
+        assert reply.choices[0].finish_reason == "stop" and not reply.choices[0].message.tool_calls
+        assert _is_greek(reply.choices[0].message.content or "")
+    # Without the setting (the default) an offered tool is never called.
+    plain = client_for(await start_server())
+    reply = await plain.chat.completions.create(model=TEST_MODEL, messages=after[:1], tools=[_SHELL_TOOL])
+    assert reply.choices[0].finish_reason == "length" and not reply.choices[0].message.tool_calls

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp
 import anthropic
 import pytest
@@ -95,3 +97,49 @@ async def test_tokenize_counts_a_chat_as_vllm_does(
     ) as response:
         body = await response.json()
     assert body["count"] == 3 and body["max_model_len"] == 512 and len(body["tokens"]) == 3
+
+
+_BASH: Any = {
+    "name": "Bash",
+    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+}
+
+
+async def test_tool_calls_answer_a_turn_that_offers_the_tool_with_a_tool_use_block(
+    start_server: StartServer,
+) -> None:
+    settings = fast_settings(answer_tokens=3, tool_calls=(("Bash", '{"command": "echo hi there"}'),))
+    async with _client(await start_server(settings)) as client:
+        message = await client.messages.create(
+            model=TEST_MODEL, max_tokens=4000, messages=USER, tools=[_BASH]
+        )
+        assert message.stop_reason == "tool_use" and message.usage.output_tokens == 4
+        [block] = message.content
+        assert block.type == "tool_use" and block.id.startswith("chatcmpl-tool-")
+        assert (block.name, block.input) == ("Bash", {"command": "echo hi there"})
+        async with client.messages.stream(
+            model=TEST_MODEL, max_tokens=4000, messages=USER, tools=[_BASH]
+        ) as stream:
+            final = await stream.get_final_message()
+        # The SDK joins the input_json_deltas into the block's input.
+        assert final.stop_reason == "tool_use" and final.usage.output_tokens == 4
+        assert [(b.type, getattr(b, "input", None)) for b in final.content] == [
+            ("tool_use", {"command": "echo hi there"})
+        ]
+
+        result: Any = [
+            *USER,
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": block.id, "name": "Bash", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": block.id, "content": "hi there"}],
+            },
+        ]
+        for messages, tool_choice in ((result, {"type": "auto"}), (USER, {"type": "none"})):
+            answer = await client.messages.create(
+                model=TEST_MODEL, max_tokens=4000, messages=messages, tools=[_BASH], tool_choice=tool_choice
+            )
+            assert answer.stop_reason == "end_turn" and [b.type for b in answer.content] == ["text"]

@@ -81,6 +81,15 @@ def test_head_file_is_a_path() -> None:
         ([], {"LLMGW_SIM_HANG": "maybe"}, "LLMGW_SIM_HANG"),
         (["--judge-unsafe-phrase", "  "], {}, "--judge-unsafe-phrase"),
         (["--reasoning-tokens", "-1"], {}, "--reasoning-tokens must be >= 0"),
+        ([], {"LLMGW_SIM_TOOL_CALLS": "Bash"}, "a JSON object of tool names"),
+        ([], {"LLMGW_SIM_TOOL_CALLS": "[]"}, "a non-empty JSON object"),
+        ([], {"LLMGW_SIM_TOOL_CALLS": "{}"}, "a non-empty JSON object"),
+        (
+            [],
+            {"LLMGW_SIM_TOOL_CALLS": '{"Bash": "echo hi"}'},
+            "arguments of tool 'Bash' must be a JSON object",
+        ),
+        ([], {"LLMGW_SIM_TOOL_CALLS": '{" ": {}}'}, "a tool name must not be empty"),
     ],
 )
 def test_unusable_settings_are_refused_naming_what_to_fix(
@@ -120,3 +129,12 @@ def test_exit_codes_are_distinct() -> None:
 def test_a_join_backoff_that_shrinks_is_refused() -> None:
     problems = validate(SimSettings(join_backoff_initial=3.0, join_backoff_max=1.0))
     assert any("join_backoff_max must be at least join_backoff_initial" in p for p in problems)
+
+
+def test_tool_calls_are_read_in_order_with_their_arguments_as_vllm_writes_them() -> None:
+    given = '{"exec_command": {"cmd": "echo \u00e9"}, "Bash": {}}'
+    assert _settings(["--tool-calls", given]).tool_calls == (
+        ("exec_command", '{"cmd": "echo é"}'),  # not ASCII-escaped
+        ("Bash", "{}"),
+    )
+    assert _settings([]).tool_calls == ()
