@@ -282,7 +282,13 @@ async def test_llama_server_is_kept_out_of_the_endpoint_set_while_it_answers_503
                 return asked[-1].status == 200
 
             await eventually(answered, 120, "an answer through the router", every=0.3)
-            await eventually(lambda: samples[-1].router_usable == 1, 10, "the router routing to it")
+            # One sample that shows both: its Consul read and the router's count are taken a
+            # moment apart, so either may still be the older view.
+            await eventually(
+                lambda: samples[-1].consul_passing and samples[-1].router_usable == 1,
+                10,
+                "Consul passing it and the router routing to it",
+            )
         finally:
             watcher.cancel()
 
