@@ -170,7 +170,8 @@ class _MirrorIndex:
     def get(self) -> MirrorIndex:
         if self._index is None:
             # aiohttp and the mirror's I/O load only when a catalog has a mirror source.
-            from llmgw.mirror import MirrorError, load_index
+            from llmgw.mirror import MirrorError
+            from llmgw.mirror.indexing import load_index
 
             try:
                 self._index = load_index(self.location)

@@ -15,7 +15,9 @@ The decisions (what to select, when a version is complete, what gc deletes) are
 in ``llmgw.core.mirror``; see DESIGN.md beside this file.
 """
 
+# The errors only: every command's parser is built at start-up, and importing the
+# modules behind them (aiohttp, rich) here would cost every `llmgw` command half a
+# second. Import those from their own modules.
 from llmgw.mirror.errors import ChecksumMismatch, DownloadFailed, HubError, MirrorError
-from llmgw.mirror.indexing import fetch_index, load_index
 
-__all__ = ["ChecksumMismatch", "DownloadFailed", "HubError", "MirrorError", "fetch_index", "load_index"]
+__all__ = ["ChecksumMismatch", "DownloadFailed", "HubError", "MirrorError"]

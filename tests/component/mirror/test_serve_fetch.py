@@ -13,7 +13,7 @@ from urllib.error import HTTPError
 from aiohttp import web
 
 from llmgw.core.mirror import check_reference, parse_ref
-from llmgw.mirror import load_index
+from llmgw.mirror.indexing import load_index
 from llmgw.mirror.server import create_app
 from llmgw.mirror.store import DirectoryStore
 from tests.support.waiting import eventually_sync
