@@ -22,7 +22,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,6 +136,12 @@ class SimState:
         if not self.settings.is_head and not self.link.joined:
             return "not joined to the head"
         return None
+
+    async def generate(self, prompt_tokens: int, pieces: Iterable[str]) -> list[str]:
+        """A whole answer of ``pieces``, under the faults in force (a first-token delay, a hang)."""
+        return await self.engine.generate(
+            prompt_tokens, pieces, self.faults.first_token_delay, self.faults.wait_while_hung
+        )
 
 
 STATE = web.AppKey("llmgw_sim_state", SimState)
@@ -364,9 +370,7 @@ async def _generate(
     if generation.stream:
         return await _stream(request, state, generation, identity)
     reasoning, answer = _answer(state.settings, generation)
-    pieces = await state.engine.generate(
-        generation.prompt_tokens, answer, state.faults.first_token_delay, state.faults.wait_while_hung
-    )
+    pieces = await state.generate(generation.prompt_tokens, answer)
     body = openai_api.completion_body(
         generation,
         identity,
@@ -438,12 +442,7 @@ async def _call_tool(
     arguments are its tokens, paced as any answer's (all of them, whatever max_tokens: a
     call cut short would not parse)."""
     if not generation.stream:
-        pieces = await state.engine.generate(
-            generation.prompt_tokens,
-            iter(call.pieces()),
-            state.faults.first_token_delay,
-            state.faults.wait_while_hung,
-        )
+        pieces = await state.generate(generation.prompt_tokens, iter(call.pieces()))
         return web.json_response(openai_api.tool_call_body(generation, identity, call, len(pieces)))
 
     def piece(text: str, index: int) -> list[bytes]:

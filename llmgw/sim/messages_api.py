@@ -65,12 +65,7 @@ def add_routes(
             return await _call_tool(request, state, generation, call)
         if generation.stream:
             return await _stream(request, state, generation, pieces)
-        said = await state.engine.generate(
-            generation.prompt_tokens,
-            pieces(state.settings, generation),
-            state.faults.first_token_delay,
-            state.faults.wait_while_hung,
-        )
+        said = await state.generate(generation.prompt_tokens, pieces(state.settings, generation))
         return web.json_response(
             {
                 **_message(state.settings.served_name, generation, len(said)),
@@ -254,12 +249,7 @@ async def _call_tool(
     stop_reason = STOP_REASONS["tool_calls"]
     block = {"type": "tool_use", "id": call.id, "name": call.name}
     if not generation.stream:
-        said = await state.engine.generate(
-            generation.prompt_tokens,
-            iter(call.pieces()),
-            state.faults.first_token_delay,
-            state.faults.wait_while_hung,
-        )
+        said = await state.generate(generation.prompt_tokens, iter(call.pieces()))
         message = _message(state.settings.served_name, generation, len(said))
         return web.json_response(
             {

@@ -64,12 +64,7 @@ def handler(admit: Admit, pieces: Pieces) -> Handler:
         response_id, created = _new_id("resp"), int(time.time())
         if generation.stream:
             return await _stream(request, state, pieces, generation, body, response_id, created)
-        said = await state.engine.generate(
-            generation.prompt_tokens,
-            pieces(state.settings, generation),
-            state.faults.first_token_delay,
-            state.faults.wait_while_hung,
-        )
+        said = await state.generate(generation.prompt_tokens, pieces(state.settings, generation))
         identity = openai_api.ResponseIdentity(response_id, created, parsed.model, state.fingerprint)
         answer = openai_api.completion_body(
             generation, identity, "".join(said), len(said), generation.finish_reason
