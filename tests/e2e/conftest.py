@@ -27,6 +27,33 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.loop_stalls import LoopStalls
 
 REPO = Path(__file__).resolve().parents[2]
+
+# The models and rules behind a guard block, a fallback and a load on demand on dev, after
+# a catalog's own models (YAML under `models:`, two spaces in): the example catalog's guard
+# demo (sim-guard judging sim-guarded), an on-demand model, and a GPU model that cannot
+# place on dev (its nodes run no Docker driver) whose fallback is sim-chat.
+GUARD_FALLBACK_AND_ON_DEMAND = """
+  gpu-chat:
+    roles: [chat]
+    profiles: [{engine: vllm, source: org/gpu-chat}]
+    scaling: {min: 1, max: 1}
+  sim-on-demand:
+    roles: [chat]
+    profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200, load_seconds: 1}}]
+    scaling: {min: 0, max: 1, idle_timeout: 10m}
+  sim-guard:
+    roles: [guard]
+    profiles: [{engine: sim, simulate_gpus: false, args: ["--judge-unsafe-phrase", "forbidden fruit"]}]
+    scaling: {min: 0, max: 1}
+  sim-guarded:
+    roles: [chat]
+    profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200}}]
+    scaling: {min: 1, max: 1}
+fallbacks:
+  gpu-chat: [sim-chat]
+guard_policies:
+  demo: {judge: sim-guard, models: [sim-guarded]}
+"""
 HERE = Path(__file__).resolve().parent
 _STALLS = pytest.StashKey[LoopStalls]()
 

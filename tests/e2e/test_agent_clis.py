@@ -48,41 +48,6 @@ pytestmark = pytest.mark.e2e
 
 ANSWER_TOKENS = 8
 CACHE = Path(os.environ.get("LLMGW_CACHE_DIR") or Path.home() / ".cache" / "llmgw")
-# The agents' system prompts and tools are thousands of words (one sim token each), and
-# Claude Code asks max_tokens 32000: a context that holds both. An answer that ends as a
-# model's does, with a stop (an agent takes one cut at max_tokens for a failure).
-# sim-guarded is screened by sim-guard: its Messages requests are judged as the chat
-# completion they translate to, so Claude Code's reach the translation too (the sim
-# serves Messages itself, untranslated, for an unguarded model).
-CATALOG = f"""
-models:
-  sim-chat:
-    roles: [chat]
-    profiles:
-      - engine: sim
-        simulate_gpus: false
-        args: ["--max-model-len", "1000000", "--answer-tokens", "{ANSWER_TOKENS}"]
-        sim: {{tokens_per_second: 5000, load_seconds: 0.2}}
-    scaling: {{min: 1, max: 1}}
-  sim-guarded:
-    roles: [chat]
-    profiles:
-      - engine: sim
-        simulate_gpus: false
-        args: ["--max-model-len", "1000000", "--answer-tokens", "{ANSWER_TOKENS}"]
-        sim: {{tokens_per_second: 5000, load_seconds: 0.2}}
-    scaling: {{min: 1, max: 1}}
-  sim-guard:
-    roles: [guard]
-    profiles:
-      - engine: sim
-        simulate_gpus: false
-        args: ["--max-model-len", "1000000", "--judge-unsafe-phrase", "forbidden fruit"]
-        sim: {{tokens_per_second: 5000, load_seconds: 0.2}}
-    scaling: {{min: 1, max: 1}}
-guard_policies:
-  demo: {{judge: sim-guard, models: [sim-guarded]}}
-"""
 RUN_TIMEOUT = 120
 # What the tools model has each client run: its shell tool, as Codex CLI 0.171.0 offers
 # it (exec_command, {"cmd"}) and Claude Code 2.1.332 (Bash, {"command", "description"}).
@@ -91,19 +56,38 @@ TOOL_CALLS = {
     "exec_command": {"cmd": f"echo {TOOL_OUTPUT}"},
     "Bash": {"command": f"echo {TOOL_OUTPUT}", "description": "Print a marker"},
 }
-TOOLS_MODEL = f"""
-  sim-tools-guarded:
-    roles: [chat]
+
+
+def _sim_model(name: str, role: str, *args: str) -> str:
+    """A sim model of the agents' catalog (YAML under ``models:``), with a context that
+    holds their prompts and tokens fast enough for them."""
+    argv = json.dumps(["--max-model-len", "1000000", *args])
+    return f"""
+  {name}:
+    roles: [{role}]
     profiles:
       - engine: sim
         simulate_gpus: false
-        args: ["--max-model-len", "1000000", "--answer-tokens", "{ANSWER_TOKENS}",
-               "--tool-calls", '{json.dumps(TOOL_CALLS)}']
+        args: {argv}
         sim: {{tokens_per_second: 5000, load_seconds: 0.2}}
-    scaling: {{min: 1, max: 1}}
-"""
-CATALOG = CATALOG.replace("\nguard_policies:", TOOLS_MODEL + "guard_policies:").replace(
-    "models: [sim-guarded]", "models: [sim-guarded, sim-tools-guarded]"
+    scaling: {{min: 1, max: 1}}"""
+
+
+# The agents' system prompts and tools are thousands of words (one sim token each), and
+# Claude Code asks max_tokens 32000: a context that holds both. An answer that ends as a
+# model's does, with a stop (an agent takes one cut at max_tokens for a failure).
+# sim-guarded is screened by sim-guard: its Messages requests are judged as the chat
+# completion they translate to, so Claude Code's reach the translation too (the sim
+# serves Messages itself, untranslated, for an unguarded model).
+# sim-tools-guarded also calls the client's shell tool (TOOL_CALLS) before it answers.
+ANSWERING = ("--answer-tokens", str(ANSWER_TOKENS))
+CATALOG = (
+    "models:"
+    + _sim_model("sim-chat", "chat", *ANSWERING)
+    + _sim_model("sim-guarded", "chat", *ANSWERING)
+    + _sim_model("sim-guard", "guard", "--judge-unsafe-phrase", "forbidden fruit")
+    + _sim_model("sim-tools-guarded", "chat", *ANSWERING, "--tool-calls", json.dumps(TOOL_CALLS))
+    + "\nguard_policies:\n  demo: {judge: sim-guard, models: [sim-guarded, sim-tools-guarded]}\n"
 )
 
 

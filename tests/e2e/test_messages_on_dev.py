@@ -18,11 +18,12 @@ import pytest
 
 from tests.support.waiting import eventually_sync
 
-from .conftest import RunningDev, start_dev
+from .conftest import GUARD_FALLBACK_AND_ON_DEMAND, RunningDev, start_dev
 
 pytestmark = pytest.mark.e2e
 
-CATALOG = """
+CATALOG = (
+    """
 models:
   sim-chat:
     roles: [chat]
@@ -31,30 +32,9 @@ models:
   sim-other:
     roles: [chat]
     profiles: [{engine: sim, simulate_gpus: false}]
-    scaling: {min: 0, max: 1}
-  gpu-chat:
-    roles: [chat]
-    profiles: [{engine: vllm, source: org/gpu-chat}]
-    scaling: {min: 1, max: 1}
-  sim-on-demand:
-    roles: [chat]
-    profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200, load_seconds: 1}}]
-    scaling: {min: 0, max: 1, idle_timeout: 10m}
-  sim-guard:
-    roles: [guard]
-    profiles: [{engine: sim, simulate_gpus: false, args: ["--judge-unsafe-phrase", "forbidden fruit"]}]
-    scaling: {min: 0, max: 1}
-  sim-guarded:
-    roles: [chat]
-    profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200}}]
-    scaling: {min: 1, max: 1}
-# A GPU model that cannot place on dev (its nodes run no Docker driver) falls back to
-# sim-chat; sim-guard judges sim-guarded, as in the example catalog's guard demo.
-fallbacks:
-  gpu-chat: [sim-chat]
-guard_policies:
-  demo: {judge: sim-guard, models: [sim-guarded]}
-"""
+    scaling: {min: 0, max: 1}"""
+    + GUARD_FALLBACK_AND_ON_DEMAND
+)
 
 USER: Any = [{"role": "user", "content": "hello there"}]
 # One word of 300 bytes: the router holds ~100 tokens of the key's budget for its prompt

@@ -16,40 +16,19 @@ import pytest
 
 from tests.support.waiting import eventually_sync
 
-from .conftest import RunningDev, start_dev
+from .conftest import GUARD_FALLBACK_AND_ON_DEMAND, RunningDev, start_dev
 
 pytestmark = pytest.mark.e2e
 
-# The example catalog's guard demo (sim-guard judging sim-guarded), an on-demand model,
-# and a GPU model that cannot place on dev (its nodes run no Docker driver) whose
-# fallback is sim-chat.
-CATALOG = """
+CATALOG = (
+    """
 models:
   sim-chat:
     roles: [chat]
     profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200, load_seconds: 0.5}}]
-    scaling: {min: 2, max: 2}
-  gpu-chat:
-    roles: [chat]
-    profiles: [{engine: vllm, source: org/gpu-chat}]
-    scaling: {min: 1, max: 1}
-  sim-on-demand:
-    roles: [chat]
-    profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200, load_seconds: 1}}]
-    scaling: {min: 0, max: 1, idle_timeout: 10m}
-  sim-guard:
-    roles: [guard]
-    profiles: [{engine: sim, simulate_gpus: false, args: ["--judge-unsafe-phrase", "forbidden fruit"]}]
-    scaling: {min: 0, max: 1}
-  sim-guarded:
-    roles: [chat]
-    profiles: [{engine: sim, simulate_gpus: false, sim: {tokens_per_second: 200}}]
-    scaling: {min: 1, max: 1}
-fallbacks:
-  gpu-chat: [sim-chat]
-guard_policies:
-  demo: {judge: sim-guard, models: [sim-guarded]}
-"""
+    scaling: {min: 2, max: 2}"""
+    + GUARD_FALLBACK_AND_ON_DEMAND
+)
 
 
 def _replicas_answering(client: openai.OpenAI, model: str, requests: int) -> set[str]:
