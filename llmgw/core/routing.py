@@ -131,16 +131,17 @@ class ModelState(StrEnum):
 
 
 def model_state(
-    model: Model, usable_endpoints: int, unavailable: bool = False, loading_endpoints: int = 0
+    model: Model, usable_endpoints: int, unavailable: bool = False, starting_replicas: int = 0
 ) -> ModelState:
     """Endpoints that still serve win over the configuration: a model just switched
     off keeps answering on its last replicas until the control plane stops them.
     The configuration wins over the control plane's word (``unavailable``: it listed
     the model in ``llmgw/unavailable``, see ``records.unavailable_now``): off is the
-    more lasting answer. The control plane's word wins over a replica starting (the
-    count of ``loading_endpoints``: registered, not passing yet, plus ``placed_replicas``:
-    placed or running, not registered yet): it knows what a router cannot, that the model's
-    replicas keep failing, that it was drained, or that no place is left for more.
+    more lasting answer. The control plane's word wins over a replica starting
+    (``starting_replicas``: those of ``loading_endpoints``, registered and not passing
+    yet, plus those of ``placed_replicas``, placed or running and not registered yet):
+    it knows what a router cannot, that the model's replicas keep failing, that it was
+    drained, or that no place is left for more.
     An on-demand model stays ``STARTABLE`` while its replica starts: it is waited for,
     and its wake kept up, as from its first request."""
     if usable_endpoints > 0:
@@ -154,7 +155,7 @@ def model_state(
         return ModelState.UNAVAILABLE
     if mode is ScalingMode.ON_DEMAND:
         return ModelState.STARTABLE
-    if loading_endpoints > 0:
+    if starting_replicas > 0:
         return ModelState.LOADING
     return ModelState.NO_CAPACITY
 
