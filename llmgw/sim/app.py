@@ -125,6 +125,12 @@ class SimState:
         s = self.settings
         return Limits(s.default_max_tokens, s.max_model_len, s.embedding_dim)
 
+    @property
+    def answer_lengths(self) -> tuple[int, int]:
+        """What ``GenerationRequest.answered`` ends a chat answer by: --answer-tokens, and
+        for a request without max_tokens and no --answer-tokens, --default-max-tokens."""
+        return self.settings.answer_tokens, self.settings.default_max_tokens
+
     def not_ready_reason(self) -> str | None:
         """Why /health is not 200 yet (or no longer), or None when it is healthy."""
         if self.lifecycle.stopping:
@@ -341,7 +347,7 @@ async def _admit(request: web.Request) -> tuple[SimState, dict[str, Any]]:
 
 async def _chat(request: web.Request) -> web.StreamResponse:
     state, body = await _admit(request)
-    generation = openai_api.parse_chat(body, state.limits).answered(state.settings.answer_tokens)
+    generation = openai_api.parse_chat(body, state.limits).answered(*state.answer_lengths)
     return await _generate(request, state, generation, "chatcmpl-")
 
 

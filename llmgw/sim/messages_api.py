@@ -51,7 +51,7 @@ def add_routes(
     async def create(request: web.Request) -> web.StreamResponse:
         try:
             state, body = await admit(request)
-            generation = parse_messages(body, state.limits).answered(state.settings.answer_tokens)
+            generation = parse_messages(body, state.limits).answered(*state.answer_lengths)
             failure = state.faults.draw_failure()
             if failure is not None:
                 raise failure
