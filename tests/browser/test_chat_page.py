@@ -196,6 +196,9 @@ async def test_errors_are_shown_not_swallowed(router: RouterServer, page: Page) 
     await page.press("#prompt", "Enter")
     error = page.locator(".message.assistant.error")
     await expect(error).to_contain_text("has no healthy replica")
+    # The wait is over: the status no longer says the model is coming.
+    await expect(page.locator("#status")).to_have_text("")
+    await expect(page.locator("#send")).to_be_enabled()
 
 
 async def test_a_real_model_that_serves_now_is_preselected_over_one_that_cannot(page: Page) -> None:

@@ -250,11 +250,13 @@ async function send(text) {
     } else {
       history.push({ role: "assistant", content: state.text });
     }
-    setStatus("");
   } catch (error) {
     fail(el, `The request failed: ${error}`);
     history.pop();
   } finally {
+    // Every way out (an answer, an HTTP error, a failed fetch) ends the wait: the
+    // message itself says what happened.
+    setStatus("");
     busy = false;
     $("send").disabled = false;
   }
