@@ -191,7 +191,7 @@ def create_app(settings: SimSettings, deps: SimDeps | None = None) -> web.Applic
         app.router.add_get("/v1/models", _models)
         app.router.add_get("/metrics", _metrics)
         app.router.add_get(rendezvous.RENDEZVOUS_PATH, _rendezvous)
-        messages_api.add_routes(app, _admit, _pieces, lambda r: r.app[STATE].engine.count_failure())
+        messages_api.add_routes(app, _admit, _answer, lambda r: r.app[STATE].engine.count_failure())
     app.cleanup_ctx.append(_background_tasks)
     app.on_shutdown.append(_drain)
     return app
