@@ -655,4 +655,8 @@ def _unavailable(requested: str, why: UnavailableModel | None, retry_after: int)
         type="server_error",
         code="model_unavailable",
         retry_after=retry_after,
+        # No place now says nothing of when there will be one: a client's own retries (the
+        # openai and anthropic SDKs sleep Retry-After, twice) would only wait for the same
+        # answer. Without the control plane's word, a retry may find a replica.
+        retryable=why is None,
     )

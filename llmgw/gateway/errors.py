@@ -197,14 +197,21 @@ def too_long_to_screen(model: str) -> ApiError:
     )
 
 
-def guard_unavailable(model: str) -> ApiError:
+def guard_unavailable(model: str, judge_refusal: Refusal | None = None) -> ApiError:
+    """``judge_refusal``: the router's own answer for the judge, when that is why it did
+    not answer. A judge that will not answer soon (no place for it, not in the catalog,
+    drained) makes the screen's 503 one a client should not retry (``x-should-retry:
+    false``); one loading or without a healthy replica now keeps its Retry-After."""
+    retryable = judge_refusal is None or judge_refusal.retryable
+    retry_after = judge_refusal.retry_after if judge_refusal is not None else None
     return ApiError(
         Refusal(
             503,
             f"The content screen for `{model}` is unavailable and requests are blocked until it is back.",
             "server_error",
             "guard_unavailable",
-            retry_after=5,
+            retry_after=(retry_after or 5) if retryable else retry_after,
+            retryable=retryable,
         )
     )
 

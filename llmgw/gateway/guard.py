@@ -419,6 +419,7 @@ class _Judged:
     reading: _Reading
     categories: tuple[str, ...] = ()
     detail: str = ""  # for the log
+    judge_refusal: routing.Refusal | None = None  # the router's own answer for the judge
 
 
 class Guard:
@@ -487,7 +488,7 @@ class Guard:
             async with asyncio.timeout(self._settings.guard_timeout):
                 answer = await self._dispatcher.complete(judge, catalog, body, request_id)
         except ApiError as exc:  # the router's own refusal: no replica, a failed connection...
-            judged = _Judged(_Reading.ERROR, detail=exc.refusal.message)
+            judged = _Judged(_Reading.ERROR, detail=exc.refusal.message, judge_refusal=exc.refusal)
         except TimeoutError:
             judged = _Judged(_Reading.ERROR, detail="timed out")
         else:
@@ -524,7 +525,7 @@ class Guard:
                 name,
                 judged.detail,
             )
-            raise errors.guard_unavailable(model)
+            raise errors.guard_unavailable(model, judged.judge_refusal)
         if reading is _Reading.TOO_LONG:
             log.info(
                 "guard %s: blocked a request for %s: longer than its judge reads (%s; on_too_long: %s)",
