@@ -5,8 +5,9 @@ model of a request's chain, how its engine is asked: as it is, on ``/v1/messages
 when every profile of the model runs an engine that serves it (``NATIVE_ENGINES``),
 else translated to a chat completion (``llmgw.core.anthropic``: the documented subset,
 a 400 naming any field it cannot carry) and the answer translated back. Token counts
-go to the engine's ``/v1/messages/count_tokens``, or vLLM's ``/tokenize``
-(``TOKENIZE_ENGINES``); a model whose engine has neither is answered 400.
+go to the engine's ``/v1/messages/count_tokens`` (the sim's, llama-server's:
+``COUNT_TOKENS_ENGINES``), or vLLM's ``/tokenize`` (``TOKENIZE_ENGINES``); a model
+whose engine has neither is answered 400.
 
 Everything else is chat completions' (``handlers.serve_call``): model resolution,
 aliases, the key's model list, limits, the guard, fallbacks, loading on demand,
@@ -46,6 +47,11 @@ NATIVE_ENGINES = frozenset({Engine.SIM})
 # Engines whose pinned release counts a chat's tokens on /tokenize ({"messages"} in,
 # {"count"} out): vLLM's TokenizeChatRequest (vllm/entrypoints/openai/protocol.py).
 TOKENIZE_ENGINES = frozenset({Engine.VLLM})
+# Engines that answer /v1/messages/count_tokens themselves though their Messages are
+# translated: llama.cpp's llama-server (b11434, tools/server/server.cpp's route, and
+# server-context.cpp's handle_count_tokens: the Anthropic body converted to a chat, its
+# template applied and tokenized, as /apply-template then /tokenize would, in one call).
+COUNT_TOKENS_ENGINES = frozenset({Engine.LLAMACPP})
 
 
 def is_messages_path(path: str) -> bool:
@@ -58,8 +64,17 @@ def native(catalog: Catalog, model: str) -> bool:
 
 
 def counts_tokens(catalog: Catalog, model: str) -> bool:
-    return native(catalog, model) or all(
-        profile.engine in TOKENIZE_ENGINES for profile in catalog.models[model].profiles
+    return (
+        native(catalog, model)
+        or all(profile.engine in TOKENIZE_ENGINES for profile in catalog.models[model].profiles)
+        or _counts_natively(catalog, model)
+    )
+
+
+def _counts_natively(catalog: Catalog, model: str) -> bool:
+    """Whether every profile's engine answers /v1/messages/count_tokens itself."""
+    return all(
+        profile.engine in NATIVE_ENGINES | COUNT_TOKENS_ENGINES for profile in catalog.models[model].profiles
     )
 
 
@@ -134,7 +149,7 @@ def _for_count(call: ApiCall, catalog: Catalog, chain: tuple[str, ...]) -> Trans
     able, chat = _translated(call, catalog, tuple(model for model in chain if counts_tokens(catalog, model)))
 
     def per_model(model: str) -> Translation | None:
-        if native(catalog, model) or chat is None:
+        if _counts_natively(catalog, model) or chat is None:
             return _NativeCount(call.body)
         return _TokenizeTranslation(chat, model)
 

@@ -555,14 +555,10 @@ def test_messages_on_a_real_engine_whole_streamed_and_counted(
         usage["completion_tokens"],
     )
 
-    # llama.cpp's pinned release (b6795) counts no chat's tokens: refused, saying so.
-    with pytest.raises(anthropic.BadRequestError) as refused:
-        messages_client.messages.count_tokens(model="tiny-llama", messages=user)
-    assert refused.value.body == {
-        "type": "error",
-        "error": {"type": "invalid_request_error", "message": refused.value.body["error"]["message"]},
-    }
-    assert "cannot count tokens" in refused.value.body["error"]["message"]
+    # llama-server counts the tokens itself (/v1/messages/count_tokens: the chat's
+    # template applied and tokenized): as many as its chat completion's prompt had.
+    counted = messages_client.messages.count_tokens(model="tiny-llama", messages=user)
+    assert counted.input_tokens == usage["prompt_tokens"]
 
 
 def test_a_prompt_longer_than_the_engines_context_is_refused_in_each_apis_shape(
