@@ -138,7 +138,9 @@ def test_the_scrape_jobs_find_the_services_llmgw_registers() -> None:
 
 def test_relabelling_reads_only_meta_llmgw_registers() -> None:
     meta_keys = {
-        value for name, value in vars(conventions).items() if name.startswith("META_") and isinstance(value, str)
+        value
+        for name, value in vars(conventions).items()
+        if name.startswith("META_") and isinstance(value, str)
     }
     engines = {engine.value for engine in Engine}
     for _, relabels in _consul_jobs().values():
