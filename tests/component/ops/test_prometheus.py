@@ -153,3 +153,23 @@ def test_relabelling_reads_only_meta_llmgw_registers() -> None:
                     assert label == "__meta_consul_node", label
             if relabel.get("action") == "keep":
                 assert set(str(relabel["regex"]).split("|")) <= engines
+
+
+def test_the_llmgw_job_registers_every_service_the_scrape_finds_with_the_meta_it_reads() -> None:
+    from llmgw.apispec.jobspec import parse_jobspec
+
+    job_file = OPS.parent / "llmgw.nomad.hcl"
+    job = parse_jobspec(job_file.read_text(), filename=job_file.name)
+    registered = {
+        service["Name"]: (group, service)
+        for group in job["TaskGroups"]
+        for service in group.get("Services") or ()
+    }
+    for name in (conventions.ROUTER_SERVICE, conventions.CONTROL_METRICS_SERVICE):
+        group, service = registered[name]
+        assert service["Meta"] == {conventions.META_ALLOC: "${NOMAD_ALLOC_ID}"}
+        assert [check["Path"] for check in service["Checks"]] == ["/health"]
+        # The port the service names is the one the task listens on, on every address.
+        args = " ".join(group["Tasks"][0]["Config"]["args"])
+        assert f"${{NOMAD_PORT_{service['PortLabel']}}}" in args
+        assert "0.0.0.0" in args
