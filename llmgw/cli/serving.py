@@ -42,6 +42,7 @@ from llmgw.core.records import CatalogVersion
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.ports import RouterDeps
 from llmgw.gateway.settings import RouterSettings
+from llmgw.gateway.tracing import Tracing
 from llmgw.render import Renderer, RenderSettings
 from llmgw.settings import ConsulConnection, NomadConnection
 
@@ -75,6 +76,8 @@ class ServiceSettings:
     # replica's into its job's Nomad Variable, routers send it. The renderer's
     # engine_api_keys must be on with it (the jobs then require a key).
     engine_keys: EngineKeys | None = field(default=None, repr=False)
+    # The router's traces (OpenTelemetry's OTEL_EXPORTER_OTLP_* variables: gateway/tracing.py).
+    tracing: Tracing = field(default_factory=Tracing)
 
 
 async def publish_catalog(consul: ConsulClient, text: str, *, applied_by: str) -> CatalogVersion | None:
@@ -209,6 +212,7 @@ class Services:
                 engine_keys=s.engine_keys,
                 allocations=AllocationWatch(router_nomad),
                 responses=ResponseKV(consul),
+                tracing=s.tracing,
             )
             router = RouterServer(router_settings, deps_router, policy=s.policy)
             await router.start()

@@ -240,6 +240,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         for watch in reversed(started):
             await watch.stop()
         await context.upstream.close()
+        # Flushes the spans not yet exported: it waits on the exporter's thread.
+        await asyncio.to_thread(deps.tracing.shutdown)
 
 
 async def _follow(watched: Watched[T], apply: Callable[[T], None], book: EndpointBook) -> None:

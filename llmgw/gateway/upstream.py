@@ -107,11 +107,13 @@ class Upstream:
         request_id: str,
         *,
         on_head: Callable[[EngineResponse], None] | None = None,
+        trace: tuple[tuple[str, str], ...] = (),
     ) -> EngineResponse:
         """POST ``body`` and return once the response head arrived (any status);
-        ``on_head`` as ``EnginePool.post``'s."""
+        ``on_head`` as ``EnginePool.post``'s; ``trace``, the request's checked trace context
+        headers (``gateway/tracing.py``)."""
         assert self._session is not None, "Upstream.start() was not awaited"
-        headers: tuple[tuple[str, str], ...] = (("Content-Type", _JSON), ("x-request-id", request_id))
+        headers: tuple[tuple[str, str], ...] = (("Content-Type", _JSON), ("x-request-id", request_id), *trace)
         if self._engine_keys is not None:
             # The replica's own key (its job id is the endpoint's replica): an engine port
             # reached any other way answers 401.

@@ -22,6 +22,7 @@ import os
 import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ def exit_now(code: int, reason: str) -> None:
         with suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+_TRACES_KEPT = 64  # the trace contexts /sim/stats shows, newest last
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,9 @@ class SimState:
     created: int  # wall-clock seconds, the `created` of /v1/models
     fingerprint: str
     in_flight: InFlight = field(default_factory=InFlight)
+    # The W3C trace context of the last API requests (vLLM reads the same two headers,
+    # vllm/tracing/utils.py TRACE_HEADERS, 0.34.0), for tests to see what reached the engine.
+    trace_contexts: deque[dict[str, str]] = field(default_factory=lambda: deque(maxlen=_TRACES_KEPT))
 
     @property
     def limits(self) -> Limits:
@@ -334,6 +341,9 @@ async def _admit(request: web.Request) -> tuple[SimState, dict[str, Any]]:
     """What every API request goes through before its own parsing: faults, body, model, readiness."""
     state = request.app[STATE]
     state.faults.on_arrival(state.engine.count_arrival())
+    trace = {name: request.headers[name] for name in ("traceparent", "tracestate") if name in request.headers}
+    if trace:
+        state.trace_contexts.append(trace)
     await state.faults.wait_while_hung()
     body = await _json_body(request)
     model = openai_api.requested_model(body)
@@ -534,6 +544,7 @@ async def _stats(request: web.Request) -> web.StreamResponse:
             "prompt_tokens": snap.prompt_tokens,
             "generation_tokens": snap.generation_tokens,
             "faults": state.faults.describe(),
+            "trace_contexts": list(state.trace_contexts),
         }
     )
 
