@@ -86,7 +86,7 @@ def test_a_request_becomes_the_chat_completion_that_asks_the_same() -> None:
 @pytest.mark.parametrize(
     ("change", "param"),
     [
-        ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking.type"),
         ({"container": "c"}, "container"),
         ({"mcp_servers": []}, "mcp_servers"),
         (
@@ -156,7 +156,7 @@ def test_a_request_becomes_the_chat_completion_that_asks_the_same() -> None:
         ),
         ({"context_management": {"edits": []}, "x": 1}, "x"),
         ({"context_management": "all"}, "context_management"),
-        ({"output_config": {"effort": "max"}}, "output_config.effort"),
+        ({"output_config": {"effort": "extreme"}}, "output_config.effort"),
         ({"output_config": {"format": {"type": "json_schema"}}}, "output_config.format"),
         ({"output_config": "high"}, "output_config"),
         ({"tools": [{"name": "f", "input_schema": {}, "defer_loading": "yes"}]}, "tools.0.defer_loading"),
@@ -224,7 +224,12 @@ def test_a_chat_answer_becomes_a_message() -> None:
         ],
         "stop_reason": "stop_sequence",
         "stop_sequence": "END",
-        "usage": {"input_tokens": 5, "output_tokens": 7},
+        "usage": {
+            "input_tokens": 5,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": 7,
+        },
     }
     assert anthropic.from_chat({"choices": [{"finish_reason": "length"}]}, "m")["stop_reason"] == "max_tokens"
 
@@ -341,7 +346,12 @@ def test_a_chat_stream_becomes_messages_events_however_it_is_cut(piece: int) -> 
     }
     assert events[6]["delta"] == {"type": "input_json_delta", "partial_json": "{}"}
     assert events[8]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
-    assert events[8]["usage"] == {"input_tokens": 3, "output_tokens": 4}
+    assert events[8]["usage"] == {
+        "input_tokens": 3,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": 4,
+    }
     assert translation.usage == {"prompt_tokens": 3, "completion_tokens": 4}
 
 
