@@ -3,8 +3,10 @@ completion for engines that do not serve ``/v1/messages``, and the way back (a w
 answer, a stream's events, an error).
 
 Owns: which request fields the translation carries (``TRANSLATED_FIELDS`` and the
-content block types below), the 400 naming any other (never a silent drop), the error
-type Anthropic gives each HTTP status, and the token counts of a Messages ``usage``.
+content block types below), the 400 naming any other (never a silent drop) in the words
+Claude Code recovers from, the error type Anthropic gives each HTTP status, an engine's
+error in Anthropic's shape (a context overflow in Anthropic's words and the engine's
+numbers, ``overflow_message``), and the token counts of a Messages ``usage``.
 
 Must not: do I/O or read a clock (ids come from the engine's answer).
 
