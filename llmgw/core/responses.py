@@ -528,9 +528,9 @@ def to_chat_body(
 def _merge_leading_system(messages: list[dict[str, object]]) -> list[dict[str, object]]:
     """The system messages a conversation opens with (the instructions, then Codex CLI's
     developer message) as one: Llama 3.1's template takes only ``messages[0]`` as the
-    system prompt and Mistral's and Gemma's refuse a system message anywhere else,
-    so a second leading one would render under a header of its own or fail. Text only;
-    a system message later in the conversation stays where it is."""
+    system prompt (beside its tool list and dates), so a second leading one would
+    render under a system header of its own after it. Text only; a system message
+    later in the conversation stays where it is."""
     lead = 0
     while (
         lead < len(messages)
