@@ -164,16 +164,9 @@ def _json(value: object) -> bytes:
 
 
 def _engine_error(status: int, body: bytes, model: str) -> bytes:
-    """An engine's OpenAI-shaped error answer, in Anthropic's shape (its message kept)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        data = None
-    error = data.get("error") if isinstance(data, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    if not isinstance(message, str):
-        message = f"The model `{model}` answered with HTTP {status}."
-    return _json(anthropic.error_body(status, message))
+    """An engine's error answer, any engine's shape, in Anthropic's (a context overflow
+    in Anthropic's words: ``anthropic.engine_error_body``)."""
+    return _json(anthropic.engine_error_body(status, body, model))
 
 
 @dataclass(frozen=True, slots=True)
