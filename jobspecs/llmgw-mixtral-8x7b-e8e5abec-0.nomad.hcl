@@ -16,7 +16,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "25e025dd0e9519824be944a65d0777244a09145c9c705098508a0e5b7cad3099"
+    "llmgw_spec_hash" = "a65a4172b6d95cbb7ae5ed9eaa4538cfac40646b8f9c496f8342b7f6da188e1f"
     "llmgw_version" = "0.1.0"
   }
 
@@ -105,7 +105,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
       config {
         image        = "vllm/vllm-openai:v0.11.0"
         entrypoint   = ["vllm"]
-        args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
+        args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--enable-auto-tool-choice", "--tool-call-parser", "mistral"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

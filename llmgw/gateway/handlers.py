@@ -70,7 +70,12 @@ async def serve_call(
     route = resolved_route(request, call.model, call.api)
     model = route.model
     served = request[SERVED]
-    chain, per_model = translate(catalog, route.chain) if translate is not None else (route.chain, None)
+    # A model that cannot call tools refuses a request that needs them, in the client's API.
+    refused = routing.tools_refusal(catalog, call.model, route.chain, call.body)
+    if refused is not None:
+        raise ApiError(refused)
+    walk = routing.tool_calling_chain(catalog, route.chain, call.body)
+    chain, per_model = translate(catalog, walk) if translate is not None else (walk, None)
     key = request.get(API_KEY)
     if hold_tokens is None and key is not None and key.tokens_per_minute is not None:
         # Only a token limit holds tokens: no estimate for a request that holds none.
