@@ -250,12 +250,13 @@ def tool_call_args(profile: Profile, roles: Sequence[Role], release: Release | N
 def registry_for(engine: Engine, release: Release, registry: ParserRegistry) -> EngineParsers | None:
     """The parsers of ``release``: its own table, or for a release between two vendored ones
     the names both know (an older one's alone for a release newer than every table)."""
-    own = registry.get((engine, str(release)))
+    tables = sorted(
+        ((_release_numbers(name), parsers) for (owner, name), parsers in registry.items() if owner is engine),
+        key=lambda table: table[0],
+    )
+    own = next((parsers for numbers, parsers in tables if numbers == release.numbers), None)
     if own is not None:
         return own
-    tables = sorted(
-        (_release_numbers(name), parsers) for (owner, name), parsers in registry.items() if owner is engine
-    )
     below = [parsers for numbers, parsers in tables if numbers < release.numbers]
     above = [parsers for numbers, parsers in tables if numbers > release.numbers]
     if not below:
