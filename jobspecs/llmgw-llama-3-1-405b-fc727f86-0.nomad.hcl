@@ -10,14 +10,14 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "e613da814003cddaf05d3996b2d2d133be5580c32f11fe6ed81bf2ce64c290a3"
+    "llmgw_catalog_hash" = "40fc4bd1f3de4eb4e89aa673ef1c33e431ec4e2a4f430e6a9a7815582a9216b4"
     "llmgw_engine" = "sglang"
     "llmgw_fabric" = "fabric-a"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "5be42d71cf3ee1745105050871936c66c003eb3253ceff76b4a658791466dc77"
+    "llmgw_spec_hash" = "5d8ebc801f720813a84a0f50131bce018cd27db1315b4f61efffd2a56b0bf410"
     "llmgw_version" = "0.1.0"
   }
 
@@ -145,7 +145,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       config {
         image        = "lmsysorg/sglang:v0.5.3-cu129"
         entrypoint   = ["python3"]
-        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "${NOMAD_ADDR_dist}"]
+        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--tool-call-parser", "llama3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "${NOMAD_ADDR_dist}", "--dist-timeout", "3600"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.
@@ -283,7 +283,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       config {
         image        = "lmsysorg/sglang:v0.5.3-cu129"
         entrypoint   = ["python3"]
-        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--host", "127.0.0.1", "--port", "${NOMAD_PORT_health}", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}"]
+        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--tool-call-parser", "llama3", "--host", "127.0.0.1", "--port", "${NOMAD_PORT_health}", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}", "--dist-timeout", "3600"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

@@ -234,9 +234,10 @@ def _check(args: argparse.Namespace) -> int:
         for diagnostic in diagnostics:
             print(diagnostic.format())
         errors = sum(d.severity is Severity.ERROR for d in diagnostics)
-        warnings = len(diagnostics) - errors
-        if errors or warnings:
-            print(f"{errors} error(s), {warnings} warning(s)", file=sys.stderr)
+        warnings = sum(d.severity is Severity.WARNING for d in diagnostics)
+        notes = len(diagnostics) - errors - warnings
+        if errors or warnings or notes:
+            print(f"{errors} error(s), {warnings} warning(s), {notes} note(s)", file=sys.stderr)
     if unreadable:
         return EXIT_USAGE
     return EXIT_REJECTED if any(d.severity is Severity.ERROR for d in diagnostics) else EXIT_OK

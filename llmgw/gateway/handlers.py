@@ -70,7 +70,8 @@ async def serve_call(
     route = resolved_route(request, call.model, call.api)
     model = route.model
     served = request[SERVED]
-    chain, per_model = translate(catalog, route.chain) if translate is not None else (route.chain, None)
+    walk = tool_calling_chain(catalog, call.model, route, call.body)
+    chain, per_model = translate(catalog, walk) if translate is not None else (walk, None)
     key = request.get(API_KEY)
     if hold_tokens is None and key is not None and key.tokens_per_minute is not None:
         # Only a token limit holds tokens: no estimate for a request that holds none.
@@ -114,6 +115,17 @@ def resolved_route(request: web.Request, name: str, api: Api) -> CatalogRoute:
     if not route.serves_api:
         raise ApiError(routing.refusal_for(routing.Unserved.WRONG_API, name, retry_after=0, api=api))
     return route
+
+
+def tool_calling_chain(
+    catalog: Catalog, requested: str, route: CatalogRoute, body: Mapping[str, object]
+) -> tuple[str, ...]:
+    """The chain a request walks, or the 400 of a model that cannot call tools for one that
+    needs them (``routing.tools_refusal``, on the client's body, in the client's API)."""
+    refused = routing.tools_refusal(catalog, requested, route.chain, body)
+    if refused is not None:
+        raise ApiError(refused)
+    return routing.tool_calling_chain(catalog, route.chain, body)
 
 
 def hold_for(request: web.Request, tokens: int) -> TokenHold | None:

@@ -87,6 +87,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         raise errors.bad_request(exc.message, param=exc.param, code=exc.code) from None
     catalog = handlers.catalog_of(context)
     route = handlers.resolved_route(request, parsed.model, Api.RESPONSES)
+    chain = handlers.tool_calling_chain(catalog, parsed.model, route, body)
     served = request[SERVED]
     key = request.get(API_KEY)
     owner = key.key_id if key is not None else ""
@@ -111,13 +112,13 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             await gates.enter(route.model)
         try:
             if route.guarded:
-                call = await context.guard.screen(call, route.chain, catalog, request_id)
+                call = await context.guard.screen(call, chain, catalog, request_id)
             turn = _Turn(
                 context, parsed, history, owner, served, request_id, hold.settle if hold is not None else None
             )
             try:
                 async with context.dispatcher.exchange(
-                    request, call, route.chain, catalog, served, request_id
+                    request, call, chain, catalog, served, request_id
                 ) as exchange:
                     if parsed.stream and exchange.response.status == 200:
                         return await turn.stream(request, exchange)

@@ -8,6 +8,7 @@ templates only arrange these values as HCL. Catalog strings stay plain ``str``
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from llmgw.core import conventions as c
 from llmgw.core import engine_keys
 from llmgw.core.catalog import Catalog, Engine, MirrorSource, Profile, allowlist_refusals, parse_source
+from llmgw.core.catalog.images import Release, image_release
 from llmgw.core.catalog.sources import FileUrlSource
 from llmgw.core.durations import format_duration
 from llmgw.core.engines import (
@@ -31,6 +33,7 @@ from llmgw.core.engines import (
 )
 from llmgw.core.engines.base import HeadAddress
 from llmgw.core.names import slug
+from llmgw.core.planning.settings import PlanningSettings
 from llmgw.render.settings import DEFAULT_RESOURCES, DEFAULT_SHM_MB, RenderSettings
 
 _REPLICA_ID = re.compile(r"^[a-z0-9]{1,12}$")
@@ -118,7 +121,7 @@ def build_context(
     job_id = job_id_for(request.model, request.replica_id)
     # The cluster's allowed images and source networks: the same rule and words as the
     # catalog's doors, here for a catalog that did not come through them.
-    refused = next(allowlist_refusals(profile, settings.allowlists), None)
+    refused = next(allowlist_refusals(profile, settings.allowlists, model.roles), None)
     if refused is not None:
         raise RenderError(f"model {request.model!r} profile {request.profile_index}: {refused[1]}")
     # The operator's own default image is held to the same minimum release.
@@ -137,6 +140,8 @@ def build_context(
             llmgw_command=llmgw_command,
             roles=model.roles,
             requires_api_key=settings.engine_api_keys,
+            release=_image_release(profile, settings),
+            load_wait_s=_load_wait_s(profile),
         ),
     )
     cpu, memory = DEFAULT_RESOURCES[profile.engine]
@@ -206,6 +211,22 @@ def build_context(
             "groups": groups,
         }
     }
+
+
+def _image_release(profile: Profile, settings: RenderSettings) -> Release | None:
+    """The engine release the replica's image names (the profile's, else the default)."""
+    image = profile.image or settings.images.get(profile.engine)
+    return None if image is None else image_release(profile.engine, image)
+
+
+def _load_wait_s(profile: Profile) -> int:
+    """How long the control plane waits for a replica to load: its placement timeout (the
+    last rank's image pull) or the profile's load timeout, the longer (PlanningSettings'
+    defaults, which ``llmgw serve`` runs with)."""
+    planning = PlanningSettings()
+    return math.ceil(
+        max(planning.placement_timeout, planning.load_timeout(profile.engine, profile.load_timeout))
+    )
 
 
 def _model_files(

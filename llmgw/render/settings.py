@@ -14,7 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from llmgw import flags
-from llmgw.core.catalog.allowlists import ClusterAllowlists
+from llmgw.apispec.engine_parsers import parser_registry
+from llmgw.core.catalog.allowlists import ClusterAllowlists, ClusterEngines
 from llmgw.core.catalog.images import (
     default_allowed_images,
     release_refusal,
@@ -131,7 +132,10 @@ class RenderSettings:
     def allowlists(self) -> ClusterAllowlists:
         """What a catalog may name on this cluster: checked where catalogs come in, and here."""
         return ClusterAllowlists(
-            self.allowed_images, self.source_allowed_networks, self.trusted_image_digests
+            self.allowed_images,
+            self.source_allowed_networks,
+            self.trusted_image_digests,
+            ClusterEngines(self.images, parser_registry()),
         )
 
     def default_image_refusal(self, engine: Engine) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from llmgw.core.catalog.images import Release
 from llmgw.core.catalog.model import Engine, Role
 
 
@@ -171,6 +172,13 @@ class LaunchContext:
     # from the job's Variable where the engine's ``key_intake`` says it reads it (see
     # llmgw.core.engine_keys).
     requires_api_key: bool = False
+    # The engine release the replica's image names (``images.tag_release``), for the flags
+    # that differ by release (llama.cpp's --jinja); None: not known (a trusted digest).
+    release: Release | None = None
+    # How long the control plane waits for the replica to load (its placement and its load
+    # timeout, the longer): a multi-node engine's own rendezvous waits as long
+    # (SGLang's --dist-timeout, ``sglang.dist_timeout_args``).
+    load_wait_s: int | None = None
 
 
 def numbers(*values: int) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from llmgw.core.catalog.model import Engine, Profile
 from llmgw.core.catalog.roles import role_args
+from llmgw.core.catalog.tool_calling import tool_call_args
 from llmgw.core.engines.base import (
     HeadAddress,
     KeyFromEnv,
@@ -65,6 +66,7 @@ def launch_vllm(profile: Profile, context: LaunchContext) -> Launch:
         "--pipeline-parallel-size",
         *numbers(profile.pipeline_parallel),
         *role_args(Engine.VLLM, context.roles),
+        *tool_call_args(profile, context.roles, context.release),
     )
     # Media URLs in requests must not follow redirects to internal addresses.
     engine_env: tuple[tuple[str, Word], ...] = (("VLLM_MEDIA_URL_ALLOW_REDIRECTS", "0"),)
