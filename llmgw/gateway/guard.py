@@ -96,6 +96,10 @@ _KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "f
 # ``exceed_context_size_error`` ("exceeds the available context size"); OpenAI's code.
 _TOO_LONG_WORDS = ("context length", "maximum model length", "context size")
 _TOO_LONG_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+# A guarded body larger than this is read in a worker thread: under it, the reading
+# costs less than the thread's hand-off (tens of microseconds), over it it may cost
+# milliseconds of CPU (a 64 KiB body of one-letter turns: about 1 ms here).
+_SCREEN_ON_LOOP_BYTES = 64 * 1024
 # A text piece shorter than this is not split again: a judge that cannot read it
 # cannot judge anything.
 _MIN_SPLIT_CHARS = 64
@@ -221,18 +225,30 @@ def _template_refusal(call: ApiCall, param: str, shown: str) -> ApiError:
 
 
 def _merged(turns: Iterable[Turn]) -> list[Turn]:
-    """Empty turns dropped, neighbours of one role joined, the first one the user's."""
+    """Empty turns dropped, neighbours of one role joined, the first one the user's.
+    Each run of one role is joined once, at its end: linear in the text, where joining
+    turn by turn copied the run so far each time (200,000 one-letter turns held the
+    event loop seconds)."""
     merged: list[Turn] = []
+    role = ""
+    texts: list[str] = []
+    images: list[Mapping[str, object]] = []
+
+    def close_run() -> None:
+        if texts or images:
+            merged.append(Turn(role, "\n\n".join(texts), tuple(images)))
+
     for turn in turns:
         if not turn.text and not turn.images:
             continue
-        role = turn.role if merged else "user"
-        if merged and merged[-1].role == role:
-            last = merged[-1]
-            text = last.text + "\n\n" + turn.text if last.text and turn.text else last.text or turn.text
-            merged[-1] = Turn(role, text, last.images + turn.images)
-        else:
-            merged.append(Turn(role, turn.text, turn.images))
+        turn_role = turn.role if merged or texts or images else "user"
+        if turn_role != role:
+            close_run()
+            role, texts, images = turn_role, [], []
+        if turn.text:
+            texts.append(turn.text)
+        images.extend(turn.images)
+    close_run()
     return merged
 
 
@@ -354,18 +370,25 @@ def _content(content: object, model: str, images: bool) -> tuple[str, tuple[Mapp
 
 def _strings(value: object) -> list[str]:
     """Every string in a JSON value, object keys included (a parameter's name is text
-    the model reads too), in document order."""
-    if isinstance(value, str):
-        return [value] if value else []
+    the model reads too), in document order. Linear in the value: one list is filled,
+    not a list per level copied into its parent's (the door bounds the depth:
+    ``calls.json_object``)."""
     found: list[str] = []
-    if isinstance(value, Mapping):
+    _collect_strings(value, found)
+    return found
+
+
+def _collect_strings(value: object, found: list[str]) -> None:
+    if isinstance(value, str):
+        if value:
+            found.append(value)
+    elif isinstance(value, Mapping):
         for key, item in value.items():
-            found.extend(_strings(key))
-            found.extend(_strings(item))
+            _collect_strings(key, found)
+            _collect_strings(item, found)
     elif isinstance(value, list):
         for item in value:
-            found.extend(_strings(item))
-    return found
+            _collect_strings(item, found)
 
 
 def _answer_text(body: bytes) -> str:
@@ -434,6 +457,8 @@ class Guard:
         if call.api is routing.Api.EMBEDDINGS:
             return call  # embeddings produce no text to misuse; their inputs are not screened
         policies = policies_for(catalog, chain)
+        if policies and call.size > self._settings.guard_max_body_bytes:
+            raise ApiError(errors.guarded_body_too_large(call.model, self._settings.guard_max_body_bytes))
         for name, policy in policies:
             await self._screen_one(call, name, policy, catalog, request_id)
         return replace(call, raw=None) if policies else call
@@ -444,7 +469,15 @@ class Guard:
         """Returns when the policy lets the call through; raises its refusal otherwise.
         Under ``on_too_long: split`` a conversation the judge finds too long is judged
         again in two pieces, and so on, each piece within ``guard_max_pieces`` calls."""
-        turns = _judge_turns(call, policy.judge_reads_images)
+        if call.size > _SCREEN_ON_LOOP_BYTES:
+            # Reading a large body's every turn is CPU the loop must not spend in one go:
+            # in a worker thread, the interpreter switches back to the loop every few
+            # milliseconds (sys.getswitchinterval), so /health and the streams of
+            # others go on. The body is this request's alone and nobody changes it
+            # while the handler waits here.
+            turns = await asyncio.to_thread(_judge_turns, call, policy.judge_reads_images)
+        else:
+            turns = _judge_turns(call, policy.judge_reads_images)
         if not turns:
             return  # the client wrote no text at all
         judge = catalog.resolve(policy.judge)
