@@ -21,6 +21,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from llmgw.core.json_values import one_of
+
 # Top-level fields the translation carries to a chat completion.
 TRANSLATED_FIELDS = frozenset(
     {
@@ -245,7 +247,7 @@ def _effort(output_config: object) -> str | None:
     effort = output_config.get("effort")
     if effort is None:
         return None
-    if effort not in _EFFORTS:
+    if not one_of(effort, _EFFORTS):
         raise Untranslatable(
             "output_config.effort",
             "`output_config.effort` must be low, medium or high on this model's engine.",
