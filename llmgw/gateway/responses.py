@@ -36,6 +36,7 @@ from llmgw.gateway.dispatch import SSE_HEADERS, Exchange, RefusedMidStream, Serv
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.guard import says_too_long
 from llmgw.gateway.transport import BodyBroken
+from llmgw.gateway.upstream import ClientStalled, PumpEnd, write_within
 
 log = logging.getLogger("llmgw.gateway.responses")
 
@@ -211,48 +212,62 @@ class _Turn:
 
     async def stream(self, request: web.Request, exchange: Exchange) -> web.StreamResponse:
         context = self._context
-        loop = asyncio.get_running_loop()
-        translation = responses.StreamTranslation(
-            self._parsed.body, self.response_id, exchange.model, self.created_at, _new_id
-        )
         response = exchange.loading
         if response is None:
             response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._headers(exchange)})
             await response.prepare(request)
-        await response.write(translation.feed(exchange.head))
+        try:
+            await self._relay(request, exchange, response)
+        except ClientStalled:
+            # The client's own stream rule, as chat's and Messages' (``pump``): dropped,
+            # and the engine's stream closed with the exchange.
+            context.metrics.stream_errors.labels(exchange.model, str(PumpEnd.CLIENT_STALLED)).inc()
+            context.metrics.client_disconnects.labels(exchange.model).inc()
+            log.info("client stalled mid-stream model=%s (Responses)", exchange.model)
+            if request.transport is not None:
+                request.transport.abort()
+        return response
+
+    async def _relay(self, request: web.Request, exchange: Exchange, response: web.StreamResponse) -> None:
+        """The engine's chat stream as Responses events, each write under the client
+        write rule (``write_within``); the conversation counted and stored at its end."""
+        context = self._context
+        settings = context.settings
+        loop = asyncio.get_running_loop()
+        translation = responses.StreamTranslation(
+            self._parsed.body, self.response_id, exchange.model, self.created_at, _new_id
+        )
+        await write_within(response, translation.feed(exchange.head), settings)
         context.metrics.histogram(context.metrics.ttft, exchange.model).observe(
             loop.time() - request[STARTED]
         )
         upstream = exchange.response
         while translation.final is None:
             try:
-                async with asyncio.timeout(context.settings.upstream_idle_timeout):
+                async with asyncio.timeout(settings.upstream_idle_timeout):
                     chunk = await upstream.read()
             except TimeoutError:
                 context.metrics.stream_errors.labels(exchange.model, "upstream-idle").inc()
-                await response.write(
-                    translation.fail("upstream_timeout", errors.stream_timeout(exchange.model).message)
-                )
+                failed = translation.fail("upstream_timeout", errors.stream_timeout(exchange.model).message)
+                await write_within(response, failed, settings)
                 break
             except BodyBroken:
                 context.metrics.stream_errors.labels(exchange.model, "upstream-broken").inc()
-                await response.write(
-                    translation.fail("upstream_error", errors.stream_broken(exchange.model).message)
-                )
+                failed = translation.fail("upstream_error", errors.stream_broken(exchange.model).message)
+                await write_within(response, failed, settings)
                 break
             if not chunk:
-                await response.write(translation.finish())  # ended without [DONE]
+                await write_within(response, translation.finish(), settings)  # ended without [DONE]
                 break
             out = translation.feed(chunk)
             if out:
-                await response.write(out)
+                await write_within(response, out, settings)
         final = translation.final
         assert final is not None
         self._count(exchange.model, final)
         if final["status"] in ("completed", "incomplete"):
             await self._store(final)
         await response.write_eof()
-        return response
 
     def _count(self, model: str, result: dict[str, object]) -> None:
         usage = result.get("usage")
