@@ -77,6 +77,19 @@ _CATEGORY = re.compile(r"^S\d{1,3}$")
 # vLLM's ``documents`` and ``chat_template_kwargs``, and ``reasoning_effort`` (gpt-oss's
 # template writes it into the system prompt: "Reasoning: {effort}").
 _RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs", "reasoning_effort")
+# Request fields that force the model's output (structured outputs): a JSON schema's
+# property names, enum values and descriptions, a choice, a regex or a grammar are
+# text the model is made to write, so the judge reads them as the client's. vLLM
+# 0.11.0's ChatCompletionRequest and CompletionRequest (vllm/entrypoints/openai/
+# protocol.py) take response_format, structured_outputs and the guided_* fields;
+# 0.34.0 keeps response_format and structured_outputs (json, regex, choice, grammar,
+# structural_tag: StructuredOutputsParams in vllm/sampling_params.py); SGLang 0.5.23's
+# ChatCompletionRequest adds regex and ebnf (sglang/srt/entrypoints/openai/protocol.py).
+# A Responses request's text.format arrives here as response_format.
+_OUTPUT_CONSTRAINT_FIELDS = (
+    "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "guided_whitespace_pattern", "regex", "ebnf",
+)  # fmt: skip
 # ``chat_template_kwargs`` keys that are parameters of the tokenizer's
 # ``apply_chat_template`` (transformers), not template variables: SGLang passes the
 # kwargs through as they are, so these replace the template or truncate the prompt.
@@ -154,7 +167,8 @@ def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
     turns: list[Turn] = []
     if call.api is routing.Api.CHAT:
         _refuse_request_template(call)
-        turns.append(Turn("user", "\n".join(_strings([call.body.get(name) for name in _RENDERED_FIELDS]))))
+        rendered = (*_RENDERED_FIELDS, *_OUTPUT_CONSTRAINT_FIELDS)
+        turns.append(Turn("user", "\n".join(_strings([call.body.get(name) for name in rendered]))))
         messages = call.body.get("messages")
         for message in messages if isinstance(messages, list) else []:
             if not isinstance(message, Mapping):
@@ -174,6 +188,8 @@ def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
         suffix = call.body.get("suffix")
         if isinstance(suffix, str):
             turns.append(Turn("user", suffix))
+        constraints = _strings([call.body.get(name) for name in _OUTPUT_CONSTRAINT_FIELDS])
+        turns.append(Turn("user", "\n".join(constraints)))
     return _merged(turns)
 
 
