@@ -274,12 +274,15 @@ def _as_messages(turns: Sequence[Turn]) -> list[dict[str, object]]:
 
 def split_in_two(turns: Sequence[Turn]) -> tuple[list[Turn], list[Turn]] | None:
     """Two smaller pieces of a conversation its judge could not read whole, or None
-    when it cannot be made smaller. Between turns when there are several; else the
-    images apart from the text, then the images in halves; else the text in halves
-    that overlap by a sixteenth of it on each side of a cut at the space nearest the
-    middle, so that words at the cut are read whole in one piece. Each piece is at
-    most five eighths of the whole."""
+    when it cannot be made smaller. Several turns are cut at the middle of their text
+    with an overlap (``_cut_with_overlap``), or between turns when their text is short;
+    one turn: its images apart from its text, then the images in halves; else the text
+    in halves that overlap by a sixteenth of it on each side of a cut at the space
+    nearest the middle, so that words at the cut are read whole in one piece. Each
+    piece's text is at most five eighths of the whole's."""
     if len(turns) > 1:
+        if sum(len(turn.text) for turn in turns) >= _MIN_SPLIT_CHARS:
+            return _cut_with_overlap(turns)
         middle = len(turns) // 2
         return _merged(turns[:middle]), _merged(turns[middle:])
     if not turns:
@@ -300,6 +303,38 @@ def split_in_two(turns: Sequence[Turn]) -> tuple[list[Turn], list[Turn]] | None:
     spaces = [space for space in (before, after) if space > 0]
     cut = min(spaces, key=lambda space: abs(space - middle)) if spaces else middle
     return [Turn(turn.role, text[: cut + overlap])], [Turn(turn.role, text[cut - overlap :])]
+
+
+def _cut_with_overlap(turns: Sequence[Turn]) -> tuple[list[Turn], list[Turn]]:
+    """Several turns cut in two at the middle of their text (at the space nearest it),
+    the pieces overlapping by a sixteenth of the text on each side of the cut, whether
+    the cut falls inside a turn or between two: words on either side of a turn's
+    boundary are read together in one piece, as the whole conversation read them.
+    A turn cut in two keeps its images in its first part."""
+    starts: list[int] = []
+    offset = 0
+    for turn in turns:
+        starts.append(offset)
+        offset += len(turn.text)
+    text = "".join(turn.text for turn in turns)
+    overlap = len(text) // 16
+    middle = len(text) // 2
+    before = text.rfind(" ", middle - overlap, middle + 1)
+    after = text.find(" ", middle, middle + overlap)
+    spaces = [space for space in (before, after) if space > 0]
+    cut = min(spaces, key=lambda space: abs(space - middle)) if spaces else middle
+    end, begin = cut + overlap, cut - overlap
+    first: list[Turn] = []
+    second: list[Turn] = []
+    for turn, start in zip(turns, starts, strict=True):
+        stop = start + len(turn.text)
+        if start < end or (start == end and not turn.text):
+            first.append(Turn(turn.role, turn.text[: end - start], turn.images))
+        if stop > begin:
+            second.append(
+                Turn(turn.role, turn.text[max(0, begin - start) :], () if start < begin else turn.images)
+            )
+    return _merged(first), _merged(second)
 
 
 @dataclass(frozen=True, slots=True)
