@@ -68,6 +68,17 @@ class ApiCall:
     def path(self) -> str:
         return API_PATHS[self.api]
 
+    @property
+    def unbounded(self) -> bool:
+        """Whether nothing in the request bounds its answer (no ``max_completion_tokens``
+        or ``max_tokens``; a Messages request always has ``max_tokens``): the engine
+        writes until the model stops or its context is full."""
+        if self.api in (Api.EMBEDDINGS, Api.MESSAGES):
+            return False
+        return not any(
+            isinstance(self.body.get(name), int) for name in ("max_completion_tokens", "max_tokens")
+        )
+
     def tokens_to_hold(self, unbounded_answer: int) -> int:
         """The most tokens this request may plausibly use, held from a key's budget
         until its usage is known: the prompt at about 4 bytes a token (the body's

@@ -75,7 +75,7 @@ async def serve_call(
     if hold_tokens is None and key is not None and key.tokens_per_minute is not None:
         # Only a token limit holds tokens: no estimate for a request that holds none.
         hold_tokens = call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
-    hold = hold_for(request, hold_tokens or 0)
+    hold = hold_for(request, hold_tokens or 0, unbounded=bool(hold_tokens) and call.unbounded)
     request_id = request[REQUEST_ID]
     gates = context.gates
     try:
@@ -116,12 +116,14 @@ def resolved_route(request: web.Request, name: str, api: Api) -> CatalogRoute:
     return route
 
 
-def hold_for(request: web.Request, tokens: int) -> TokenHold | None:
-    """The tokens held from the request's key (None without a token limit), or its 429."""
+def hold_for(request: web.Request, tokens: int, *, unbounded: bool = False) -> TokenHold | None:
+    """The tokens held from the request's key (None without a token limit), or its 429;
+    ``unbounded``: an answer nothing bounds, which holds all the key has left."""
     key = request.get(API_KEY)
     if key is None:
         return None
-    return request.app[CONTEXT].limiter.admit(key, asyncio.get_running_loop().time(), tokens)
+    loop = asyncio.get_running_loop()
+    return request.app[CONTEXT].limiter.admit(key, loop.time(), tokens, unbounded=unbounded)
 
 
 def close_hold(hold: TokenHold | None, served: Served) -> None:

@@ -132,7 +132,9 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         history = await _history(context, parsed.previous_response_id, owner)
     call = await _off_the_loop_if(len(raw), _chat_call, parsed, history, context.settings.responses_max_bytes)
 
-    hold = handlers.hold_for(request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer))
+    hold = handlers.hold_for(
+        request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer), unbounded=call.unbounded
+    )
     request_id = request[REQUEST_ID]
     gates = context.gates
     try:
