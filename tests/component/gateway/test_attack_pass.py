@@ -14,11 +14,17 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from llmgw.core.records import ApiKeyRecord
+from llmgw.core.routing import Api
+from llmgw.gateway.calls import parse_call
 from llmgw.gateway.context import CONTEXT
+from llmgw.gateway.errors import ApiError
+from llmgw.gateway.keys import RateLimiter
 from tests.support.waiting import eventually
 
 from .conftest import Cluster, StartRouter
 from .test_guard import _screening, guard_catalog
+from .test_keys import _issue
 
 _BIG = 64 * 1024 * 1024  # what the fakes below read: more than any body the router sends
 
@@ -308,3 +314,65 @@ async def test_the_guard_reads_what_structured_outputs_force_the_model_to_write(
         assert reply.status == 400, await reply.text()
         assert (await reply.json())["error"]["code"] == "content_policy_violation"
     assert engine.bodies == []
+
+
+def _token_limited_key(tokens_per_minute: int) -> ApiKeyRecord:
+    return ApiKeyRecord(
+        key_id="k-0000000000000001",
+        name="t",
+        secret_sha256="0" * 64,
+        models=None,
+        requests_per_minute=None,
+        tokens_per_minute=tokens_per_minute,
+        created_at=0.0,
+        revoked_at=None,
+    )
+
+
+def test_answers_without_max_tokens_cannot_overshoot_a_keys_budget_together() -> None:
+    # 10 parallel requests without max_tokens on a 5,000 TPM key, each answered 3,000
+    # tokens, were served 12,004 tokens (each held 1,024 and its prompt). An answer
+    # without a bound holds what the key has left: the next waits for its usage.
+    limiter, key = RateLimiter(), _token_limited_key(5_000)
+    call = parse_call(Api.CHAT, b'{"model":"m","messages":[{"role":"user","content":"hi"}]}')
+    admitted = []
+    for _ in range(10):
+        try:
+            admitted.append(limiter.admit(key, 0.0, call.tokens_to_hold(1024), unbounded=call.unbounded))
+        except ApiError as exc:
+            assert exc.refusal.status == 429 and exc.refusal.code == "rate_limit_exceeded"
+    assert len(admitted) == 1
+    first = admitted[0]
+    assert first is not None
+    first.settle(3_000)
+    second = limiter.admit(key, 0.0, call.tokens_to_hold(1024), unbounded=call.unbounded)
+    assert second is not None and second.held == 2_000  # what is left, all of it
+    with pytest.raises(ApiError):
+        limiter.admit(key, 0.0, call.tokens_to_hold(1024), unbounded=call.unbounded)
+    # A bounded request holds its bound, as before.
+    bounded = parse_call(
+        Api.CHAT, b'{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}'
+    )
+    assert not bounded.unbounded
+    second.settle(0)
+    third = limiter.admit(key, 0.0, bounded.tokens_to_hold(1024), unbounded=bounded.unbounded)
+    assert third is not None and third.held == bounded.tokens_to_hold(1024)
+
+
+async def test_a_token_count_is_charged_to_the_key(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    # Five counts of a 2 MB prompt on a 1,000 TPM key charged nothing and the next
+    # request passed: a count is the engine's work (it tokenizes the whole prompt).
+    await cluster.add_sim("sim-chat")
+    key, _ = _issue(cluster, tokens_per_minute=1_000)
+    router = await start_router(with_keys=True)
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    prompt = {"model": "sim-chat", "messages": [{"role": "user", "content": "word " * 1_000}]}
+    async with http.post(router.url + "/v1/messages/count_tokens", json=prompt, headers=headers) as counted:
+        assert counted.status == 200, await counted.text()
+        assert (await counted.json())["input_tokens"] > 0
+    message = {"model": "sim-chat", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    async with http.post(router.url + "/v1/messages", json=message, headers=headers) as after:
+        assert after.status == 429, await after.text()
+        assert (await after.json())["error"]["type"] == "rate_limit_error"
