@@ -19,6 +19,7 @@ from llmgw.core.routing import Api
 from llmgw.gateway.calls import parse_call
 from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.errors import ApiError
+from llmgw.gateway.handlers import STATIC_DIR
 from llmgw.gateway.keys import RateLimiter
 from tests.support.waiting import eventually
 
@@ -376,3 +377,53 @@ async def test_a_token_count_is_charged_to_the_key(
     async with http.post(router.url + "/v1/messages", json=message, headers=headers) as after:
         assert after.status == 429, await after.text()
         assert (await after.json())["error"]["type"] == "rate_limit_error"
+
+
+async def test_the_model_list_does_not_name_a_judge_the_key_may_not_use(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    cluster.set_catalog(guard_catalog())
+    await cluster.add_sim("guarded")
+    await cluster.add_app("judge", ArrivalJudge().app())
+    scoped, _ = _issue(cluster, models=("guarded",))
+    both, _ = _issue(cluster, name="both", models=("guarded", "judge"))
+    router = await start_router(with_keys=True)
+    seen = {}
+    for key in (scoped, both):
+        async with http.get(router.url + "/v1/models", headers={"Authorization": f"Bearer {key}"}) as reply:
+            assert reply.status == 200
+            text = await reply.text()
+        [guarded] = [m for m in json.loads(text)["data"] if m["id"] == "guarded"]
+        seen[key] = guarded["llmgw"]["guard"]
+    assert "judge" not in json.dumps(seen[scoped]["judges"]).replace('"judges"', "")
+    assert seen[scoped]["available"] is True  # what the page needs is still said
+    assert seen[both]["judges"][0]["model"] == "judge"
+
+
+@pytest.mark.parametrize("path", ["/", "/static/chat.js", "/static/chat.css", "/favicon.ico"])
+async def test_the_chat_page_cannot_be_framed_sniffed_or_made_to_run_another_sites_script(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, path: str
+) -> None:
+    router = await start_router()
+    async with http.get(router.url + path) as reply:
+        assert reply.status == 200
+        headers = reply.headers
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert headers["X-Frame-Options"] == "DENY"
+    policy = {part.split()[0]: part.split()[1:] for part in headers["Content-Security-Policy"].split("; ")}
+    assert policy["frame-ancestors"] == ["'none'"] and policy["script-src"] == ["'self'"]
+    assert policy["default-src"] == ["'self'"] and policy["object-src"] == ["'none'"]
+
+
+async def test_only_the_pages_own_files_are_served_from_static(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    for path in ("/static/", "/static/index.html", "/static/nothing.js", "/static/../pyproject.toml"):
+        async with http.get(router.url + path) as reply:
+            assert reply.status == 404, path
+
+
+def test_the_chat_page_keeps_the_api_key_for_the_tab_only() -> None:
+    script = (STATIC_DIR / "chat.js").read_text()
+    assert "localStorage" not in script and "sessionStorage.getItem" in script
