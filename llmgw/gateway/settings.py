@@ -150,9 +150,10 @@ class RouterSettings:
     queue_retry_after: int = field(default=1, metadata=_help("Retry-After seconds when a queue is full"))
 
     # A key with a tokens-per-minute limit holds its request's prompt estimate plus
-    # max_tokens until the usage comes; a request without max_tokens holds this much.
+    # max_tokens until the usage comes; a request without max_tokens needs this much
+    # left to be admitted, and then holds all the key has left (RateLimiter.admit).
     hold_for_unbounded_answer: int = field(
-        default=1024, metadata=_help("tokens a token-limited key holds for an answer without max_tokens")
+        default=1024, metadata=_help("tokens a token-limited key needs for an answer without max_tokens")
     )
 
     # --- Responses API state (/v1/responses with store, previous_response_id) ---------------------
