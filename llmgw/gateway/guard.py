@@ -163,7 +163,10 @@ def judge_messages(call: ApiCall, *, images: bool = False) -> list[dict[str, obj
 
 def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
     if call.api is routing.Api.MESSAGES:
-        return _judge_turns(_as_chat_call(call), images)
+        # A native engine gets the Messages body itself: what the translation leaves out
+        # or carries where the chat screen does not look is read too.
+        unread = Turn("user", "\n".join(_strings(_untranslated_strings(call.body))))
+        return _merged([*_judge_turns(_as_chat_call(call), images), unread])
     turns: list[Turn] = []
     if call.api is routing.Api.CHAT:
         _refuse_request_template(call)
@@ -208,6 +211,31 @@ def _as_chat_call(call: ApiCall) -> ApiCall:
             param=exc.param,
         ) from None
     return replace(call, api=routing.Api.CHAT, body=chat, raw=None)
+
+
+def _untranslated_strings(body: Mapping[str, object]) -> list[object]:
+    """The parts of a Messages body that reach a native engine but not the chat screen:
+    ``stop_sequences`` and ``metadata`` (carried as ``stop`` and ``user``, which no
+    template renders), and each block's and tool's ``cache_control``, ``citations``
+    (their ``cited_text`` is text) and a thinking block's ``signature`` (accepted and
+    not carried)."""
+    found: list[object] = [body.get("stop_sequences"), body.get("metadata")]
+    blocks: list[object] = []
+    system = body.get("system")
+    if isinstance(system, list):
+        blocks.extend(system)
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            blocks.extend(content)
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        blocks.extend(tools)
+    for block in blocks:
+        if isinstance(block, Mapping):
+            found.extend(block.get(name) for name in ("cache_control", "citations", "signature"))
+    return found
 
 
 def _refuse_request_template(call: ApiCall) -> None:

@@ -24,7 +24,7 @@ from llmgw.gateway.keys import RateLimiter
 from tests.support.waiting import eventually
 
 from .conftest import Cluster, StartRouter
-from .test_guard import _screening, guard_catalog
+from .test_guard import ScreeningJudge, _screening, guard_catalog
 from .test_keys import _issue
 
 _BIG = 64 * 1024 * 1024  # what the fakes below read: more than any body the router sends
@@ -427,3 +427,73 @@ async def test_only_the_pages_own_files_are_served_from_static(
 def test_the_chat_page_keeps_the_api_key_for_the_tab_only() -> None:
     script = (STATIC_DIR / "chat.js").read_text()
     assert "localStorage" not in script and "sessionStorage.getItem" in script
+
+
+def _message_with(**changes: Any) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "text", "text": "hi"}
+    body: dict[str, Any] = {
+        "model": "guarded",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": [block]}],
+    }
+    for name, value in changes.items():
+        if name in ("citations", "cache_control"):
+            block[name] = value
+        elif name == "thinking":
+            body["messages"] = [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "thinking", "thinking": "hm", "signature": value}],
+                },
+                {"role": "user", "content": "go on"},
+            ]
+        else:
+            body[name] = value
+    return body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _message_with(citations=[{"type": "char_location", "cited_text": "EVIL", "document_index": 0,
+                                  "start_char_index": 0, "end_char_index": 4}]),
+        _message_with(cache_control={"type": "EVIL"}),
+        _message_with(thinking="EVIL"),
+        _message_with(metadata={"user_id": "EVIL"}),
+        _message_with(stop_sequences=["EVIL"]),
+    ],
+    ids=["citations", "cache_control", "signature", "metadata", "stop_sequences"],
+)  # fmt: skip
+async def test_a_native_messages_engine_gets_no_field_the_judge_did_not_read(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, body: dict[str, Any]
+) -> None:
+    # The sim serves Messages natively: it gets the client's body, so every field in
+    # it must have been read by the judge (which reads the chat translation).
+    cluster.set_catalog(guard_catalog())
+    await cluster.add_app("judge", ScreeningJudge("EVIL").app())
+    await cluster.add_sim("guarded")
+    router = await start_router()
+    headers = {"anthropic-version": "2023-06-01"}
+    async with http.post(router.url + "/v1/messages", json=body, headers=headers) as reply:
+        assert reply.status == 400, await reply.text()
+        assert "content" in (await reply.json())["error"]["message"]
+
+
+async def test_a_guarded_body_over_the_guards_limit_is_a_413_before_the_judge(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    cluster.set_catalog(guard_catalog())
+    judge = ArrivalJudge()
+    await cluster.add_app("judge", judge.app())
+    await cluster.add_sim("guarded")
+    await cluster.add_sim("open")
+    router = await start_router(guard_max_body_bytes=100_000)
+    long = {"messages": [{"role": "user", "content": "x" * 100_000}], "max_tokens": 1}
+    async with http.post(router.url + "/v1/chat/completions", json={"model": "guarded", **long}) as reply:
+        assert reply.status == 413
+        error = (await reply.json())["error"]
+    assert error["code"] == "request_too_large" and "100000 bytes" in error["message"]
+    assert not judge.seen
+    async with http.post(router.url + "/v1/chat/completions", json={"model": "open", **long}) as reply:
+        assert reply.status == 200  # the router's own limit is the rest's
