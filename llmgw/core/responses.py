@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from llmgw.core import engine_errors
 from llmgw.core.engine_usage import cached_tokens
+from llmgw.core.json_values import one_of
 from llmgw.core.routing import Refusal
 
 # Fields llmgw carries to the engine (translated) or keeps itself (store,
@@ -101,6 +102,9 @@ class ResponsesRequest:
     store: bool  # OpenAI's default: true
     previous_response_id: str | None
     body: Mapping[str, object]
+    # The chat completions body it comes to without earlier turns (``to_chat_body``):
+    # translated once, here, where checking it needs the translation anyway.
+    chat: Mapping[str, object]
 
 
 def parse_request(body: Mapping[str, object]) -> ResponsesRequest:
@@ -167,14 +171,26 @@ def parse_request(body: Mapping[str, object]) -> ResponsesRequest:
         if not isinstance(include, list):
             raise _type_error(include, "array", "include")
         for index, value in enumerate(include):
-            if value not in _INCLUDABLE:
+            if not one_of(value, _INCLUDABLE):
                 raise _unsupported(f"include[{index}]", f"include {json.dumps(value)}")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise _type_error(options, "object", "stream_options")
     # The translation itself checks input, tools, tool_choice, text and reasoning.
-    to_chat_body(body, (), model)
-    return ResponsesRequest(model, stream, store, previous, body)
+    chat = to_chat_body(body, (), model)
+    return ResponsesRequest(model, stream, store, previous, body, chat)
+
+
+def chat_after(request: ResponsesRequest, history: Sequence[Mapping[str, object]]) -> dict[str, object]:
+    """``to_chat_body(request.body, history, ...)`` from the translation ``parse_request``
+    made: ``history`` (the earlier turns of a ``previous_response_id``) after the
+    instructions' system message, before the input's turns."""
+    messages = request.chat["messages"]
+    assert isinstance(messages, list)  # to_chat_body's
+    instructions = request.body.get("instructions")
+    lead = 1 if isinstance(instructions, str) and instructions else 0
+    earlier = [dict(turn) for turn in history]
+    return {**request.chat, "messages": [*messages[:lead], *earlier, *messages[lead:]]}
 
 
 def _optional_bool(body: Mapping[str, object], name: str, default: bool) -> bool:
@@ -299,7 +315,7 @@ def _reasoning_text(item: Mapping[str, object], param: str) -> str:
             where = f"{param}.{name}[{index}]"
             if not isinstance(part, dict):
                 raise _type_error(part, "object", where)
-            if part.get("type") not in kinds:
+            if not one_of(part.get("type"), kinds):
                 raise _unsupported(f"{where}.type", f"The reasoning part type {json.dumps(part.get('type'))}")
             texts.setdefault(name, []).append(_string(part, "text", where))
     return "".join(texts.get("content") or texts.get("summary") or [])
@@ -325,7 +341,7 @@ def _message(item: Mapping[str, object], param: str) -> dict[str, object]:
         if name not in ("type", "role", "content", "id", "status"):
             raise _unsupported(f"{param}.{name}", f"The message field '{name}'")
     role = item.get("role")
-    if role not in _ROLES:
+    if not one_of(role, _ROLES):
         raise ResponsesInvalid(
             f"Invalid value for '{param}.role': expected one of user, assistant, system, developer.",
             f"{param}.role",
@@ -348,7 +364,7 @@ def _message(item: Mapping[str, object], param: str) -> dict[str, object]:
         if not isinstance(part, dict):
             raise _type_error(part, "object", where)
         kind = part.get("type")
-        if kind in _TEXT_PARTS:
+        if one_of(kind, _TEXT_PARTS):
             text = part.get("refusal" if kind == "refusal" else "text")
             if not isinstance(text, str):
                 raise _type_error(text, "string", f"{where}.text")

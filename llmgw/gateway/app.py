@@ -147,7 +147,7 @@ def create_app(
     app.router.add_get("/metrics", handlers.metrics)
     app.router.add_get("/", handlers.index)
     app.router.add_get("/favicon.ico", handlers.favicon)
-    app.router.add_static("/static/", handlers.STATIC_DIR, follow_symlinks=False)
+    app.router.add_get("/static/{name}", handlers.static_file)
     app.cleanup_ctx.append(_lifecycle)
     return app
 

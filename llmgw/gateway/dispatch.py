@@ -55,6 +55,7 @@ from llmgw.gateway.settings import RouterSettings
 from llmgw.gateway.transport import FIELD_VALUE_BAD, EngineResponse
 from llmgw.gateway.upstream import (
     AttemptFailed,
+    ClientStalled,
     PumpEnd,
     StreamRewrite,
     Upstream,
@@ -63,6 +64,7 @@ from llmgw.gateway.upstream import (
     pump,
     token_counts,
     usage_of_body,
+    write_within,
 )
 
 log = logging.getLogger("llmgw.gateway.dispatch")
@@ -335,7 +337,7 @@ class Dispatcher:
             if route.loading is not None and route.loading.stream is not None:
                 # The stream's head went out with the loading comments: report in the stream.
                 served.refusal = exc.refusal
-                return await _end_stream_with(route.loading.stream, exc.refusal, call.api)
+                return await _end_stream_with(route.loading.stream, exc.refusal, call.api, self._settings)
             raise
         with opened.lease:
             self._note_answerer(opened, model, served)
@@ -414,6 +416,7 @@ class Dispatcher:
                 loading.stream,
                 _refusal_of_engine_error(upstream.status, opened.head, opened.model),
                 route.api,
+                self._settings,
             )
         if opened.translation is not None:
             body = opened.translation.whole(upstream.status, opened.head)
@@ -470,7 +473,7 @@ class Dispatcher:
         refusal = (
             errors.stream_timeout(model) if end is PumpEnd.UPSTREAM_IDLE else errors.stream_broken(model)
         )
-        return await _end_stream_with(response, refusal, api)
+        return await _end_stream_with(response, refusal, api, self._settings)
 
     # --- answers the caller translates (the Responses API) ------------------------------------------
 
@@ -791,12 +794,17 @@ def _route_for_call(
 
 
 async def _end_stream_with(
-    response: web.StreamResponse, refusal: routing.Refusal, api: routing.Api = routing.Api.CHAT
+    response: web.StreamResponse,
+    refusal: routing.Refusal,
+    api: routing.Api,
+    settings: RouterSettings,
 ) -> web.StreamResponse:
+    """The stream's error event, then its end; a client that takes neither within
+    the write rule (``write_within``) or has gone is left to aiohttp, which closes it."""
     try:
-        await response.write(errors.sse_error_event(refusal, api))
+        await write_within(response, errors.sse_error_event(refusal, api), settings)
         await response.write_eof()
-    except (ConnectionError, RuntimeError):
+    except (ConnectionError, RuntimeError, ClientStalled):
         pass
     return response
 

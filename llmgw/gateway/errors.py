@@ -267,6 +267,17 @@ def method_not_allowed(method: str, path: str) -> Refusal:
     )
 
 
+def guarded_body_too_large(model: str, limit: int) -> Refusal:
+    return Refusal(
+        413,
+        f"The model `{model}` screens requests with a guard policy, which reads bodies of at most "
+        f"{limit} bytes: send a shorter conversation.",
+        "invalid_request_error",
+        "request_too_large",
+        retryable=False,
+    )
+
+
 def body_too_large(limit: int) -> Refusal:
     return Refusal(
         413,

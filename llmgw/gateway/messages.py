@@ -88,8 +88,14 @@ async def create_message(request: web.Request) -> web.StreamResponse:
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:
     call = await _parse(request, count=True)
+    # A count is the engine's work (it tokenizes the whole prompt): a token-limited key
+    # holds the prompt's estimate and, its answer carrying no usage, pays it.
     return await handlers.serve_call(
-        request, call, translate=lambda c, chain: _for_count(call, c, chain), hold_tokens=0, screen=False
+        request,
+        call,
+        translate=lambda c, chain: _for_count(call, c, chain),
+        hold_tokens=call.tokens_to_hold(0),
+        screen=False,
     )
 
 

@@ -214,6 +214,24 @@ class PumpEnd(StrEnum):
     CLIENT_STALLED = "client-stalled"
 
 
+class ClientStalled(Exception):
+    """A client took none of a write for ``client_write_timeout`` seconds."""
+
+
+async def write_within(client: web.StreamResponse, data: bytes, settings: RouterSettings) -> None:
+    """``data`` to the client through aiohttp under the one write rule every stream
+    keeps (``pump``'s watchdog keeps it for the relay): a client that takes none of it
+    for ``client_write_timeout`` seconds raises ``ClientStalled``. aiohttp's ``write``
+    waits for the client's socket to drain past 64 KiB unsent, with no limit of its own:
+    a client that stops reading would otherwise hold the handler, its model slot and
+    the engine's stream until it closed."""
+    try:
+        async with asyncio.timeout(settings.client_write_timeout):
+            await client.write(data)
+    except TimeoutError:
+        raise ClientStalled(f"the client took nothing for {settings.client_write_timeout:g} s") from None
+
+
 @dataclass
 class StreamResult:
     end: PumpEnd

@@ -15,7 +15,7 @@ let history = []; // [{role, content}]
 let busy = false;
 
 function apiKey() {
-  return localStorage.getItem(KEY_STORAGE) || "";
+  return sessionStorage.getItem(KEY_STORAGE) || ""; // the tab's only: never on disk, gone with it
 }
 
 function headers() {
@@ -283,7 +283,7 @@ function start() {
   });
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    localStorage.setItem(KEY_STORAGE, $("key").value.trim());
+    sessionStorage.setItem(KEY_STORAGE, $("key").value.trim());
     $("key").value = "";
     loadModels();
   });
