@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "2ddd5c9bedbf8ee5bcd74a580249b20f9cf53014cb15704ba217c0e2ed0d781d"
+    "llmgw_spec_hash" = "e491b9a848e34d3d16d6549f2c1a1768c2b543b35c5127ba0ff569ee7572bd22"
     "llmgw_version" = "0.1.0"
   }
 
@@ -103,7 +103,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "vllm/vllm-openai:v0.11.0"
+        image        = "vllm/vllm-openai:v0.34.0"
         entrypoint   = ["vllm"]
         args         = ["serve", "meta-llama/Llama-3.1-70B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "8", "--pipeline-parallel-size", "1", "--max-model-len", "32768", "--enable-prefix-caching"]
         network_mode = "host"

@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
     "llmgw_model" = "llama-3.1-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "2b4453b68be72d689128285c3ee529f3ed641a006c95494e04a490dcc5fd5428"
+    "llmgw_spec_hash" = "965c644b0ee2543179c51c5330eaf7d1b3bf0d9d6907533ca7e29316f11479f2"
     "llmgw_version" = "0.1.0"
   }
 
@@ -103,7 +103,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "vllm/vllm-openai:v0.11.0"
+        image        = "vllm/vllm-openai:v0.34.0"
         entrypoint   = ["vllm"]
         args         = ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "16384", "--gpu-memory-utilization", "0.9"]
         network_mode = "host"

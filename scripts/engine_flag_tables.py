@@ -277,13 +277,25 @@ def _flags_of_argparse(parser: argparse.ArgumentParser, reviewed: Mapping[str, A
     def review_of(names: Sequence[str]) -> list[str] | None:
         return next((reviewed[name] for name in names if reviewed.get(name) is not None), None)
 
+    # Every spelling the parser takes, also those an action hides from --help (vLLM 0.34's
+    # EnableDisableAction keeps --no-enable-x registered but out of option_strings).
+    registered: dict[int, list[str]] = {}
+    for option, registered_action in parser._option_string_actions.items():
+        registered.setdefault(id(registered_action), []).append(option)
     for action in parser._actions:
         if not action.option_strings:
             continue
-        longs = [o for o in action.option_strings if o.startswith("--")]
-        shorts = [o for o in action.option_strings if not o.startswith("--")]
+        spellings = list(dict.fromkeys([*action.option_strings, *registered.get(id(action), [])]))
+        longs = [o for o in spellings if o.startswith("--")]
+        shorts = [o for o in spellings if not o.startswith("--")]
+        # vLLM 0.34's EnableDisableAction pairs --enable-x with --disable-x and says which
+        # spellings negate (negative_option_strings); argparse's own negates with --no-.
+        negative = getattr(action, "negative_option_strings", None)
         negations = [
-            o for o in longs if o.startswith("--no-") and isinstance(action, argparse.BooleanOptionalAction)
+            o
+            for o in longs
+            if (o in negative if negative is not None else o.startswith("--no-"))
+            and isinstance(action, argparse.BooleanOptionalAction)
         ]
         names = [o for o in longs if o not in negations] or shorts
         flag = names[0]
@@ -296,7 +308,7 @@ def _flags_of_argparse(parser: argparse.ArgumentParser, reviewed: Mapping[str, A
             nargs = str(action.nargs)
         if isinstance(action, _NO_VALUE_ACTIONS):
             nargs = 0
-        aliases = [o for o in action.option_strings if o != flag and o not in negations]
+        aliases = [o for o in spellings if o != flag and o not in negations]
         flags.append(_flag(flag, aliases, negations, nargs, review_of([flag, *aliases])))
     return flags
 

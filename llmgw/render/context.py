@@ -15,6 +15,7 @@ from typing import Any
 from llmgw.core import conventions as c
 from llmgw.core import engine_keys
 from llmgw.core.catalog import Catalog, Engine, MirrorSource, Profile, allowlist_refusals, parse_source
+from llmgw.core.catalog.images import ImageError, Release, parse_image, tag_release
 from llmgw.core.catalog.sources import FileUrlSource
 from llmgw.core.durations import format_duration
 from llmgw.core.engines import (
@@ -122,13 +123,15 @@ def build_context(
     if refused is not None:
         raise RenderError(f"model {request.model!r} profile {request.profile_index}: {refused[1]}")
     # The operator's own default image is held to the same minimum release.
-    default_refused = None if profile.image else settings.default_image_refusal(profile.engine)
+    gpus = profile.gpus_per_replica_node
+    default_refused = None if profile.image else settings.default_image_refusal(profile.engine, gpus)
     if default_refused is not None:
         raise RenderError(f"model {request.model!r} profile {request.profile_index}: {default_refused}")
     if profile.node_count > 1 and request.fabric is None:
         raise RenderError(f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric")
     llmgw_command = _runtime_words(settings.llmgw_command)
     files, fetch, artifact = _model_files(request.model, profile, settings, llmgw_command)
+    image = profile.image or settings.default_image(profile.engine, gpus) or ""
     launched = launch(
         profile,
         LaunchContext(
@@ -137,6 +140,7 @@ def build_context(
             llmgw_command=llmgw_command,
             roles=model.roles,
             requires_api_key=settings.engine_api_keys,
+            release=_image_release(profile.engine, image),
         ),
     )
     cpu, memory = DEFAULT_RESOURCES[profile.engine]
@@ -185,7 +189,7 @@ def build_context(
             "fabric": request.fabric,
             "fabric_meta_key": c.NODE_META_FABRIC,
             "containerised": launched.containerised,
-            "image": profile.image or settings.images.get(profile.engine, ""),
+            "image": image,
             "volumes": [f"{settings.model_cache_dir}:{settings.model_cache_dir}:ro"] if fetch else [],
             "model_cache": model_cache,
             "resources": {"cpu": cpu, "memory": memory},
@@ -206,6 +210,17 @@ def build_context(
             "groups": groups,
         }
     }
+
+
+def _image_release(engine: Engine, image: str) -> Release | None:
+    """The engine release an image's tag names (None: no image, or pinned by a digest)."""
+    if not image:
+        return None
+    try:
+        ref = parse_image(image)
+    except ImageError:
+        return None
+    return None if ref.digest is not None else tag_release(engine, ref.tag)
 
 
 def _model_files(
@@ -306,9 +321,14 @@ def _group(
     if rank.head_address is HeadAddress.FILE:
         head_template = {"destination": f"local/{HEAD_FILE}", "data": address_of_head + "\n", "env": False}
     elif rank.head_address is HeadAddress.ENV:
+        # host:port, and each half on its own for an engine that takes them apart (vLLM's
+        # --master-addr and --master-port).
+        head_query = "{{ range " + _service_query(f"head={job_id}") + " }}"
         head_template = {
             "destination": f"secrets/{HEAD_FILE}.env",
-            "data": f"LLMGW_HEAD_ADDR={address_of_head}\n",
+            "data": f"LLMGW_HEAD_ADDR={address_of_head}\n"
+            f"LLMGW_HEAD_IP={head_query}{{{{ .Address }}}}{{{{ end }}}}\n"
+            f"LLMGW_HEAD_PORT={head_query}{{{{ .Port }}}}{{{{ end }}}}\n",
             "env": True,
         }
         waits.append(_wait("await-head", llmgw_command, settings, lines=1, head=address_of_head + "\n"))
