@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "5d8ebc801f720813a84a0f50131bce018cd27db1315b4f61efffd2a56b0bf410"
+    "llmgw_spec_hash" = "324e4402dcf3491d969cb8d354bf4aa6a751f4e7cf350337be4a5744af27f607"
     "llmgw_version" = "0.1.0"
   }
 
@@ -143,7 +143,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "lmsysorg/sglang:v0.5.3-cu129"
+        image        = "lmsysorg/sglang:v0.5.23-cu130"
         entrypoint   = ["python3"]
         args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--tool-call-parser", "llama3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "${NOMAD_ADDR_dist}", "--dist-timeout", "3600"]
         network_mode = "host"
@@ -281,7 +281,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "lmsysorg/sglang:v0.5.3-cu129"
+        image        = "lmsysorg/sglang:v0.5.23-cu130"
         entrypoint   = ["python3"]
         args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--tool-call-parser", "llama3", "--host", "127.0.0.1", "--port", "${NOMAD_PORT_health}", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}", "--dist-timeout", "3600"]
         network_mode = "host"
@@ -306,7 +306,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       # The address of rank 0 of this replica, once it is registered and reachable.
       template {
         destination = "secrets/llmgw-head.env"
-        data        = "LLMGW_HEAD_ADDR={{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Address }}:{{ .Port }}{{ end }}\n"
+        data        = "LLMGW_HEAD_ADDR={{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Address }}:{{ .Port }}{{ end }}\nLLMGW_HEAD_IP={{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Address }}{{ end }}\nLLMGW_HEAD_PORT={{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Port }}{{ end }}\n"
         change_mode = "noop"
         env         = true
       }

@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "ababd73a75b82c4efcd5554879c3e625d29f3ea8474fb7c08a0459f9d0c19281"
+    "llmgw_spec_hash" = "e3ec691c274d4ded52efbc4f8a59be53e4941b8ba80be9a5c3a3c3c7ee15ba6c"
     "llmgw_version" = "0.1.0"
   }
 
@@ -103,7 +103,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "vllm/vllm-openai:v0.11.0"
+        image        = "vllm/vllm-openai:v0.34.0"
         entrypoint   = ["vllm"]
         args         = ["serve", "meta-llama/Llama-3.1-70B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "8", "--pipeline-parallel-size", "1", "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json", "--max-model-len", "32768", "--enable-prefix-caching"]
         network_mode = "host"

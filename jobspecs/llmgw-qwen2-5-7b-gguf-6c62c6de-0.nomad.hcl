@@ -16,7 +16,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
     "llmgw_model" = "qwen2.5-7b-gguf"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "8c850cb506f4b04e5a85ea54275a62d8eb4646b86c5120473df4196b43ce785a"
+    "llmgw_spec_hash" = "723ecdd0fa3ced5296c510284ab30875c5dd61e10b9e4a3bd49b0178f393c04a"
     "llmgw_version" = "0.1.0"
   }
 
@@ -96,9 +96,9 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "ghcr.io/ggml-org/llama.cpp:server-cuda-b6795"
+        image        = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
         entrypoint   = ["/app/llama-server"]
-        args         = ["--model", "/local/model.gguf", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--alias", "qwen2.5-7b-gguf", "--no-slots", "--jinja", "--ctx-size", "8192", "--n-gpu-layers", "999"]
+        args         = ["--model", "/local/model.gguf", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--alias", "qwen2.5-7b-gguf", "--no-slots", "--ctx-size", "8192", "--n-gpu-layers", "999"]
         network_mode = "host"
       }
 

@@ -125,13 +125,15 @@ def build_context(
     if refused is not None:
         raise RenderError(f"model {request.model!r} profile {request.profile_index}: {refused[1]}")
     # The operator's own default image is held to the same minimum release.
-    default_refused = None if profile.image else settings.default_image_refusal(profile.engine)
+    gpus = profile.gpus_per_replica_node
+    default_refused = None if profile.image else settings.default_image_refusal(profile.engine, gpus)
     if default_refused is not None:
         raise RenderError(f"model {request.model!r} profile {request.profile_index}: {default_refused}")
     if profile.node_count > 1 and request.fabric is None:
         raise RenderError(f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric")
     llmgw_command = _runtime_words(settings.llmgw_command)
     files, fetch, artifact = _model_files(request.model, profile, settings, llmgw_command)
+    image = profile.image or settings.default_image(profile.engine, gpus) or ""
     launched = launch(
         profile,
         LaunchContext(
@@ -190,7 +192,7 @@ def build_context(
             "fabric": request.fabric,
             "fabric_meta_key": c.NODE_META_FABRIC,
             "containerised": launched.containerised,
-            "image": profile.image or settings.images.get(profile.engine, ""),
+            "image": image,
             "volumes": [f"{settings.model_cache_dir}:{settings.model_cache_dir}:ro"] if fetch else [],
             "model_cache": model_cache,
             "resources": {"cpu": cpu, "memory": memory},
@@ -327,9 +329,14 @@ def _group(
     if rank.head_address is HeadAddress.FILE:
         head_template = {"destination": f"local/{HEAD_FILE}", "data": address_of_head + "\n", "env": False}
     elif rank.head_address is HeadAddress.ENV:
+        # host:port, and each half on its own for an engine that takes them apart (vLLM's
+        # --master-addr and --master-port).
+        head_query = "{{ range " + _service_query(f"head={job_id}") + " }}"
         head_template = {
             "destination": f"secrets/{HEAD_FILE}.env",
-            "data": f"LLMGW_HEAD_ADDR={address_of_head}\n",
+            "data": f"LLMGW_HEAD_ADDR={address_of_head}\n"
+            f"LLMGW_HEAD_IP={head_query}{{{{ .Address }}}}{{{{ end }}}}\n"
+            f"LLMGW_HEAD_PORT={head_query}{{{{ .Port }}}}{{{{ end }}}}\n",
             "env": True,
         }
         waits.append(_wait("await-head", llmgw_command, settings, lines=1, head=address_of_head + "\n"))

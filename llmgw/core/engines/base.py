@@ -162,8 +162,11 @@ class LaunchContext:
     roles: tuple[Role, ...] = (Role.CHAT,)
     # How a node runs llmgw itself (the simulator, rendezvous waits, mirror fetches).
     llmgw_command: tuple[Word, ...] = ("llmgw",)
-    # Where a worker's head address appears (HeadAddress.ENV: this variable; FILE: this path).
+    # Where a worker's head address appears (HeadAddress.ENV: this variable, as host:port,
+    # and its two halves in the next two; FILE: this path).
     head_address_env: str = "LLMGW_HEAD_ADDR"
+    head_ip_env: str = "LLMGW_HEAD_IP"
+    head_port_env: str = "LLMGW_HEAD_PORT"
     head_address_file: Runtime = Runtime("${NOMAD_TASK_DIR}/llmgw-head")
     # In the container, the engine listens on all interfaces of the host network
     # namespace; the simulator binds the address Nomad gave its port.
