@@ -237,12 +237,16 @@ class NomadAcl:
         for policy in policies:
             for name, caps in policy.namespaces:
                 have = namespaces.get(name, frozenset())
-                namespaces[name] = have if "deny" in have else (frozenset({"deny"}) if "deny" in caps else have | caps)
+                namespaces[name] = (
+                    have if "deny" in have else (frozenset({"deny"}) if "deny" in caps else have | caps)
+                )
             for ns, path, caps in policy.variables:
                 variables[(ns, path)] = variables.get((ns, path), frozenset()) | caps
             for name, caps in policy.host_volumes:
                 have = volumes.get(name, frozenset())
-                volumes[name] = have if "deny" in have else (frozenset({"deny"}) if "deny" in caps else have | caps)
+                volumes[name] = (
+                    have if "deny" in have else (frozenset({"deny"}) if "deny" in caps else have | caps)
+                )
             node = _max_privilege(node, policy.node)
             agent = _max_privilege(agent, policy.agent)
         return cls(management, namespaces, variables, volumes, node, agent)

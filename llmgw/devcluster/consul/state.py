@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from llmgw.devcluster.acl import ConsulAcl, TokenBook
 from llmgw.devcluster.consul.decoding import CheckSpec, ServiceSpec, SessionSpec
 from llmgw.devcluster.consul.durations import DurationError, format_go_duration, parse_go_duration
 from llmgw.devcluster.consul.model import (
@@ -93,6 +94,11 @@ class ConsulState:
 
     def __init__(self, settings: ConsulSettings | None = None) -> None:
         self.settings = settings or ConsulSettings()
+        # The ACL tokens: settings.acl_token is a management token; DevCluster issues the
+        # components' own (each with its ops/acl policy), and task logins add theirs.
+        self.tokens: TokenBook[ConsulAcl] = TokenBook()
+        if self.settings.acl_token is not None:
+            self.tokens.add(self.settings.acl_token, "management", ConsulAcl("management", management=True))
         self.faults = Faults()
         self._index = 0
         self._tables: dict[Table, int] = dict.fromkeys(Table, 0)
