@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "5be42d71cf3ee1745105050871936c66c003eb3253ceff76b4a658791466dc77"
+    "llmgw_spec_hash" = "8ee3245e5f76acaedcf083e8f3d4decda99718a9b00fee12f852553979d437fb"
     "llmgw_version" = "0.1.0"
   }
 
@@ -222,6 +222,11 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       mode = "host"
       port "health" {}
     }
+
+    # Its templates read Consul (the other ranks): the group's tasks get a Consul
+    # workload identity only with a consul block (Nomad >= 1.10); without one their
+    # templates read with "invalid-token" (ops/README.md, the GPU nodes).
+    consul {}
 
     # Rendezvous between the ranks of this replica (never routed to).
     service {

@@ -38,14 +38,14 @@ class TokenBook(Generic[A]):
     def __init__(self) -> None:
         self._tokens: list[tuple[str, Identity[A]]] = []
 
-    def add(self, secret: str, name: str, acl: A) -> Identity[A]:
-        identity = Identity(name, new_secret(), acl)
+    def add(self, secret: str, name: str, acl: A, accessor: str | None = None) -> Identity[A]:
+        identity = Identity(name, accessor or new_secret(), acl)
         self._tokens = [(s, i) for s, i in self._tokens if s != secret] + [(secret, identity)]
         return identity
 
-    def issue(self, name: str, acl: A) -> str:
+    def issue(self, name: str, acl: A, accessor: str | None = None) -> str:
         secret = new_secret()
-        self.add(secret, name, acl)
+        self.add(secret, name, acl, accessor)
         return secret
 
     def resolve(self, secret: str) -> Identity[A] | None:

@@ -21,7 +21,14 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from llmgw.devcluster.browsers import refuse_browsers
-from llmgw.devcluster.consul import devapi, handlers_agent, handlers_catalog, handlers_kv, handlers_session
+from llmgw.devcluster.consul import (
+    devapi,
+    handlers_acl,
+    handlers_agent,
+    handlers_catalog,
+    handlers_kv,
+    handlers_session,
+)
 from llmgw.devcluster.consul.blocking import ChangeFeed
 from llmgw.devcluster.consul.devcontrol import DevControl, StateOnlyControl
 from llmgw.devcluster.consul.http_common import (
@@ -155,6 +162,9 @@ def _routes(app: web.Application) -> None:
         ("PUT", "/v1/kv/{key:.*}", Acl.TOKEN, kv.kv_put),
         ("DELETE", "/v1/kv/{key:.*}", Acl.TOKEN, kv.kv_delete),
         ("PUT", "/v1/session/create", Acl.TOKEN, s.create),
+        # The login needs no token: the identity it carries is the credential.
+        ("PUT", "/v1/acl/login", Acl.NONE, handlers_acl.login),
+        ("POST", "/v1/acl/login", Acl.NONE, handlers_acl.login),
         ("PUT", "/v1/session/destroy/{session_id}", Acl.TOKEN, s.destroy),
         ("PUT", "/v1/session/renew/{session_id}", Acl.TOKEN, s.renew),
         ("GET", "/v1/session/info/{session_id}", Acl.TOKEN, s.info),
