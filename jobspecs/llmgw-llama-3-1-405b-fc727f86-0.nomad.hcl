@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "324e4402dcf3491d969cb8d354bf4aa6a751f4e7cf350337be4a5744af27f607"
+    "llmgw_spec_hash" = "4554187874cc416ba5edbb821c629a964922ec17f8abddbb3c373dfee12fbe58"
     "llmgw_version" = "0.1.0"
   }
 
@@ -222,6 +222,11 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       mode = "host"
       port "health" {}
     }
+
+    # Its templates read Consul (the other ranks): the group's tasks get a Consul
+    # workload identity only with a consul block (Nomad >= 1.10); without one their
+    # templates read with "invalid-token" (ops/README.md, the GPU nodes).
+    consul {}
 
     # Rendezvous between the ranks of this replica (never routed to).
     service {

@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "1"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "ee420f9def4cbb33402dd7452a73aa8ce43c4c70a108b252d91bd7c9851ec799"
+    "llmgw_spec_hash" = "c84b651cbe1dd97d9a804a498954ce3c734a7825539d9e4ccf7a630b8cb930c6"
     "llmgw_version" = "0.1.0"
   }
 
@@ -175,6 +175,11 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     network {
       port "http" {}
     }
+
+    # Its templates read Consul (the other ranks): the group's tasks get a Consul
+    # workload identity only with a consul block (Nomad >= 1.10); without one their
+    # templates read with "invalid-token" (ops/README.md, the GPU nodes).
+    consul {}
 
     # Rendezvous between the ranks of this replica (never routed to).
     service {

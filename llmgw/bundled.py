@@ -1,4 +1,4 @@
-"""The files llmgw ships beside its code: templates, policies, the example catalog.
+"""The files llmgw ships beside its code: templates, policies, the example catalog, the ACL policies.
 
 In a source checkout they are the top-level folders operators review
 (``templates/``, ``policies/``, ``examples/``); in an installed wheel they are
@@ -24,6 +24,14 @@ def bundled_path(name: str) -> Path:
     if installed.is_dir():
         return installed
     return _PACKAGE_DIR.parent / name
+
+
+def acl_policy_dir() -> Path:
+    """``ops/acl/``: the Nomad and Consul ACL policies llmgw's components run with."""
+    installed = _PACKAGE_DIR / "_bundled" / "acl"
+    if installed.is_dir():
+        return installed
+    return _PACKAGE_DIR.parent / "ops" / "acl"
 
 
 def default_policy_path() -> Path:

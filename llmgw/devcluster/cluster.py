@@ -3,11 +3,14 @@
 Owns: starting the Consul stand-in, one Consul agent per simulated Nomad node (a Nomad
 client registers its allocations' services with the agent on its own machine), the
 Nomad stand-in pointed at those agents, and linking node faults (a failed Nomad node's
-Consul agent fails too, as a dead machine's would), and the two ACL tokens: both
-stand-ins run with ACLs on, each with a token drawn from ``secrets`` unless the config
-names one, and the Nomad stand-in's clients send the Consul token to their agents.
-Exposes ``nomad_addr``/``nomad_token`` and ``consul_addr``/``consul_token``
-(NOMAD_ADDR, NOMAD_TOKEN, CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN for llmgw).
+Consul agent fails too, as a dead machine's would), and the ACL tokens: both stand-ins
+run with ACLs on, each with a management token drawn from ``secrets`` unless the config
+names one (the operator's: ``nomad_token``, ``consul_token``, ``llmgw dev``'s token
+files), and one token per llmgw component carrying exactly its ``ops/acl/`` policy
+(``nomad_tokens``, ``consul_tokens``: control plane, router, CI, status, Nomad's
+agents). The Nomad stand-in's clients send the Nomad agents' Consul token to their
+agents; the engines' tasks log in to Consul's ``nomad-workloads`` auth method, whose
+binding rule gives them the role ``nomad-default-tasks`` with the engine tasks' policy.
 
 The two stand-ins stay coupled only through Consul's HTTP API; this module only hands
 addresses and the Consul token from one to the other.
@@ -22,8 +25,23 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from llmgw.devcluster.acl import (
+    CONSUL_COMPONENTS,
+    NOMAD_COMPONENTS,
+    ConsulAcl,
+    NomadAcl,
+    ops_policies,
+    parse_consul_policy,
+    parse_nomad_policy,
+)
+from llmgw.devcluster.acl.consul_rules import ConsulPolicy
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
+from llmgw.devcluster.consul.state import AuthMethod
 from llmgw.devcluster.nomad import NomadServer, NomadStandIn, StandInConfig
+
+# The Consul role the binding rule gives the engines' tasks in namespace "default"
+# (nomad setup consul: nomad-${value.nomad_namespace}-tasks) and the auth method's name.
+TASK_ROLE = "nomad-default-tasks"
 
 
 def new_acl_token() -> str:
@@ -40,6 +58,9 @@ class DevClusterConfig:
     state_dir: Path | None = None  # overrides nomad.state_dir when set
     nomad_port: int = 0  # 0: a free port
     consul_port: int = 0
+    # The ACL policies the components' tokens carry, by ops/acl file name
+    # ("nomad-control-plane", "consul-router", ...); None reads ops/acl/ itself.
+    acl_policies: dict[str, str] | None = None
 
 
 class DevCluster:
@@ -55,6 +76,32 @@ class DevCluster:
         )
         self.nomad: NomadStandIn | None = None
         self._server: NomadServer | None = None
+        self.policies = self.config.acl_policies if self.config.acl_policies is not None else ops_policies()
+        # Each component's own token (its ops/acl policy), by component name.
+        self.nomad_tokens: dict[str, str] = {}
+        self.consul_tokens: dict[str, str] = {
+            who: self._issue_consul(who)
+            for who in CONSUL_COMPONENTS
+            if who != "engine-tasks"
+        }
+        self._signing_key = secrets.token_bytes(32)
+        self.consul.state.auth_methods["nomad-workloads"] = AuthMethod(
+            key=self._signing_key,
+            roles={TASK_ROLE: tuple(self._consul_policies("engine-tasks"))},
+        )
+
+    def _consul_policies(self, who: str) -> list[ConsulPolicy]:
+        text = self.policies.get(f"consul-{who}")
+        return [] if text is None else [parse_consul_policy(text, f"consul-{who}.policy.hcl")]
+
+    def _issue_consul(self, who: str) -> str:
+        accessor = new_acl_token()
+        acl = ConsulAcl.of(accessor, self._consul_policies(who))
+        return self.consul.state.tokens.issue(who, acl, accessor)
+
+    def _nomad_acl(self, who: str) -> NomadAcl:
+        text = self.policies.get(f"nomad-{who}")
+        return NomadAcl.of([] if text is None else [parse_nomad_policy(text, f"nomad-{who}.policy.hcl")])
 
     @property
     def nomad_addr(self) -> str:
@@ -76,11 +123,15 @@ class DevCluster:
             nomad_config = nomad_config.with_overrides(
                 consul_addr=self.consul.url,
                 consul_agents=agents,
-                consul_token=self.consul_token,
+                # Nomad's agents carry their own token (ops/acl/consul-nomad-agent.policy.hcl).
+                consul_token=self.consul_tokens["nomad-agent"],
+                identity_signing_key=self._signing_key,
                 acl_token=self.nomad_token,
                 state_dir=self.config.state_dir or nomad_config.state_dir,
             )
             self.nomad = NomadStandIn(nomad_config)
+            for who in NOMAD_COMPONENTS:
+                self.nomad_tokens[who] = self.nomad.tokens.issue(who, self._nomad_acl(who))
             self.nomad.on_node_failed.append(self.consul.fail_node)
             self.nomad.on_node_restored.append(self.consul.recover_node)
             self._server = NomadServer(self.nomad, port=self.config.nomad_port)

@@ -21,7 +21,14 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from llmgw.devcluster.browsers import refuse_browsers
-from llmgw.devcluster.consul import devapi, handlers_agent, handlers_catalog, handlers_kv, handlers_session
+from llmgw.devcluster.consul import (
+    devapi,
+    handlers_acl,
+    handlers_agent,
+    handlers_catalog,
+    handlers_kv,
+    handlers_session,
+)
 from llmgw.devcluster.consul.blocking import ChangeFeed
 from llmgw.devcluster.consul.devcontrol import DevControl, StateOnlyControl
 from llmgw.devcluster.consul.http_common import (
@@ -130,45 +137,48 @@ async def _consul_errors(request: web.Request, handler: Handler) -> web.StreamRe
 def _routes(app: web.Application) -> None:
     a, c, kv, s, dev = handlers_agent, handlers_catalog, handlers_kv, handlers_session, devapi
     table: list[tuple[str, str, Acl, Handler]] = [
-        ("PUT", "/v1/agent/service/register", Acl.WRITE, a.register_service),
-        ("PUT", "/v1/agent/service/deregister/{service_id}", Acl.WRITE, a.deregister_service),
-        ("PUT", "/v1/agent/service/maintenance/{service_id}", Acl.WRITE, a.service_maintenance),
-        ("GET", "/v1/agent/service/{service_id}", Acl.READ, a.service),
-        ("GET", "/v1/agent/services", Acl.LIST, a.services),
-        ("GET", "/v1/agent/checks", Acl.LIST, a.checks),
-        ("PUT", "/v1/agent/check/register", Acl.WRITE, a.register_check),
-        ("PUT", "/v1/agent/check/deregister/{check_id}", Acl.WRITE, a.deregister_check),
-        ("PUT", "/v1/agent/check/pass/{check_id}", Acl.WRITE, a.check_pass),
-        ("PUT", "/v1/agent/check/warn/{check_id}", Acl.WRITE, a.check_warn),
-        ("PUT", "/v1/agent/check/fail/{check_id}", Acl.WRITE, a.check_fail),
-        ("GET", "/v1/agent/self", Acl.READ, a.agent_self),
+        ("PUT", "/v1/agent/service/register", Acl.TOKEN, a.register_service),
+        ("PUT", "/v1/agent/service/deregister/{service_id}", Acl.TOKEN, a.deregister_service),
+        ("PUT", "/v1/agent/service/maintenance/{service_id}", Acl.TOKEN, a.service_maintenance),
+        ("GET", "/v1/agent/service/{service_id}", Acl.TOKEN, a.service),
+        ("GET", "/v1/agent/services", Acl.TOKEN, a.services),
+        ("GET", "/v1/agent/checks", Acl.TOKEN, a.checks),
+        ("PUT", "/v1/agent/check/register", Acl.TOKEN, a.register_check),
+        ("PUT", "/v1/agent/check/deregister/{check_id}", Acl.TOKEN, a.deregister_check),
+        ("PUT", "/v1/agent/check/pass/{check_id}", Acl.TOKEN, a.check_pass),
+        ("PUT", "/v1/agent/check/warn/{check_id}", Acl.TOKEN, a.check_warn),
+        ("PUT", "/v1/agent/check/fail/{check_id}", Acl.TOKEN, a.check_fail),
+        ("GET", "/v1/agent/self", Acl.TOKEN, a.agent_self),
         ("GET", "/v1/status/leader", Acl.NONE, a.status_leader),
-        ("GET", "/v1/health/service/{service}", Acl.LIST, c.health_service),
-        ("GET", "/v1/health/checks/{service}", Acl.LIST, c.health_checks),
-        ("GET", "/v1/health/state/{state}", Acl.LIST, c.health_state),
-        ("GET", "/v1/health/node/{node}", Acl.LIST, c.health_node),
-        ("GET", "/v1/catalog/services", Acl.LIST, c.catalog_services),
-        ("GET", "/v1/catalog/service/{service}", Acl.LIST, c.catalog_service),
-        ("GET", "/v1/catalog/nodes", Acl.LIST, c.catalog_nodes),
-        # KV decides its ACL rule per request (a single key is a READ, a listing a LIST).
-        ("GET", "/v1/kv/{key:.*}", Acl.NONE, kv.kv_get),
-        ("PUT", "/v1/kv/{key:.*}", Acl.NONE, kv.kv_put),
-        ("DELETE", "/v1/kv/{key:.*}", Acl.NONE, kv.kv_delete),
-        ("PUT", "/v1/session/create", Acl.WRITE, s.create),
-        ("PUT", "/v1/session/destroy/{session_id}", Acl.WRITE, s.destroy),
-        ("PUT", "/v1/session/renew/{session_id}", Acl.WRITE, s.renew),
-        ("GET", "/v1/session/info/{session_id}", Acl.LIST, s.info),
-        ("GET", "/v1/session/list", Acl.LIST, s.listing),
-        ("GET", "/v1/session/node/{node}", Acl.LIST, s.listing),
+        ("GET", "/v1/health/service/{service}", Acl.TOKEN, c.health_service),
+        ("GET", "/v1/health/checks/{service}", Acl.TOKEN, c.health_checks),
+        ("GET", "/v1/health/state/{state}", Acl.TOKEN, c.health_state),
+        ("GET", "/v1/health/node/{node}", Acl.TOKEN, c.health_node),
+        ("GET", "/v1/catalog/services", Acl.TOKEN, c.catalog_services),
+        ("GET", "/v1/catalog/service/{service}", Acl.TOKEN, c.catalog_service),
+        ("GET", "/v1/catalog/nodes", Acl.TOKEN, c.catalog_nodes),
+        # Each handler checks the named resource (or filters a list) for the token.
+        ("GET", "/v1/kv/{key:.*}", Acl.TOKEN, kv.kv_get),
+        ("PUT", "/v1/kv/{key:.*}", Acl.TOKEN, kv.kv_put),
+        ("DELETE", "/v1/kv/{key:.*}", Acl.TOKEN, kv.kv_delete),
+        ("PUT", "/v1/session/create", Acl.TOKEN, s.create),
+        # The login needs no token: the identity it carries is the credential.
+        ("PUT", "/v1/acl/login", Acl.NONE, handlers_acl.login),
+        ("POST", "/v1/acl/login", Acl.NONE, handlers_acl.login),
+        ("PUT", "/v1/session/destroy/{session_id}", Acl.TOKEN, s.destroy),
+        ("PUT", "/v1/session/renew/{session_id}", Acl.TOKEN, s.renew),
+        ("GET", "/v1/session/info/{session_id}", Acl.TOKEN, s.info),
+        ("GET", "/v1/session/list", Acl.TOKEN, s.listing),
+        ("GET", "/v1/session/node/{node}", Acl.TOKEN, s.listing),
         # The dev endpoints fail nodes and stop Consul: with ACLs on they need the token.
-        ("GET", "/_dev/cluster", Acl.READ, dev.cluster),
-        ("PUT", "/_dev/nodes/{node}", Acl.WRITE, dev.add_node),
-        ("DELETE", "/_dev/nodes/{node}", Acl.WRITE, dev.remove_node),
-        ("PUT", "/_dev/nodes/{node}/fail", Acl.WRITE, dev.fail_node),
-        ("PUT", "/_dev/nodes/{node}/recover", Acl.WRITE, dev.recover_node),
-        ("PUT", "/_dev/nodes/{node}/check-latency", Acl.WRITE, dev.check_latency),
-        ("PUT", "/_dev/outage", Acl.WRITE, dev.start_outage),
-        ("DELETE", "/_dev/outage", Acl.WRITE, dev.end_outage),
+        ("GET", "/_dev/cluster", Acl.MANAGEMENT, dev.cluster),
+        ("PUT", "/_dev/nodes/{node}", Acl.MANAGEMENT, dev.add_node),
+        ("DELETE", "/_dev/nodes/{node}", Acl.MANAGEMENT, dev.remove_node),
+        ("PUT", "/_dev/nodes/{node}/fail", Acl.MANAGEMENT, dev.fail_node),
+        ("PUT", "/_dev/nodes/{node}/recover", Acl.MANAGEMENT, dev.recover_node),
+        ("PUT", "/_dev/nodes/{node}/check-latency", Acl.MANAGEMENT, dev.check_latency),
+        ("PUT", "/_dev/outage", Acl.MANAGEMENT, dev.start_outage),
+        ("DELETE", "/_dev/outage", Acl.MANAGEMENT, dev.end_outage),
     ]
     for method, path, rule, handler in table:
         app.router.add_route(method, path, guarded(rule, handler))

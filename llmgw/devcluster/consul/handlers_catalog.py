@@ -15,16 +15,18 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from llmgw.devcluster.acl.consul_rules import Access
 from llmgw.devcluster.consul import rendering
 from llmgw.devcluster.consul.decoding import parse_bool
 from llmgw.devcluster.consul.http_common import (
-    acl_filtered,
     blocking_read,
+    check_readable,
     json_answer,
     meta_headers,
     node_meta_filter,
     refuse_filter,
     state_of,
+    visible,
 )
 from llmgw.devcluster.consul.model import CheckRecord
 from llmgw.devcluster.consul.rendering import Json
@@ -42,8 +44,6 @@ def _passing(request: web.Request) -> bool:
 def _select(
     request: web.Request, docs: list[Json], node_meta_at: Callable[[Json], object] | None = None
 ) -> list[Json]:
-    if acl_filtered(request):
-        return []
     meta = node_meta_filter(request)
     if not meta or node_meta_at is None:
         return docs
@@ -65,6 +65,15 @@ async def health_service(request: web.Request) -> web.StreamResponse:
         request, lambda: state.health_service(name, passing_only=passing, tags=tags)
     )
     dc = state.settings.datacenter
+    # filterCheckServiceNodes (agent/consul/acl.go): an entry needs node read and service read.
+    rows = visible(
+        request,
+        rows,
+        lambda acl, r: (
+            acl.allows("node", r.node.name, Access.READ)
+            and acl.allows("service", r.service.name, Access.READ)
+        ),
+    )
     docs = [rendering.service_entry(r.node, r.service, list(r.checks), dc) for r in rows]
     docs = _select(request, docs, lambda d: d["Node"]["Meta"])  # type: ignore[index]
     return json_answer(docs, headers=meta_headers(request, index))
@@ -77,6 +86,7 @@ async def _health_checks_answer(
     state = state_of(request)
     view(state)  # a bad argument (an unknown state) is a 400 before any waiting
     index, checks = await blocking_read(request, lambda: view(state))
+    checks = visible(request, checks, check_readable)
     docs = _select(request, [rendering.health_check(c) for c in checks])
     return json_answer(docs, headers=meta_headers(request, index))
 
@@ -99,7 +109,8 @@ async def health_node(request: web.Request) -> web.StreamResponse:
 async def catalog_services(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     index, services = await blocking_read(request, state.catalog_services)
-    body: dict[str, list[str]] = {} if acl_filtered(request) else services
+    names = visible(request, sorted(services), lambda acl, name: acl.allows("service", name, Access.READ))
+    body = {name: services[name] for name in names}
     return json_answer(body, headers=meta_headers(request, index))
 
 
@@ -109,6 +120,14 @@ async def catalog_service(request: web.Request) -> web.StreamResponse:
     refuse_filter(request)
     tags = request.query.getall("tag", [])
     index, rows = await blocking_read(request, lambda: state.catalog_service(name, tags))
+    # filterServiceNodes: node read and service read.
+    rows = visible(
+        request,
+        rows,
+        lambda acl, row: (
+            acl.allows("node", row[0].name, Access.READ) and acl.allows("service", row[1].name, Access.READ)
+        ),
+    )
     dc = state.settings.datacenter
     docs = [rendering.catalog_service(n, s, dc) for n, s in rows]
     docs = _select(request, docs, lambda d: d["NodeMeta"])
@@ -119,6 +138,7 @@ async def catalog_nodes(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     refuse_filter(request)
     index, nodes = await blocking_read(request, state.catalog_nodes)
+    nodes = visible(request, nodes, lambda acl, n: acl.allows("node", n.name, Access.READ))
     dc = state.settings.datacenter
     docs = _select(request, [rendering.node(n, dc) for n in nodes], lambda d: d["Meta"])
     return json_answer(docs, headers=meta_headers(request, index))

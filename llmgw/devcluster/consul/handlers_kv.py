@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from llmgw.devcluster.acl.consul_rules import Access
 from llmgw.devcluster.consul import rendering
 from llmgw.devcluster.consul.decoding import parse_uint
 from llmgw.devcluster.consul.http_common import (
-    Acl,
-    acl_filtered,
     blocking_read,
-    check_acl,
     json_answer,
     meta_headers,
     now,
+    require,
     state_of,
     text_answer,
+    visible,
 )
 from llmgw.devcluster.consul.model import ConsulError
 
@@ -37,25 +37,23 @@ async def kv_get(request: web.Request) -> web.StreamResponse:
     key = _key(request)
     q = request.query
     if "keys" in q:
-        check_acl(request, Acl.LIST)
         separator = q.get("separator", "")
         index, keys = await blocking_read(request, lambda: state.kv_keys(key, separator))
-        if acl_filtered(request):
-            keys = []
+        # KVS.ListKeys filters each key by key read (without enable_key_list_policy,
+        # Consul's default, no list rule is asked for the prefix itself).
+        keys = visible(request, keys, lambda acl, k: acl.allows("key", k, Access.READ))
         headers = meta_headers(request, index)
         if not keys and key:
             return web.Response(status=404, headers=headers)
         return json_answer(keys, headers=headers)
     if "recurse" in q:
-        check_acl(request, Acl.LIST)
         index, entries = await blocking_read(request, lambda: state.kv_list(key))
-        if acl_filtered(request):
-            entries = []
+        entries = visible(request, entries, lambda acl, e: acl.allows("key", e.key, Access.READ))
         headers = meta_headers(request, index)
         if not entries:
             return web.Response(status=404, headers=headers)
         return json_answer([rendering.kv_pair(e) for e in entries], headers=headers)
-    check_acl(request, Acl.READ)
+    require(request, "key", key, Access.READ)
     index, entry = await blocking_read(request, lambda: state.kv_get(key))
     headers = meta_headers(request, index)
     if entry is None:
@@ -66,9 +64,9 @@ async def kv_get(request: web.Request) -> web.StreamResponse:
 
 
 async def kv_put(request: web.Request) -> web.StreamResponse:
-    check_acl(request, Acl.WRITE)
     state = state_of(request)
     key = _key(request)
+    require(request, "key", key, Access.WRITE)
     if not key:
         raise ConsulError(400, "Missing key name")
     q = request.query
@@ -97,9 +95,10 @@ async def kv_put(request: web.Request) -> web.StreamResponse:
 
 
 async def kv_delete(request: web.Request) -> web.StreamResponse:
-    check_acl(request, Acl.WRITE)
     state = state_of(request)
     key = _key(request)
+    # KeyWritePrefix for a recursive delete: the prefix's own rule (no deny below it is modelled).
+    require(request, "key", key, Access.WRITE)
     q = request.query
     recurse = "recurse" in q
     if not key and not recurse:

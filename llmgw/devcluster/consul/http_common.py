@@ -11,7 +11,6 @@ Must not: hold state of its own (no module singletons) or implement an endpoint.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
@@ -19,9 +18,11 @@ from typing import TypeVar
 
 from aiohttp import web
 
+from llmgw.devcluster.acl import ConsulAcl, ConsulDenied
+from llmgw.devcluster.acl.consul_rules import Access
 from llmgw.devcluster.consul.blocking import BlockingParams, ChangeFeed, block_until_changed, parse_blocking
 from llmgw.devcluster.consul.devcontrol import DevControl
-from llmgw.devcluster.consul.model import ConsulError
+from llmgw.devcluster.consul.model import CheckRecord, ConsulError
 from llmgw.devcluster.consul.state import ConsulState
 
 T = TypeVar("T")
@@ -37,16 +38,20 @@ ANONYMOUS_ACCESSOR = "00000000-0000-0000-0000-000000000002"
 
 
 class Acl(StrEnum):
-    """What an endpoint needs when ACLs are on (settings.acl_token set)."""
+    """What a route needs before its handler runs, when ACLs are on (settings.acl_token set).
+
+    The handler then checks the named resource itself (``require``) or filters what the
+    token may not read (``visible``), as Consul's endpoints do."""
 
     NONE = "none"  # /v1/status/*: no token needed (Consul checks none there)
-    LIST = "list"  # a read whose results ACLs filter: anonymous reads an empty list
-    READ = "read"  # anonymous gets 403
-    WRITE = "write"  # anonymous gets 403
+    TOKEN = "token"  # noqa: S105 (a rule name, not a secret): a known token or the anonymous one; the handler decides
+    MANAGEMENT = "management"  # the dev endpoints: the configured (management) token only
 
 
-# Set on an anonymous read when ACLs are on: answer with nothing, marked filtered.
+# Set on a read when the token's ACL hid part of the answer (X-Consul-Results-Filtered-By-ACLs).
 FILTERED = web.RequestKey("consul_acl_filtered", bool)
+TOKEN_ACL = web.RequestKey("consul_token_acl", ConsulAcl)
+_MANAGEMENT = ConsulAcl(accessor="", management=True)
 
 
 def state_of(request: web.Request) -> ConsulState:
@@ -78,29 +83,57 @@ def request_token(request: web.Request) -> str:
     return ""
 
 
-def check_acl(request: web.Request, rule: Acl) -> None:
-    """Let the request through, mark it filtered, or raise Consul's 403."""
-    wanted = state_of(request).settings.acl_token
-    if wanted is None or rule is Acl.NONE:
+def token_acl(request: web.Request) -> ConsulAcl:
+    """The ACL of the request's token (management when ACLs are off)."""
+    acl = request.get(TOKEN_ACL)
+    return acl if isinstance(acl, ConsulAcl) else _MANAGEMENT
+
+
+def resolve_token(request: web.Request, rule: Acl) -> None:
+    """Find the request's token; 403 ``ACL not found`` for a secret no token has."""
+    state = state_of(request)
+    if state.settings.acl_token is None or rule is Acl.NONE:
         return
-    token = request_token(request)
-    if hmac.compare_digest(token.encode(), wanted.encode()):
-        return
-    if token:
-        raise web.HTTPForbidden(text="ACL not found", content_type="text/plain")
-    if rule is Acl.LIST:
+    secret = request_token(request)
+    if secret:
+        identity = state.tokens.resolve(secret)
+        if identity is None:
+            raise web.HTTPForbidden(text="ACL not found", content_type="text/plain")
+        acl = identity.acl
+    else:
+        acl = ConsulAcl(accessor=ANONYMOUS_ACCESSOR)
+    if rule is Acl.MANAGEMENT and not acl.management:
+        raise web.HTTPForbidden(text="Permission denied", content_type="text/plain")
+    request[TOKEN_ACL] = acl
+
+
+def require(request: web.Request, resource: str, name: str, access: Access) -> None:
+    """Consul's 403 ``Permission denied: token ... lacks permission 'R:A' on "name"``."""
+    try:
+        token_acl(request).require(resource, name, access)
+    except ConsulDenied as exc:
+        raise web.HTTPForbidden(text=str(exc), content_type="text/plain") from exc
+
+
+def visible(request: web.Request, items: list[T], allowed: Callable[[ConsulAcl, T], bool]) -> list[T]:
+    """The items the token may read; marks the answer filtered when any is left out."""
+    acl = token_acl(request)
+    kept = [item for item in items if allowed(acl, item)]
+    if len(kept) != len(items):
         request[FILTERED] = True
-        return
-    perm = "write" if rule is Acl.WRITE else "read"
-    raise web.HTTPForbidden(
-        text=f"Permission denied: token with AccessorID '{ANONYMOUS_ACCESSOR}' lacks permission '{perm}'",
-        content_type="text/plain",
-    )
+    return kept
+
+
+def check_readable(acl: ConsulAcl, check: CheckRecord) -> bool:
+    """filterHealthChecks (agent/consul/acl.go): node read, and service read for a service's check."""
+    if not acl.allows("node", check.node, Access.READ):
+        return False
+    return not check.service_name or acl.allows("service", check.service_name, Access.READ)
 
 
 def guarded(rule: Acl, handler: Handler) -> Handler:
     async def run(request: web.Request) -> web.StreamResponse:
-        check_acl(request, rule)
+        resolve_token(request, rule)
         return await handler(request)
 
     run.__name__ = handler.__name__

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from llmgw.devcluster.acl import ConsulAcl, TokenBook
+from llmgw.devcluster.acl.consul_rules import ConsulPolicy
 from llmgw.devcluster.consul.decoding import CheckSpec, ServiceSpec, SessionSpec
 from llmgw.devcluster.consul.durations import DurationError, format_go_duration, parse_go_duration
 from llmgw.devcluster.consul.model import (
@@ -88,11 +90,28 @@ def _node_id(name: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}.node.llmgw-dev"))
 
 
+@dataclass(frozen=True)
+class AuthMethod:
+    """A JWT auth method: the key identities are signed with (Nomad's JWKS, here shared),
+    the audience it is bound to, and the roles its binding rule may bind (name -> policies)."""
+
+    key: bytes = field(repr=False)
+    audience: str = "consul.io"
+    roles: dict[str, tuple[ConsulPolicy, ...]] = field(default_factory=dict)
+
+
 class ConsulState:
     """All of one stand-in cluster's data. See the module docstring."""
 
     def __init__(self, settings: ConsulSettings | None = None) -> None:
         self.settings = settings or ConsulSettings()
+        # The ACL tokens: settings.acl_token is a management token; DevCluster issues the
+        # components' own (each with its ops/acl policy), and task logins add theirs.
+        self.tokens: TokenBook[ConsulAcl] = TokenBook()
+        if self.settings.acl_token is not None:
+            self.tokens.add(self.settings.acl_token, "management", ConsulAcl("management", management=True))
+        # JWT auth methods by name (``nomad-workloads``): what /v1/acl/login verifies.
+        self.auth_methods: dict[str, AuthMethod] = {}
         self.faults = Faults()
         self._index = 0
         self._tables: dict[Table, int] = dict.fromkeys(Table, 0)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from llmgw.apispec.jobspec.goduration import format_go_duration
 from llmgw.cancellation import cancel_and_wait
+from llmgw.devcluster.acl.identity import sign_identity
 from llmgw.devcluster.nomad import docker
 from llmgw.devcluster.nomad import template as tmpl
 from llmgw.devcluster.nomad.config import DockerPlugin, StandInConfig
@@ -202,6 +203,7 @@ class TaskRunner:
         self.done = asyncio.Event()
         self.templates: list[_Template] = []
         self.data: _ConsulData | None = None
+        self.template_consul: ConsulAgent | None = None  # the node's agent, with the task's token
         self.registrations: list[Registration] = []
         self.restart_times: list[int] = []
         self.env: TaskEnv | None = None
@@ -262,10 +264,39 @@ class TaskRunner:
             )
             self.templates.append(_Template(spec, nodes, dest))
 
+    async def _template_consul_agent(self) -> ConsulAgent | None:
+        """The node's Consul agent with the token Nomad 2.0.5's template hook gives this task.
+
+        A task whose group or task has a ``consul`` block gets the implicit identity
+        ``consul_default`` when the servers configure ``consul.task_identity``
+        (``handleConsulTask``), which the client logs in to Consul's auth method with;
+        the template then runs with that token. Without the identity it runs with
+        ``"invalid-token"``, or the client's own token when the client config says
+        ``template { use_client_consul_token = true }`` (``template_hook.go``, ``Prestart``).
+        """
+        agent = self.ar.host.consul_for(self.ar.alloc.node_id)
+        if agent is None:
+            return None
+        config = self.ar.host.config
+        consul_block = self.task.get("Consul") or self.ar.group.get("Consul")
+        if consul_block is not None and config.consul_task_identity and config.identity_signing_key:
+            claims = {
+                "nomad_namespace": str(self.ar.alloc.job.get("Namespace") or "default"),
+                "nomad_job_id": str(self.ar.alloc.job.get("ID") or ""),
+                "nomad_allocation_id": self.ar.alloc.id,
+                "nomad_task": self.name,
+                "aud": ["consul.io"],
+            }
+            bearer = sign_identity(claims, config.identity_signing_key)
+            return agent.with_token(await agent.login(config.consul_auth_method, bearer))
+        if config.template_use_client_consul_token:
+            return agent
+        return agent.with_token("invalid-token")
+
     async def _render_all(self, *, block: bool) -> bool:
         """Render every template until its data is complete. Returns whether any output changed."""
         assert self.data is not None
-        agent = self.ar.host.consul_for(self.ar.alloc.node_id)
+        agent = self.template_consul
         changed = False
         for template in self.templates:
             attempts = 0
@@ -397,6 +428,8 @@ class TaskRunner:
         try:
             env = self._build_env()
             self._prepare_templates(env)
+            if self.templates:
+                self.template_consul = await self._template_consul_agent()
             self.data = _ConsulData(dict(env.env), self._read_variable)
             await self._render_all(block=True)
         except (tmpl.TemplateError, OSError, ConsulError) as exc:
@@ -635,7 +668,7 @@ class TaskRunner:
     async def _watch_templates(self) -> None:
         """Re-render when Consul data or a Nomad variable changes; apply change_mode."""
         assert self.data is not None
-        agent = self.ar.host.consul_for(self.ar.alloc.node_id)
+        agent = self.template_consul
         wait_s = 30.0
         while True:
             deps = set().union(*(t.used for t in self.templates))

@@ -171,6 +171,19 @@ class StandInConfig:
     consul_agents: dict[str, str] = field(default_factory=dict)
     # The X-Consul-Token the clients send to their agents (Nomad's ``consul { token }``).
     consul_token: str | None = field(default=None, repr=False)
+    # Workload identities for Consul (Nomad 2.0.5). With ``consul_task_identity`` (the
+    # servers' ``consul { task_identity { aud = ["consul.io"] } }``) a task whose group or
+    # task has a ``consul`` block gets the implicit identity ``consul_default``
+    # (nomad/job_endpoint_hook_implicit_identities.go, handleConsulTask) and its client logs
+    # it in to Consul's ``consul_auth_method``, signed with ``identity_signing_key`` (what
+    # Consul's JWKS check verifies), for the token its templates read Consul with. Any
+    # other task's templates read Consul with "invalid-token"
+    # (client/allocrunner/taskrunner/template_hook.go), unless the client sets
+    # ``template { use_client_consul_token = true }``: then with ``consul_token``.
+    consul_task_identity: bool = True
+    consul_auth_method: str = "nomad-workloads"
+    identity_signing_key: bytes | None = field(default=None, repr=False)
+    template_use_client_consul_token: bool = False
     # Refuse request bodies with keys real Nomad would silently drop (tests turn this on).
     strict: bool = False
     # When set, every API call must carry this token (X-Nomad-Token or a Bearer header),

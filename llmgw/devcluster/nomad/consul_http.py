@@ -121,6 +121,22 @@ class ConsulAgent:
         self.addr = addr.rstrip("/")
         self.headers = {"X-Consul-Token": token} if token else {}
 
+    def with_token(self, token: str) -> ConsulAgent:
+        """The same agent, asked with another token (a task's, for its templates)."""
+        return ConsulAgent(self.session, self.addr, token)
+
+    async def login(self, auth_method: str, bearer: str) -> str:
+        """``PUT /v1/acl/login`` with a workload identity: the Consul token's SecretID."""
+        body = {"AuthMethod": auth_method, "BearerToken": bearer}
+        try:
+            async with self.session.put(f"{self.addr}/v1/acl/login", json=body) as resp:
+                if resp.status >= 300:
+                    raise ConsulError(f"PUT /v1/acl/login: HTTP {resp.status}: {(await resp.text()).strip()}")
+                answer = await resp.json()
+        except aiohttp.ClientError as exc:
+            raise ConsulError(f"PUT /v1/acl/login: {exc}") from exc
+        return str(answer.get("SecretID") or "") if isinstance(answer, dict) else ""
+
     async def _put(self, path: str, body: JSON | None) -> None:
         try:
             async with self.session.put(f"{self.addr}{path}", json=body, headers=self.headers) as resp:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hmac
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,8 +23,10 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from llmgw.apispec.jobspec import JobspecError, parse_jobspec
+from llmgw.devcluster.acl import NomadAcl
 from llmgw.devcluster.browsers import refuse_browsers
 from llmgw.devcluster.nomad.apishape import decode_lenient, fill, strict_problems
+from llmgw.devcluster.nomad.authz import register_refusal, route_check, stream_allowed
 from llmgw.devcluster.nomad.events import SubscriptionDropped, filter_events, parse_topics
 from llmgw.devcluster.nomad.jobcanon import JobInvalid
 from llmgw.devcluster.nomad.standin import NOMAD_VERSION, BadRequest, NomadStandIn, NotFound
@@ -133,6 +134,12 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return _error(404, str(exc))
     except (BadRequest, JobInvalid, VariableProblem) as exc:
         return _error(400, str(exc))
+    except Forbidden as exc:
+        return _error(403, str(exc))
+
+
+class Forbidden(Exception):
+    """A check inside a handler refused the request's token (Nomad's 403 text is the message)."""
 
 
 def _unserved(request: web.Request) -> web.Response:
@@ -164,28 +171,45 @@ def request_token(headers: Mapping[str, str]) -> str:
     return ""
 
 
-def acl_refusal(token: str | None, path: str, headers: Mapping[str, str]) -> str | None:
-    """Nomad's 403 text for a request its ACLs refuse, or None to serve it.
+ACL = web.RequestKey("nomad_acl", NomadAcl)
+_ANONYMOUS = NomadAcl()  # the anonymous token: no policy
 
-    With ``token`` None ACLs are off and everything is served. The dev-only
-    ``/_dev/`` paths need the token like the API: they kill processes.
+
+def acl_of(request: web.Request) -> NomadAcl:
+    """The request's token's ACL (management when the stand-in runs with ACLs off)."""
+    acl = request.get(ACL)
+    return acl if isinstance(acl, NomadAcl) else NomadAcl(management=True)
+
+
+def acl_middleware(standin: NomadStandIn) -> Any:
+    """Resolve the token and make the route's check, as Nomad's RPC handlers do.
+
+    With no token configured ACLs are off and everything is served. An unknown secret is
+    ``ACL token not found``; a token (or the anonymous one) without the capability the
+    route's RPC checks is ``Permission denied``, both 403 in plain text
+    (``command/agent/http.go`` ``wrap``). The dev-only ``/_dev/`` paths and the ACL
+    endpoints need a management token: they kill processes and write policies.
     """
-    if token is None or path in ACL_FREE_PATHS:
-        return None
-    sent = request_token(headers)
-    if not sent:
-        return "Permission denied"  # the anonymous token, which has no policy
-    if not hmac.compare_digest(sent.encode(), token.encode()):
-        return "ACL token not found"
-    return None
 
-
-def acl_middleware(token: str | None) -> Any:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        refusal = acl_refusal(token, request.path, request.headers)
-        if refusal is not None:
-            return _error(403, refusal)
+        if standin.config.acl_token is None or request.path in ACL_FREE_PATHS:
+            return await handler(request)
+        sent = request_token(request.headers)
+        if sent:
+            identity = standin.tokens.resolve(sent)
+            if identity is None:
+                return _error(403, "ACL token not found")
+            acl = identity.acl
+        else:
+            acl = _ANONYMOUS
+        route = request.match_info.route.resource
+        pattern = route.canonical if route is not None else request.path
+        pattern = pattern.replace("{path:.+}", "{path}")
+        namespace = request.query.get("namespace") or NAMESPACE
+        if route is not None and not route_check(request.method, pattern)(acl, namespace):
+            return _error(403, "Permission denied")
+        request[ACL] = acl
         return await handler(request)
 
     return check
@@ -234,6 +258,8 @@ async def jobs_register(request: web.Request) -> web.Response:
     url_id = request.match_info.get("job_id")
     if url_id is not None and job.get("ID") != url_id:
         raise BadRequest("Job ID does not match name")
+    if register_refusal(acl_of(request), job) is not None:
+        raise Forbidden("Permission denied")
     result = _standin(request).register_job(
         job,
         enforce_index=bool(body.get("EnforceIndex")),
@@ -561,6 +587,13 @@ async def event_stream(request: web.Request) -> web.StreamResponse:
     namespace = request.query.get("namespace") or NAMESPACE
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     await resp.prepare(request)
+    if not stream_allowed(acl_of(request), namespace, topics):
+        # Nomad 2.0.5 hijacks the connection and writes "200 OK" before the subscription's
+        # ACL check (command/agent/event_endpoint.go, EventStream); the RPC's 403 then has
+        # nowhere to go, so the client sees 200 and the end of the stream.
+        with contextlib.suppress(ConnectionResetError):
+            await resp.write_eof()
+        return resp
     seq = broker.start_seq(index)
     loop = asyncio.get_running_loop()
     heartbeat = standin.config.event_heartbeat_s
@@ -609,7 +642,15 @@ def _cas(request: web.Request) -> int | None:
         raise BadRequest(f"Invalid cas: {exc}") from exc
 
 
+def _require_variable(request: web.Request, op: str) -> None:
+    """``AllowVariableOperation`` for the request's token, on its path and namespace."""
+    path = request.match_info["path"].strip("/")
+    if not acl_of(request).allow_variable(_var_namespace(request), path, op, None):
+        raise Forbidden("Permission denied")
+
+
 async def variable_get(request: web.Request) -> web.Response:
+    _require_variable(request, "read")
     standin = _standin(request)
     found = standin.variables.get(_var_namespace(request), request.match_info["path"])
     if found is None:
@@ -618,6 +659,7 @@ async def variable_get(request: web.Request) -> web.Response:
 
 
 async def variable_put(request: web.Request) -> web.Response:
+    _require_variable(request, "write")
     standin = _standin(request)
     body = await _body(request, "Variable")
     path = request.match_info["path"]
@@ -634,6 +676,7 @@ async def variable_put(request: web.Request) -> web.Response:
 
 
 async def variable_delete(request: web.Request) -> web.Response:
+    _require_variable(request, "destroy")
     standin = _standin(request)
     try:
         standin.variables.delete(_var_namespace(request), request.match_info["path"], cas=_cas(request))
@@ -693,7 +736,7 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 def create_app(standin: NomadStandIn) -> web.Application:
     """The Nomad HTTP API app over ``standin`` (which the caller starts and stops)."""
     app = web.Application(
-        middlewares=[refuse_browsers, errors_middleware, acl_middleware(standin.config.acl_token)],
+        middlewares=[refuse_browsers, errors_middleware, acl_middleware(standin)],
         # Nomad's agent decodes request bodies with no size limit (command/agent/http.go, decodeBody);
         # aiohttp's 1 MiB default would refuse jobs Nomad takes.
         client_max_size=MAX_REQUEST_BYTES,

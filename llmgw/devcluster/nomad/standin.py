@@ -27,6 +27,7 @@ from typing import Any
 
 import aiohttp
 
+from llmgw.devcluster.acl import NomadAcl, TokenBook
 from llmgw.devcluster.nomad import docker
 from llmgw.devcluster.nomad.client import AllocRunner
 from llmgw.devcluster.nomad.config import NodeSpec, StandInConfig
@@ -129,6 +130,11 @@ class NomadStandIn:
         self.procs = ProcessTable()
         # Nomad Variables and the ACL policies attached to workloads (what nomadVar reads).
         self.variables = Variables()
+        # The ACL tokens: the configured one is a management token; DevCluster issues the
+        # components' own (each with its ops/acl policy) through ``tokens.issue``.
+        self.tokens: TokenBook[NomadAcl] = TokenBook()
+        if self.config.acl_token is not None:
+            self.tokens.add(self.config.acl_token, "management", NomadAcl(management=True))
         # (node id, image) of the images each node's Docker daemon has pulled (``image_pull_s``).
         self.pulled_images: set[tuple[str, str]] = set()
         self.scheduler = Scheduler(self.store, free_port, now_ns)

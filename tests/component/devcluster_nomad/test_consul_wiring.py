@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -11,6 +12,7 @@ import aiohttp
 import nomad
 
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
+from llmgw.devcluster.acl import ops_policies
 from llmgw.devcluster.consul import ConsulSettings
 from llmgw.devcluster.nomad.config import DockerPlugin, NodeSpec
 from llmgw.devcluster.partition import TcpProxy
@@ -19,6 +21,16 @@ from tests.support.waiting import eventually
 from .conftest import call, fast_config, group, read_alloc_file, wait_for
 
 S = 1_000_000_000
+
+
+def agent_may_write(*services: str) -> dict[str, str]:
+    """ops/acl's policies, with the Nomad agents' Consul token also writing (and reading)
+    these jobs' services: a real cluster's agent token needs a rule for every service its
+    jobs register (ops/acl/consul-nomad-agent.policy.hcl names llmgw's)."""
+    policies = ops_policies()
+    rules = "".join(f'\nservice "{name}" {{\n  policy = "write"\n}}\n' for name in services)
+    policies["consul-nomad-agent"] += rules + '\nnode_prefix "" {\n  policy = "read"\n}\n'
+    return policies
 
 
 async def passing(dev: DevCluster, name: str) -> list[dict[str, Any]]:
@@ -33,7 +45,11 @@ async def passing(dev: DevCluster, name: str) -> list[dict[str, Any]]:
 
 
 async def test_services_register_with_checks_and_templates_render_from_consul(tmp_path: Path) -> None:
-    config = DevClusterConfig(nomad=fast_config(tmp_path), consul=ConsulSettings.for_tests())
+    # The watcher's template reads Consul with the client's token (no consul block in its group).
+    nomad_config = replace(fast_config(tmp_path), template_use_client_consul_token=True)
+    config = DevClusterConfig(
+        nomad=nomad_config, consul=ConsulSettings.for_tests(), acl_policies=agent_may_write("web")
+    )
     async with DevCluster(config) as dev:
         client = nomad.Nomad(address=dev.nomad_addr, timeout=10, token=dev.nomad_token)
         web = group(
@@ -130,7 +146,11 @@ async def test_a_group_service_registers_before_its_task_pulls_and_the_allocatio
     server.write_text("#!/bin/sh\nexec sleep 600\n")
     server.chmod(0o755)
     node = NodeSpec(name="gpu-1", docker=DockerPlugin(llama_server=str(server), image_pull_s=600))
-    config = DevClusterConfig(nomad=fast_config(tmp_path, nodes=(node,)), consul=ConsulSettings.for_tests())
+    config = DevClusterConfig(
+        nomad=fast_config(tmp_path, nodes=(node,)),
+        consul=ConsulSettings.for_tests(),
+        acl_policies=agent_may_write("engine"),
+    )
     async with DevCluster(config) as dev:
         client = nomad.Nomad(address=dev.nomad_addr, timeout=10, token=dev.nomad_token)
         job = {
@@ -190,7 +210,9 @@ async def test_a_registration_the_agent_could_not_take_is_retried_while_the_allo
     nomad_config = fast_config(
         tmp_path, nodes=(NodeSpec(name="gpu-1"),), consul_retry_s=0.05, consul_retry_max_s=0.2
     )
-    config = DevClusterConfig(nomad=nomad_config, consul=ConsulSettings.for_tests())
+    config = DevClusterConfig(
+        nomad=nomad_config, consul=ConsulSettings.for_tests(), acl_policies=agent_may_write("web")
+    )
     async with DevCluster(config) as dev:
         assert dev.nomad is not None
         agent = urlsplit(dev.nomad.config.consul_agents["gpu-1"])
