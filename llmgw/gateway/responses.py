@@ -124,7 +124,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     parsed = await _off_the_loop_if(len(raw), _parsed, raw)
     catalog = handlers.catalog_of(context)
     route = handlers.resolved_route(request, parsed.model, Api.RESPONSES)
-    chain = handlers.tool_calling_chain(catalog, parsed.model, route, body)
+    chain = handlers.tool_calling_chain(catalog, parsed.model, route, parsed.body)
     served = request[SERVED]
     key = request.get(API_KEY)
     owner = key.key_id if key is not None else ""

@@ -376,8 +376,7 @@ def _group(
         },
         "waits": waits,
         # A template of this group reads Consul: the group needs a Consul identity.
-        "reads_consul": head_template is not None
-        or any(any(wait["templates"].values()) for wait in waits),
+        "reads_consul": head_template is not None or any(any(wait["templates"].values()) for wait in waits),
         "head_address_template": head_template,
         "ranks_template": None,
         "fetch": fetch,

@@ -138,7 +138,7 @@ async def test_with_an_otlp_endpoint_each_request_is_a_genai_span_between_client
         # Not a model call: no span.
         async with http.get(router.url + "/v1/models") as response:
             assert response.status == 200
-        spans = await eventually(lambda: collector.spans if len(collector.spans) >= 2 else None)
+        await eventually(lambda: collector.spans if len(collector.spans) >= 2 else None)
     finally:
         await router.stop()  # flushes the batch: nothing more may arrive
     assert len(collector.spans) == 2
@@ -151,7 +151,8 @@ async def test_with_an_otlp_endpoint_each_request_is_a_genai_span_between_client
     assert attributes["gen_ai.request.model"] == attributes["gen_ai.response.model"] == "sim-chat"
     assert attributes["gen_ai.request.stream"] is True
     assert attributes["gen_ai.usage.output_tokens"] == 3
-    assert isinstance(attributes["gen_ai.usage.input_tokens"], int) and attributes["gen_ai.usage.input_tokens"] > 0
+    prompt = attributes["gen_ai.usage.input_tokens"]
+    assert isinstance(prompt, int) and prompt > 0
     assert isinstance(attributes["gen_ai.server.time_to_first_token"], float)
     assert collector.resources[0]["service.name"] == "llmgw-router"
     # The engine's parent is the router's span, in the client's trace.
