@@ -325,7 +325,7 @@ FLAG_FAMILIES: Mapping[str, str] = MappingProxyType(
 TASK_ENVIRONMENT: Mapping[str, str] = MappingProxyType(
     {
         "LLMGW_HEAD_ADDR": "a multi-node replica's head address, from its Consul template",
-        "LLMGW_HEAD_IP": "a multi-node replica's head IP alone (vLLM's --master-addr), from the same template",
-        "LLMGW_HEAD_PORT": "a multi-node replica's head port alone (vLLM's --master-port), from the same template",
+        "LLMGW_HEAD_IP": "a multi-node replica's head IP (vLLM's --master-addr), same template",
+        "LLMGW_HEAD_PORT": "a multi-node replica's head port (vLLM's --master-port), same template",
     }
 )
