@@ -324,13 +324,19 @@ def split_in_two(turns: Sequence[Turn]) -> tuple[list[Turn], list[Turn]] | None:
     text = turn.text
     if turn.images or len(text) < _MIN_SPLIT_CHARS:
         return None
+    cut, overlap = _cut_point(text)
+    return [Turn(turn.role, text[: cut + overlap])], [Turn(turn.role, text[cut - overlap :])]
+
+
+def _cut_point(text: str) -> tuple[int, int]:
+    """Where ``text`` is cut in two (the space nearest its middle, within a sixteenth of it)
+    and how far each piece reaches past the cut (that sixteenth)."""
     overlap = len(text) // 16
     middle = len(text) // 2
     before = text.rfind(" ", middle - overlap, middle + 1)
     after = text.find(" ", middle, middle + overlap)
     spaces = [space for space in (before, after) if space > 0]
-    cut = min(spaces, key=lambda space: abs(space - middle)) if spaces else middle
-    return [Turn(turn.role, text[: cut + overlap])], [Turn(turn.role, text[cut - overlap :])]
+    return (min(spaces, key=lambda space: abs(space - middle)) if spaces else middle), overlap
 
 
 def _cut_with_overlap(turns: Sequence[Turn]) -> tuple[list[Turn], list[Turn]]:
@@ -345,12 +351,7 @@ def _cut_with_overlap(turns: Sequence[Turn]) -> tuple[list[Turn], list[Turn]]:
         starts.append(offset)
         offset += len(turn.text)
     text = "".join(turn.text for turn in turns)
-    overlap = len(text) // 16
-    middle = len(text) // 2
-    before = text.rfind(" ", middle - overlap, middle + 1)
-    after = text.find(" ", middle, middle + overlap)
-    spaces = [space for space in (before, after) if space > 0]
-    cut = min(spaces, key=lambda space: abs(space - middle)) if spaces else middle
+    cut, overlap = _cut_point(text)
     end, begin = cut + overlap, cut - overlap
     first: list[Turn] = []
     second: list[Turn] = []
