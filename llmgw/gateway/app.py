@@ -120,7 +120,7 @@ def create_app(
         book=book,
         catalogs=CatalogHolder(policy or read_security_policy()),
         keys=None if settings.no_auth else KeyRing(),
-        limiter=RateLimiter(),
+        limiter=RateLimiter(settings.max_concurrent_per_key),
         gates=gates,
         demand=demand,
         metrics=metrics,

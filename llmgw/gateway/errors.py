@@ -144,6 +144,19 @@ def rate_limited(kind: str, limit: int, retry_after: int, *, requested: int | No
     )
 
 
+def too_many_at_once(limit: int) -> ApiError:
+    return ApiError(
+        Refusal(
+            429,
+            f"This API key has {limit} requests in progress on this router, its limit: wait for one "
+            "to finish.",
+            "requests",
+            "concurrency_limit_exceeded",
+            retry_after=1,
+        )
+    )
+
+
 def queue_full(model: str, retry_after: int) -> ApiError:
     return ApiError(
         Refusal(

@@ -73,33 +73,39 @@ async def serve_call(
     walk = tool_calling_chain(catalog, call.model, route, call.body)
     chain, per_model = translate(catalog, walk) if translate is not None else (walk, None)
     key = request.get(API_KEY)
-    if hold_tokens is None and key is not None and key.tokens_per_minute is not None:
-        # Only a token limit holds tokens: no estimate for a request that holds none.
-        hold_tokens = call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
-    hold = hold_for(request, hold_tokens or 0, unbounded=bool(hold_tokens) and call.unbounded)
-    request_id = request[REQUEST_ID]
-    gates = context.gates
+    if key is not None:
+        context.limiter.enter(key)  # the key's requests in progress: 429 past its limit
     try:
-        if not gates.enter_now(model):
-            await gates.enter(model)
+        if hold_tokens is None and key is not None and key.tokens_per_minute is not None:
+            # Only a token limit holds tokens: no estimate for a request that holds none.
+            hold_tokens = call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
+        hold = hold_for(request, hold_tokens or 0, unbounded=bool(hold_tokens) and call.unbounded)
+        request_id = request[REQUEST_ID]
+        gates = context.gates
         try:
-            if route.guarded and screen:
-                call = await context.guard.screen(call, chain, catalog, request_id)
-            return await context.dispatcher.serve(
-                request,
-                call,
-                chain,
-                catalog,
-                served,
-                request_id,
-                started=request[STARTED],
-                on_usage=hold.settle if hold is not None else None,
-                translate=per_model,
-            )
+            if not gates.enter_now(model):
+                await gates.enter(model)
+            try:
+                if route.guarded and screen:
+                    call = await context.guard.screen(call, chain, catalog, request_id)
+                return await context.dispatcher.serve(
+                    request,
+                    call,
+                    chain,
+                    catalog,
+                    served,
+                    request_id,
+                    started=request[STARTED],
+                    on_usage=hold.settle if hold is not None else None,
+                    translate=per_model,
+                )
+            finally:
+                gates.release(model)
         finally:
-            gates.release(model)
+            close_hold(hold, served)
     finally:
-        close_hold(hold, served)
+        if key is not None:
+            context.limiter.leave(key)
 
 
 def resolved_route(request: web.Request, name: str, api: Api) -> CatalogRoute:

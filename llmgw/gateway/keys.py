@@ -193,9 +193,24 @@ class RateLimiter:
     held from the token budget at admission; ``TokenHold`` settles them once the
     answer's ``usage`` is known."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_concurrent: int = 64) -> None:
         self._requests: dict[str, _Bucket] = {}
         self._tokens: dict[str, _Bucket] = {}
+        self._max_concurrent = max_concurrent
+        self._in_progress: dict[str, int] = {}
+
+    def enter(self, record: ApiKeyRecord) -> None:
+        """One more request of the key in progress, or the 429 when it has
+        ``max_concurrent`` already; every ``enter`` that returns is paired with a ``leave``."""
+        running = self._in_progress.get(record.key_id, 0)
+        if running >= self._max_concurrent:
+            raise errors.too_many_at_once(self._max_concurrent)
+        self._in_progress[record.key_id] = running + 1
+
+    def leave(self, record: ApiKeyRecord) -> None:
+        running = self._in_progress.pop(record.key_id, 0) - 1
+        if running > 0:
+            self._in_progress[record.key_id] = running
 
     def admit(
         self, record: ApiKeyRecord, now: float, tokens: int = 0, *, unbounded: bool = False

@@ -133,33 +133,45 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         history = await _history(context, parsed.previous_response_id, owner)
     call = await _off_the_loop_if(len(raw), _chat_call, parsed, history, context.settings.responses_max_bytes)
 
-    hold = handlers.hold_for(
-        request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer), unbounded=call.unbounded
-    )
-    request_id = request[REQUEST_ID]
-    gates = context.gates
+    if key is not None:
+        context.limiter.enter(key)  # the key's requests in progress: 429 past its limit
     try:
-        if not gates.enter_now(route.model):
-            await gates.enter(route.model)
+        hold = handlers.hold_for(
+            request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer), unbounded=call.unbounded
+        )
+        request_id = request[REQUEST_ID]
+        gates = context.gates
         try:
-            if route.guarded:
-                call = await context.guard.screen(call, chain, catalog, request_id)
-            turn = _Turn(
-                context, parsed, history, owner, served, request_id, hold.settle if hold is not None else None
-            )
+            if not gates.enter_now(route.model):
+                await gates.enter(route.model)
             try:
-                async with context.dispatcher.exchange(
-                    request, call, chain, catalog, served, request_id
-                ) as exchange:
-                    if parsed.stream and exchange.response.status == 200:
-                        return await turn.stream(request, exchange)
-                    return await turn.whole(exchange)
-            except RefusedMidStream as exc:
-                return await _end_with_error(exc.response, exc.refusal)
+                if route.guarded:
+                    call = await context.guard.screen(call, chain, catalog, request_id)
+                turn = _Turn(
+                    context,
+                    parsed,
+                    history,
+                    owner,
+                    served,
+                    request_id,
+                    hold.settle if hold is not None else None,
+                )
+                try:
+                    async with context.dispatcher.exchange(
+                        request, call, chain, catalog, served, request_id
+                    ) as exchange:
+                        if parsed.stream and exchange.response.status == 200:
+                            return await turn.stream(request, exchange)
+                        return await turn.whole(exchange)
+                except RefusedMidStream as exc:
+                    return await _end_with_error(exc.response, exc.refusal)
+            finally:
+                gates.release(route.model)
         finally:
-            gates.release(route.model)
+            handlers.close_hold(hold, served)  # as chat's
     finally:
-        handlers.close_hold(hold, served)  # as chat's
+        if key is not None:
+            context.limiter.leave(key)
 
 
 class _Turn:

@@ -142,6 +142,10 @@ class RouterSettings:
     # --- limits --------------------------------------------------------------------------------
     # Requests one router forwards to one model at once; more wait in the model's queue.
     max_concurrency_per_model: int = field(default=1024, metadata=_help("concurrent requests per model"))
+    # Requests of one API key this router serves at once (streams included); beyond this
+    # the key gets 429 at once: one key holding every slot of a model starves the others
+    # (one key held 20 streams). Per router, as the rate limits.
+    max_concurrent_per_key: int = field(default=64, metadata=_help("concurrent requests per API key"))
     # Requests waiting for a slot; beyond this a request gets 429 at once.
     max_queue_per_model: int = field(default=1024, metadata=_help("requests queued per model"))
     # A queued request that gets no slot in this long gets 429.
@@ -276,7 +280,8 @@ def validate(settings: RouterSettings) -> list[str]:
             problems.append(f"{flag(name)} must be >= 0, got {getattr(settings, name)}")
     for name in (
         "backlog", "max_body_bytes", "max_response_bytes", "attempts_per_model", "attempts_total",
-        "max_concurrency_per_model", "loading_retry_after", "unavailable_retry_after", "queue_retry_after",
+        "max_concurrency_per_model", "max_concurrent_per_key", "loading_retry_after",
+        "unavailable_retry_after", "queue_retry_after",
         "guard_max_tokens", "guard_max_pieces", "guard_max_body_bytes", "unplaceable_retry_after",
         "responses_max_bytes",
     ):  # fmt: skip

@@ -497,3 +497,56 @@ async def test_a_guarded_body_over_the_guards_limit_is_a_413_before_the_judge(
     assert not judge.seen
     async with http.post(router.url + "/v1/chat/completions", json={"model": "open", **long}) as reply:
         assert reply.status == 200  # the router's own limit is the rest's
+
+
+class HeldEngine:
+    """A chat engine that answers only once ``release`` is set; ``arrived`` counts requests."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.arrived = 0
+
+    def app(self) -> web.Application:
+        async def chat(request: web.Request) -> web.Response:
+            await request.read()
+            self.arrived += 1
+            await self.release.wait()
+            return web.json_response(_chat_answer("chat-a", "ok"))
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        return app
+
+
+async def test_one_key_cannot_hold_more_than_its_share_of_requests(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    engine = HeldEngine()
+    await cluster.add_app("chat-a", engine.app())
+    key, _ = _issue(cluster)
+    other, _ = _issue(cluster, name="other")
+    router = await start_router(with_keys=True, max_concurrent_per_key=2)
+    chat = {"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]}
+
+    async def post(path: str, body: dict[str, Any], api_key: str) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {api_key}", "anthropic-version": "2023-06-01"}
+        async with http.post(router.url + path, json=body, headers=headers) as reply:
+            return reply.status, await reply.json()
+
+    held = [asyncio.create_task(post("/v1/chat/completions", chat, key)) for _ in range(2)]
+    try:
+        assert await eventually(lambda: engine.arrived == 2)
+        status, body = await post("/v1/chat/completions", chat, key)
+        assert (status, body["error"]["code"]) == (429, "concurrency_limit_exceeded")
+        status, body = await post("/v1/responses", {"model": "chat-a", "input": "hi"}, key)
+        assert (status, body["error"]["code"]) == (429, "concurrency_limit_exceeded")
+        status, body = await post("/v1/messages", {**chat, "max_tokens": 5}, key)
+        assert (status, body["type"], body["error"]["type"]) == (429, "error", "rate_limit_error")
+        # Another key is not held back by this one's.
+        held.append(asyncio.create_task(post("/v1/chat/completions", chat, other)))
+        assert await eventually(lambda: engine.arrived == 3)
+    finally:
+        engine.release.set()
+        results = await asyncio.gather(*held)
+    assert [status for status, _ in results] == [200, 200, 200]
+    assert (await post("/v1/chat/completions", chat, key))[0] == 200  # the slots came back
