@@ -1,5 +1,6 @@
-"""A tiny GGUF chat model for agents on a real llama-server: it answers every turn with one
-word and stops, and it reads a 100,000-character prompt in seconds on a CPU.
+"""A tiny GGUF chat model for agents on a real llama-server: it answers a turn with one word
+(or first a call of the client's tool) and stops, and it reads a 100,000-character prompt in
+seconds on a CPU.
 
 An agent CLI sends tens of thousands of characters a turn (system prompt, tool schemas) and
 ends only on a stop; a random-weight model (tinygguf.py) reads them a byte a token and
@@ -15,6 +16,14 @@ never stops. This one is built so that neither happens, with llama.cpp's own mac
   an end-of-generation token: ``llama-vocab.cpp`` adds ``<|im_end|>`` to the EOG set) on B,
   by a margin of ``MARGIN`` logits, so at any temperature or top-p an agent sends the
   answer is the word, then the stop.
+- **A tool call, then the word** (``tool_call=``): the call is one token (the whole
+  ``<tool_call>...</tool_call>`` text, which llama-server's template parser turns into the
+  response's ``tool_calls``), scored highest on A alone; ``<tool_response>``, which the
+  template writes before a tool's result, is a token of its own (direction D) that the one
+  attention head finds from the last prompt token wherever it is and adds as direction E,
+  on which the word scores highest. So the first turn calls the client's tool, the turn
+  after its result answers the word, and both stop. Queries and keys live on the last
+  RoPE pair, which a huge ``rope.freq_base`` keeps from turning.
 - **A packed vocabulary.** A SentencePiece-style ("llama") vocabulary, read by llama.cpp's
   SPM tokenizer (``llm_tokenizer_spm_session``: it merges the adjacent pair whose text is a
   token with the highest score, leftmost first, and falls back to ``<0xXX>`` bytes for the
@@ -44,6 +53,7 @@ FEED_FORWARD = 16
 MARGIN = 60.0
 ANSWER = "llama-ok"
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+TOOL_RESPONSE = "<tool_response>"
 # The most frequent words of the corpus whose prefixes become tokens.
 WORDS = 6000
 # Modules of the standard library read for the word counts (a few MB of prose and code).
@@ -96,10 +106,19 @@ def vocabulary(words: list[str]) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_bigram_chat(path: Path, *, context: int = 131072) -> Path:
+def write_bigram_chat(path: Path, *, context: int = 131072, tool_call: str | None = None) -> Path:
     """The one-word chat model in ``path`` (a few MB), trained (its metadata says) on
-    ``context`` tokens."""
+    ``context`` tokens. With ``tool_call`` (a call as the template writes one, ``<tool_call>``
+    and all), a turn whose prompt holds no ``<tool_response>`` is answered with that call
+    instead, and a turn after a tool's result with the word (see below)."""
     tokens, scores, types = vocabulary(corpus_words())
+    if tool_call is not None:
+        # The call is one token the tokenizer never produces, but the model may; the tool's
+        # result opens with a token of its own (a user-defined token, split out of the
+        # text before the SPM merges, as the specials are).
+        tokens += [tool_call.replace(" ", "▁"), TOOL_RESPONSE]
+        scores += [0.0, 0.0]
+        types += [int(gguf.TokenType.NORMAL), int(gguf.TokenType.USER_DEFINED)]
     answer, end_of_turn = tokens.index(ANSWER), tokens.index("<|im_end|>")
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("llmgw-bigram-chat")
@@ -111,6 +130,9 @@ def write_bigram_chat(path: Path, *, context: int = 131072) -> Path:
     writer.add_head_count_kv(1)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(WIDTH)
+    # RoPE turns dimension pair i by position * base^(-2i/WIDTH) radians: at this base the
+    # last pair, which alone carries queries and keys, does not turn over a million positions.
+    writer.add_rope_freq_base(1e30)
     writer.add_vocab_size(len(tokens))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
@@ -134,11 +156,30 @@ def write_bigram_chat(path: Path, *, context: int = 131072) -> Path:
     # RMS norm makes a unit axis sqrt(WIDTH) long: the winner scores MARGIN, the rest 0.
     output = np.zeros((len(tokens), WIDTH), dtype=np.float32)
     output[answer, 0] = output[end_of_turn, 1] = MARGIN / np.sqrt(WIDTH)
-    zeros = np.zeros((WIDTH, WIDTH), dtype=np.float32)
+    attention = {part: np.zeros((WIDTH, WIDTH), dtype=np.float32) for part in ("q", "k", "v", "output")}
+    if tool_call is not None:
+        call, response = tokens.index(tool_call.replace(" ", "▁")), tokens.index(TOOL_RESPONSE)
+        # A tool's result (direction D) is what every prompt token (A) looks for: the last
+        # one finds it, if there is one, with a score of q.k/sqrt(WIDTH) = 50 (every other
+        # key is 0: past e^-50 times a million tokens), and takes its value, which the
+        # output projection writes into the residual as direction E, 10 long.
+        embedding[response] = 0.0
+        embedding[response, 2] = 1.0
+        reach = np.sqrt(50 * np.sqrt(WIDTH)) / np.sqrt(WIDTH)
+        attention["q"][WIDTH - 1, 0] = attention["k"][WIDTH - 1, 2] = reach
+        attention["v"][2, 2] = 1.0
+        attention["output"][3, 2] = 10.0 / np.sqrt(WIDTH)
+        # The call answers A alone (sqrt(WIDTH) long), the word answers A+E (normed: A a
+        # tenth as long as E): 60 against 6 for the call, and the call, like the word,
+        # ends the turn (B).
+        embedding[call] = embedding[answer]
+        output[answer, 0] = 0.0
+        output[call, 0] = MARGIN / np.sqrt(WIDTH)
+        output[answer, 3] = 1.1 * MARGIN / np.sqrt(WIDTH)
     writer.add_tensor("token_embd.weight", embedding)
     writer.add_tensor("blk.0.attn_norm.weight", np.ones(WIDTH, dtype=np.float32))
-    for part in ("q", "k", "v", "output"):
-        writer.add_tensor(f"blk.0.attn_{part}.weight", zeros)
+    for part, weight in attention.items():
+        writer.add_tensor(f"blk.0.attn_{part}.weight", weight)
     writer.add_tensor("blk.0.ffn_norm.weight", np.ones(WIDTH, dtype=np.float32))
     writer.add_tensor("blk.0.ffn_gate.weight", np.zeros((FEED_FORWARD, WIDTH), dtype=np.float32))
     writer.add_tensor("blk.0.ffn_up.weight", np.zeros((FEED_FORWARD, WIDTH), dtype=np.float32))

@@ -1,19 +1,23 @@
 """Codex CLI and Claude Code through `llmgw dev` to a real llama-server: the engine build the
-default image deploys (``LLMGW_LLAMA_SERVER``, scripts/build-llama-server), serving a
-catalog model from a GGUF, each client configured exactly as the README says
-(test_agent_clis.py reads its code blocks).
+default image deploys (``LLMGW_LLAMA_SERVER``, scripts/build-llama-server), serving catalog
+models from GGUFs, each client configured exactly as the README says (test_agent_clis.py
+reads its code blocks), with a key from ``llmgw ctl keys create``.
 
-The model is bigramgguf.py's: a tool-capable chat template (Qwen2.5's) and weights that
-answer every turn with one word (``llama-ok``) and a stop, whatever the sampling, with a
-packed vocabulary that reads an agent's tens of thousands of characters of system prompt
-and tool schemas in seconds. So every turn the clients send, tools and all, is rendered by
-llama-server's own jinja template and answered by its own sampler; the router translates
-Responses and Messages to chat completions for it, as it does for every llama.cpp model.
+The models are bigramgguf.py's: Qwen2.5's tool-capable chat template and weights that
+answer an agent's first turn with a call of its shell tool (Codex's ``exec_command``,
+Claude Code's ``Bash``) and the turn after the tool's result with one word (``llama-ok``),
+each ending in a stop whatever the sampling, with a packed vocabulary that reads the
+agents' tens of thousands of characters of system prompt and tool schemas in seconds. So
+every turn the clients send, tools and all, is rendered by llama-server's own jinja
+template, answered by its own sampler, and its call parsed by its own template parser; the
+router translates Responses and Messages to chat completions and back, as it does for
+every llama.cpp model, and the client runs the call and sends the result.
 
-What a user would see: the client exits 0 with the model's word as its answer; the router
-counted its requests and refused none (no 4xx, no 5xx, background requests included); the
-engine itself prefilled the agent's prompt and predicted the answer (its own /metrics); and
-every turn offered the client's tools (a recording proxy before the router keeps the bodies).
+What a user would see: the client exits 0 with the model's word as its answer; every turn
+offered the client's tools, and the follow-up carried the call and the command's output (a
+recording proxy before the router keeps the bodies); the router counted the requests and
+refused none (no 4xx, no 5xx, background requests included); the engine itself read the
+agent's prompts and predicted the answers (its own /metrics).
 """
 
 from __future__ import annotations
@@ -46,24 +50,35 @@ from .test_llamacpp_e2e import Engine, engine_urls, llama_server, metric
 
 pytestmark = pytest.mark.e2e
 
-MODEL = "tiny-agent"
-SOURCE = "https://models.example.com/tiny-agent.gguf"
+# What each model has its client run: the client's shell tool, as Codex CLI 0.171.0 offers it
+# (exec_command, {"cmd"}) and Claude Code 2.1.332 (Bash, {"command", "description"}).
+TOOL_OUTPUT = "llmgw-tool-ok"
+TOOL_CALLS = {
+    "tiny-codex-agent": ("exec_command", {"cmd": f"echo {TOOL_OUTPUT}"}),
+    "tiny-claude-agent": ("Bash", {"command": f"echo {TOOL_OUTPUT}", "description": "Print a marker"}),
+}
 # A context for an agent's prompt and Claude Code's max_tokens of 32,000; one slot, so the
 # client's turns reuse its prompt cache; one thread of the machine's two.
 CONTEXT = 131072
-CATALOG = f"""
-models:
-  {MODEL}:
+CATALOG = "models:" + "".join(
+    f"""
+  {model}:
     roles: [chat]
     profiles:
       - engine: llamacpp
-        source: {SOURCE}
+        source: https://models.example.com/{model}.gguf
         gpus_per_node: 0
         args: ["--ctx-size", "{CONTEXT}", "--parallel", "1", "--threads", "1", "--metrics"]
-    scaling: {{min: 1, max: 1}}
-"""
+    scaling: {{min: 1, max: 1}}"""
+    for model in TOOL_CALLS
+)
 # An agent's first turn is thousands of tokens even packed: the engine read a real prompt.
 AGENT_PROMPT_TOKENS = 2000
+
+
+def tool_call(name: str, arguments: dict[str, str]) -> str:
+    """A call as Qwen2.5's template writes one (and llama-server parses it)."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 @pytest.fixture(scope="module")
@@ -80,14 +95,16 @@ def claude() -> str:
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDev, str]]:
     binary = llama_server()
     tmp = tmp_path_factory.mktemp("agents-llamacpp")
-    gguf = write_bigram_chat(tmp / "tiny-agent.gguf", context=CONTEXT)
+    artifacts = []
+    for model, call in TOOL_CALLS.items():
+        gguf = write_bigram_chat(tmp / f"{model}.gguf", context=CONTEXT, tool_call=tool_call(*call))
+        artifacts += ["--artifact", f"https://models.example.com/{model}.gguf={gguf}"]
     (tmp / "catalog.yaml").write_text(CATALOG)
     previous = os.environ.get("LLMGW_LLAMA_SERVER")
     os.environ["LLMGW_LLAMA_SERVER"] = binary
     try:
         running = start_dev(
-            tmp, "--catalog", str(tmp / "catalog.yaml"), "--api-keys", "--nodes", "1",
-            "--artifact", f"{SOURCE}={gguf}",
+            tmp, "--catalog", str(tmp / "catalog.yaml"), "--api-keys", "--nodes", "1", *artifacts
         )  # fmt: skip
     finally:
         if previous is None:
@@ -96,20 +113,21 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDev, 
             os.environ["LLMGW_LLAMA_SERVER"] = previous
     try:
         key = running.create_key("agents")
-        request = urllib.request.Request(
-            running.base_url + "/chat/completions",
-            data=json.dumps(
-                {"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
-            ).encode(),
-            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-        )
-        eventually_sync(
-            functools.partial(urllib.request.urlopen, request, timeout=30),
-            120,
-            f"{MODEL} answering the key",
-            every=0.5,
-            retry_on=(urllib.error.URLError, ConnectionError),
-        )
+        for model in TOOL_CALLS:
+            request = urllib.request.Request(
+                running.base_url + "/chat/completions",
+                data=json.dumps(
+                    {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+                ).encode(),
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            )
+            eventually_sync(
+                functools.partial(urllib.request.urlopen, request, timeout=30),
+                120,
+                f"{model} answering the key",
+                every=0.5,
+                retry_on=(urllib.error.URLError, ConnectionError),
+            )
         yield running, key
     finally:
         if running.process.poll() is None:
@@ -117,8 +135,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDev, 
             running.process.wait(timeout=10)
 
 
-def engine_of(running: RunningDev) -> Engine:
-    [engine] = engine_urls(running, MODEL)
+def engine_of(running: RunningDev, model: str) -> Engine:
+    [engine] = engine_urls(running, model)
     return engine
 
 
@@ -131,55 +149,85 @@ def engine_counts(engine: Engine) -> tuple[float, float]:
     return read, metric(engine, "llamacpp:tokens_predicted_total")
 
 
-def test_codex_exec_with_its_tools_is_answered_by_llama_server(
+def test_codex_exec_runs_llama_servers_tool_call_and_answers_with_its_word(
     codex: str, dev: tuple[RunningDev, str], tmp_path: Path
 ) -> None:
     running, key = dev
-    engine = engine_of(running)
+    model = "tiny-codex-agent"
+    engine = engine_of(running, model)
     with RecordingProxy(running.base_url.removesuffix("/v1")) as proxy:
-        env, work = codex_setup(tmp_path, proxy.url + "/v1", key, MODEL)
+        env, work = codex_setup(tmp_path, proxy.url + "/v1", key, model)
         before, refused_before, (read_before, predicted_before) = (
-            requests_of(running, MODEL), refused_of(running), engine_counts(engine),
+            requests_of(running, model), refused_of(running), engine_counts(engine),
         )  # fmt: skip
-        done = run_client([codex, "exec", "--skip-git-repo-check", "say hello"], env, work)
+        # No approval to ask for and no sandbox to set up: the command is the test's own
+        # echo, run in the temporary working directory.
+        bypass = "--dangerously-bypass-approvals-and-sandbox"
+        done = run_client([codex, "exec", "--skip-git-repo-check", bypass, "say hello"], env, work)
 
     assert done.returncode == 0, done.stderr[-3000:]
     # `codex exec` prints the agent's last message, alone, on stdout: the model's word.
     assert done.stdout.strip() == ANSWER, (done.stdout, done.stderr[-3000:])
     turns = proxy.bodies("/v1/responses")
-    assert turns, proxy.received
-    assert all(any(t.get("name") == "exec_command" for t in body.get("tools", [])) for body in turns), [
-        [t.get("name") for t in body.get("tools", [])] for body in turns
-    ]
-    assert requests_of(running, MODEL) - before >= len(turns)
+    # Every turn offered the shell tool; llama-server's call (parsed from the model's
+    # text by its own template parser) reached Codex, which ran it and sent the output.
+    assert len(turns) >= 2, proxy.received
+    assert all(any(t.get("name") == "exec_command" for t in body.get("tools", [])) for body in turns)
+    items = [item for item in turns[-1]["input"] if isinstance(item, dict)]
+    calls = [item for item in items if item.get("type") == "function_call"]
+    outputs = [item for item in items if item.get("type") == "function_call_output"]
+    assert [(call["name"], json.loads(call["arguments"])) for call in calls] == [TOOL_CALLS[model]], items
+    assert [output["call_id"] for output in outputs] == [calls[0]["call_id"]]
+    assert TOOL_OUTPUT in json.dumps(outputs[0]["output"]), outputs
+    assert requests_of(running, model) - before >= len(turns)
     assert refused_of(running) == refused_before
     read, predicted = engine_counts(engine)
     assert read - read_before >= AGENT_PROMPT_TOKENS
     assert predicted - predicted_before >= len(turns)
 
 
-def test_claude_p_with_its_tools_is_answered_by_llama_server(
+def test_claude_p_runs_llama_servers_tool_call_and_answers_with_its_word(
     claude: str, dev: tuple[RunningDev, str], tmp_path: Path
 ) -> None:
     running, key = dev
-    engine = engine_of(running)
+    model = "tiny-claude-agent"
+    engine = engine_of(running, model)
     with RecordingProxy(running.base_url.removesuffix("/v1")) as proxy:
-        env, work = claude_setup(tmp_path, proxy.url, key, MODEL)
+        env, work = claude_setup(tmp_path, proxy.url, key, model)
         before, refused_before, (read_before, predicted_before) = (
-            requests_of(running, MODEL), refused_of(running), engine_counts(engine),
+            requests_of(running, model), refused_of(running), engine_counts(engine),
         )  # fmt: skip
-        done = run_client([claude, "-p", "say hello"], env, work)
+        # Bash allowed for echo alone (-p cannot ask; --dangerously-skip-permissions is
+        # refused to root), in the temporary working directory.
+        done = run_client([claude, "-p", "say hello", "--allowedTools", "Bash(echo:*)"], env, work)
 
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     assert done.stdout.strip() == ANSWER, (done.stdout, done.stderr[-3000:])
-    # The agent's turn offered its tools (background requests, a title, may offer none).
+    # The agent's turns offered its tools (a background request, a title, may offer none).
     turns = [
         body
         for body in proxy.bodies("/v1/messages")
         if any(t.get("name") == "Bash" for t in body.get("tools", []))
     ]
-    assert turns, [body.get("tools") for body in proxy.bodies("/v1/messages")]
-    assert requests_of(running, MODEL) - before >= len(turns)
+    assert len(turns) >= 2, [body.get("tools") for body in proxy.bodies("/v1/messages")]
+    follow_up = turns[-1]["messages"]
+    uses = [
+        block
+        for message in follow_up
+        if message["role"] == "assistant" and isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "tool_use"
+    ]
+    results = [
+        block
+        for block in follow_up[-1]["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    ]
+    assert [(use["name"], use["input"]) for use in uses] == [TOOL_CALLS[model]], follow_up[-2:]
+    assert [result["tool_use_id"] for result in results] == [uses[0]["id"]]
+    assert TOOL_OUTPUT in json.dumps(results[0].get("content")), results
+    assert not results[0].get("is_error"), results
+    assert requests_of(running, model) - before >= len(turns)
     assert refused_of(running) == refused_before
     read, predicted = engine_counts(engine)
     assert read - read_before >= AGENT_PROMPT_TOKENS
