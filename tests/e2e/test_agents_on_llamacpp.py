@@ -30,7 +30,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import openai
 import pytest
 
 from tests.support.waiting import eventually_sync
@@ -232,3 +234,51 @@ def test_claude_p_runs_llama_servers_tool_call_and_answers_with_its_word(
     read, predicted = engine_counts(engine)
     assert read - read_before >= AGENT_PROMPT_TOKENS
     assert predicted - predicted_before >= len(turns)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0, 2.0])
+def test_the_agent_model_calls_then_answers_at_any_temperature_through_the_router(
+    dev: tuple[RunningDev, str], temperature: float
+) -> None:
+    """The model's contract, which the client tests lean on, held without the clients: a
+    turn with tools is a call of the tool, the turn after its result the word, each ending
+    in a stop, at any temperature an agent sends (chat completions through the router, the
+    engine's own template, parser and sampler)."""
+    running, key = dev
+    model = "tiny-claude-agent"
+    client = openai.OpenAI(base_url=running.base_url, api_key=key, max_retries=0, timeout=60)
+    name, arguments = TOOL_CALLS[model]
+    tools: list[Any] = [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": "Run a shell command",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"command": {"type": "string"}, "description": {"type": "string"}},
+                    "required": ["command"],
+                },
+            },
+        }
+    ]
+    messages: list[Any] = [{"role": "user", "content": "say hello"}]
+    sampling = {"temperature": temperature, "top_p": 1.0, "max_tokens": 32000}
+
+    called = client.chat.completions.create(model=model, messages=messages, tools=tools, **sampling)
+
+    [choice] = called.choices
+    assert choice.finish_reason == "tool_calls", choice
+    [call] = choice.message.tool_calls or []
+    assert call.type == "function"
+    assert (call.function.name, json.loads(call.function.arguments)) == (name, arguments)
+    messages += [
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": TOOL_OUTPUT},
+    ]
+
+    answered = client.chat.completions.create(model=model, messages=messages, tools=tools, **sampling)
+
+    assert [(c.finish_reason, c.message.content) for c in answered.choices] == [("stop", ANSWER)]
+    # The word and the stop: two tokens, at 32,000 allowed.
+    assert answered.usage is not None and answered.usage.completion_tokens == 2
