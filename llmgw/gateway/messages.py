@@ -20,6 +20,7 @@ Must not: choose endpoints or build error bodies by hand beyond the 400s here.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -28,7 +29,7 @@ from llmgw.core import anthropic
 from llmgw.core.catalog import Catalog, Engine
 from llmgw.core.routing import Api
 from llmgw.gateway import errors, handlers
-from llmgw.gateway.calls import ApiCall, parse_call
+from llmgw.gateway.calls import ApiCall, parse_call, release_shaper
 from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.dispatch import Translation
 from llmgw.gateway.errors import ApiError
@@ -83,7 +84,10 @@ def _counts_natively(catalog: Catalog, model: str) -> bool:
 
 async def create_message(request: web.Request) -> web.StreamResponse:
     call = await _parse(request, count=False)
-    return await handlers.serve_call(request, call, translate=lambda c, chain: _for_messages(call, c, chain))
+    images = request.app[CONTEXT].deps.engine_images
+    return await handlers.serve_call(
+        request, call, translate=lambda c, chain: _for_messages(call, c, chain, images)
+    )
 
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:
@@ -131,16 +135,21 @@ def _translated(
         return tuple(model for model in chain if native(catalog, model)), None
 
 
-def _for_messages(call: ApiCall, catalog: Catalog, chain: tuple[str, ...]) -> Translate:
+def _for_messages(
+    call: ApiCall, catalog: Catalog, chain: tuple[str, ...], images: Mapping[Engine, str]
+) -> Translate:
     chain, chat = _translated(call, catalog, chain)
     if chat is None:
         return chain, None
     stops = chat.get("stop")
     stops = tuple(stops) if isinstance(stops, list) else ()
     omit_thinking = anthropic.thinking_omitted(call.body)
+    shape = release_shaper(catalog, images, anthropic.asked_effort(call.body))
 
     def per_model(model: str) -> Translation | None:
-        return None if native(catalog, model) else _ChatTranslation(chat, model, stops, omit_thinking)
+        if native(catalog, model):
+            return None
+        return _ChatTranslation(shape(model, chat), model, stops, omit_thinking)
 
     return chain, per_model
 
