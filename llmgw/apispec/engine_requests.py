@@ -99,6 +99,11 @@ class BodyProblem:
         return f"{self.param}: {self.message} ({self.source})"
 
 
+# A chat profile's engine as llmgw renders it: with its tool-call flags
+# (``tool_calling.tool_call_args``).
+TOOL_CALLING = ServerFlags(tool_calling=True)
+
+
 def _files() -> Any:
     return resources.files("llmgw.apispec").joinpath("engines", REQUESTS_DIR)
 
@@ -194,7 +199,7 @@ def dropping_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def validator_problems(
-    model: RequestModel, body: Mapping[str, object], flags: ServerFlags = ServerFlags()
+    model: RequestModel, body: Mapping[str, object], flags: ServerFlags = TOOL_CALLING
 ) -> list[BodyProblem]:
     """What ``model``'s pydantic validators (and its server's request-time checks from
     its flags) refuse in ``body``, beside its JSON schema (fields it drops: validate
@@ -256,7 +261,8 @@ def _vllm_chat(model: RequestModel, body: Mapping[str, object], flags: ServerFla
                 problems.append(
                     BodyProblem(
                         "tool_choice",
-                        f"The tool `{name}` specified in `tool_choice` does not match any of the specified `tools`",
+                        f"The tool `{name}` specified in `tool_choice` does not match any of the "
+                        "specified `tools`",
                         check,
                     )
                 )
@@ -267,7 +273,8 @@ def _vllm_chat(model: RequestModel, body: Mapping[str, object], flags: ServerFla
                 problems.append(
                     BodyProblem(
                         "tool_choice",
-                        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+                        '"auto" tool choice requires --enable-auto-tool-choice and '
+                        "--tool-call-parser to be set",
                         source,
                     )
                 )

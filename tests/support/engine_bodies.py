@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from functools import cache
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from jsonschema.exceptions import SchemaError, ValidationError
 
 from llmgw.apispec.engine_requests import (
     ENGINES,
+    TOOL_CALLING,
     RequestApi,
     RequestModel,
     ServerFlags,
@@ -48,14 +49,19 @@ def _validators(
 
 
 def _shown(error: ValidationError) -> str:
-    deepest = best_match(error.context) if error.context else error
+    """The error's deepest cause: of the branches of an ``anyOf`` a body fits none of,
+    the one that got furthest into it (a field it closes, before a type mismatch)."""
+    deepest = error
+    while deepest.context:
+        deepest = max(
+            deepest.context,
+            key=lambda e: (len(e.absolute_path), e.validator == "additionalProperties"),
+        )
     path = ".".join(str(part) for part in deepest.absolute_path) or "<body>"
     return f"{path}: {deepest.message[:300]}"
 
 
-def problems(
-    model: RequestModel, body: Mapping[str, object], flags: ServerFlags = ServerFlags()
-) -> list[str]:
+def problems(model: RequestModel, body: Mapping[str, object], flags: ServerFlags = TOOL_CALLING) -> list[str]:
     """Everything ``model``'s release would refuse or drop in ``body`` (empty: it takes it whole)."""
     refusing, dropping = _validators(model.engine, model.release, model.api)
     found = [f"refused: {_shown(error)}" for error in refusing.iter_errors(body)]
