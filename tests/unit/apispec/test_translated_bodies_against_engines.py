@@ -455,3 +455,35 @@ models:
     assert shape("m", chat) == {"messages": _HI, "reasoning_effort": "high"}
     alone = release_shaper(result.catalog, {**DEFAULT_IMAGES}, "xhigh")
     assert alone("unknown-model", chat) == chat
+
+
+@pytest.mark.parametrize("model", supported(RequestApi.MESSAGES), ids=label)
+@pytest.mark.parametrize("case", list(MESSAGES))
+def test_a_native_messages_body_is_one_the_native_releases_take(model: RequestModel, case: str) -> None:
+    """What the router's native path (``messages.native``: today the sim's) would pass on
+    to vLLM 0.34.0's or SGLang 0.5.23's own /v1/messages: the client's body, the model
+    named. Neither release refuses any; both drop what the translation reads and keeps
+    to itself (cache breakpoints, citations, deferred loading, context edits, the
+    service tier), one reason the router translates for them (gateway/DESIGN.md)."""
+    call = parse_call(Api.MESSAGES, json.dumps(MESSAGES[case]).encode())
+    body = _sent(call, model)
+    found = problems(model, body)
+    assert [problem for problem in found if problem.startswith("refused")] == []
+    # What they drop is exactly those fields: without them, nothing is lost.
+    kept = _without(body, _KEPT_BY_THE_ROUTER)
+    assert problems(model, kept) == []
+    assert bool(found) == (kept != body)
+
+
+# Fields the translation reads and passes on to no engine (anthropic.py says why).
+_KEPT_BY_THE_ROUTER = frozenset(
+    {"cache_control", "citations", "defer_loading", "context_management", "service_tier"}
+)
+
+
+def _without(value: Any, names: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {key: _without(item, names) for key, item in value.items() if key not in names}
+    if isinstance(value, list):
+        return [_without(item, names) for item in value]
+    return value
