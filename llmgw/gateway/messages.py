@@ -41,9 +41,11 @@ COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 CHAT_PATH = "/v1/chat/completions"
 TOKENIZE_PATH = "/tokenize"
 
-# Engines whose pinned release serves /v1/messages and /v1/messages/count_tokens
-# itself. Only the sim: vLLM 0.11.0 and 0.10.2, SGLang 0.5.3 and llama.cpp b6795 (the
-# releases llmgw's images pin) have no Messages endpoint (see DESIGN.md).
+# Engines asked on /v1/messages and /v1/messages/count_tokens as they are. Only the
+# sim: vLLM 0.34.0 and SGLang 0.5.23 serve Messages too, but answer a context overflow
+# in their chat path's words, not Anthropic's, and drop fields the translation refuses by
+# name; their older supported releases have no Messages at all (see DESIGN.md, "Which
+# engines serve it, and why the router still translates").
 NATIVE_ENGINES = frozenset({Engine.SIM})
 # Engines whose pinned release counts a chat's tokens on /tokenize ({"messages"} in,
 # {"count"} out): vLLM's TokenizeChatRequest (vllm/entrypoints/openai/protocol.py).
