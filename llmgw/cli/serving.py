@@ -210,6 +210,7 @@ class Services:
                 api_keys=None if router_settings.no_auth else ApiKeyStore(consul).watch(),
                 demand=DemandPublisher(consul, router_settings.resolved_router_id()),
                 engine_keys=s.engine_keys,
+                engine_images=s.render.images,
                 allocations=AllocationWatch(router_nomad),
                 responses=ResponseKV(consul),
                 tracing=s.tracing,

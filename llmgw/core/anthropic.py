@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from llmgw.core import engine_errors
+from llmgw.core.engine_chat_fields import SAFE_EFFORTS, nearest_effort
 from llmgw.core.engine_errors import Overflow
 from llmgw.core.engine_usage import cached_tokens
 
@@ -39,11 +40,12 @@ TRANSLATED_FIELDS = frozenset(
 # adaptive, and ``context_management`` only when it keeps every thinking block
 # (``_check_thinking``, ``_check_context_management``).
 IGNORED_FIELDS = frozenset({"service_tier", "thinking", "context_management"})
-# ``output_config.effort`` as a chat completion's ``reasoning_effort``: the values both
-# APIs share, and Anthropic's "max" (the most the model can) as "high", the most every
-# engine release llmgw deploys accepts (vLLM 0.11.0 and SGLang 0.5.3 take only low,
-# medium and high; see llmgw/gateway/DESIGN.md).
-_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+# ``output_config.effort``'s values. The chat body carries the nearest word every
+# supported engine release takes (``engine_chat_fields.SAFE_EFFORTS``: "max", the most
+# the model can, as high); the router gives each model the client's own word where its
+# releases take it (``engine_chat_fields.shaped_for``, ``asked_effort``; see
+# llmgw/gateway/DESIGN.md, *Reasoning effort*).
+_EFFORTS = ("low", "medium", "high", "max")
 # ``context_management`` edits that leave the conversation as it was sent.
 _KEEP_ALL_EDITS = {"type": "clear_thinking_20251015", "keep": "all"}
 # ``cache_control`` marks a prompt cache breakpoint: engines cache prefixes by
@@ -301,7 +303,14 @@ def _effort(output_config: object) -> str | None:
             f"The effort parameter value `{shown[:40]}` is not supported by this model's engine "
             "(low, medium, high or max).",
         )
-    return _EFFORTS[effort]
+    return nearest_effort(effort, SAFE_EFFORTS)
+
+
+def asked_effort(body: Mapping[str, object]) -> str | None:
+    """The ``output_config.effort`` a checked request asked for, as the client wrote it."""
+    output_config = body.get("output_config")
+    effort = output_config.get("effort") if isinstance(output_config, Mapping) else None
+    return effort if isinstance(effort, str) and effort in _EFFORTS else None
 
 
 def _system_text(system: object) -> str:

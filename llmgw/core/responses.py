@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from llmgw.core import engine_errors
+from llmgw.core.engine_chat_fields import SAFE_EFFORTS, nearest_effort
 from llmgw.core.engine_usage import cached_tokens
 from llmgw.core.json_values import one_of
 from llmgw.core.routing import Refusal
@@ -54,16 +55,12 @@ _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 # ``summary``); Codex CLI's ``ReasoningItemContent`` also has ``text``
 # (openai/codex, ``codex-rs/protocol/src/models.rs``).
 _REASONING_PARTS = frozenset({"reasoning_text", "text"})
-# ``reasoning.effort``'s values in OpenAI's API reference (Responses, ``reasoning``), each
-# as the chat ``reasoning_effort`` every engine release llmgw deploys accepts: vLLM
-# 0.11.0 and SGLang 0.5.3 take only low, medium and high (a 400 for any other); vLLM
-# 0.34.0 (``ReasoningEffort``, vllm/renderers/params.py) and SGLang 0.5.23
-# (``ReasoningEffortTier``) take all six, and llama-server 11434 reads "none" as
-# reasoning off. The chain may hold any of them, so the words outside the three go
-# to the nearest inside: none and minimal to low, xhigh to high.
-_EFFORTS = {
-    "none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high",
-}  # fmt: skip
+# ``reasoning.effort``'s values in OpenAI's API reference (Responses, ``reasoning``). The
+# chat body a translation builds for the whole chain carries the nearest word every
+# supported engine release takes (``engine_chat_fields.SAFE_EFFORTS``: none and minimal
+# as low, xhigh as high); the router gives each model the client's own word where its
+# releases take it (``engine_chat_fields.shaped_for``, ``asked_effort``).
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 NewId = Callable[[str], str]  # a fresh id with the given prefix ("msg", "fc", "rs")
 
@@ -485,7 +482,14 @@ def _reasoning_effort(value: object) -> str | None:
             "reasoning.effort",
             "invalid_value",
         )
-    return None if effort is None else _EFFORTS[effort]
+    return None if effort is None else nearest_effort(effort, SAFE_EFFORTS)
+
+
+def asked_effort(body: Mapping[str, object]) -> str | None:
+    """The ``reasoning.effort`` a checked request asked for, as the client wrote it."""
+    reasoning = body.get("reasoning")
+    effort = reasoning.get("effort") if isinstance(reasoning, Mapping) else None
+    return effort if isinstance(effort, str) and effort in _EFFORTS else None
 
 
 def to_chat_body(

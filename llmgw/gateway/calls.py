@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from llmgw.core import engine_chat_fields
+from llmgw.core.catalog import Catalog, Engine
 from llmgw.core.json_values import MAX_JSON_DEPTH, nested_deeper_than, utf8_encodable
 from llmgw.core.routing import Api
 from llmgw.gateway import errors
@@ -63,6 +66,9 @@ class ApiCall:
     # costs as much as parsing it, and most requests name the model that serves them.
     raw: bytes | None = None
     size: int = 0  # of the client's body, in bytes
+    # A translated body shaped for the engine releases of the model it goes to
+    # (``release_shaper``): None passes the body as it is.
+    shape: Callable[[str, dict[str, object]], dict[str, object]] | None = None
 
     @property
     def path(self) -> str:
@@ -104,16 +110,35 @@ class ApiCall:
         taken out of what the client sees)."""
         if (
             self.raw is not None
+            and self.shape is None
             and model == self.model
             and not (self.stream and force_usage and not self.include_usage)
         ):
             return self.raw
-        body = dict(self.body)
+        body = dict(self.body) if self.shape is None else self.shape(model, self.body)
         body["model"] = model
         if self.stream and force_usage and not self.include_usage:
             options = body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def release_shaper(
+    catalog: Catalog, images: Mapping[Engine, str], asked_effort: str | None
+) -> Callable[[str, dict[str, object]], dict[str, object]]:
+    """How a translated chat body is shaped for each model of its chain: the client's
+    effort word where the releases its profiles run take it, no field they would drop
+    (``llmgw.core.engine_chat_fields``)."""
+
+    def shape(model: str, body: dict[str, object]) -> dict[str, object]:
+        served = catalog.models.get(model)
+        if served is None:
+            return dict(body)
+        return engine_chat_fields.shaped_for(
+            body, engine_chat_fields.model_fields(served.profiles, images), asked_effort
+        )
+
+    return shape
 
 
 def _is_utf8_object(raw: bytes) -> bool:

@@ -20,6 +20,7 @@ Must not: choose endpoints or build error bodies by hand beyond the 400s here.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -28,7 +29,7 @@ from llmgw.core import anthropic
 from llmgw.core.catalog import Catalog, Engine
 from llmgw.core.routing import Api
 from llmgw.gateway import errors, handlers
-from llmgw.gateway.calls import ApiCall, parse_call
+from llmgw.gateway.calls import ApiCall, parse_call, release_shaper
 from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.dispatch import Translation
 from llmgw.gateway.errors import ApiError
@@ -40,9 +41,11 @@ COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 CHAT_PATH = "/v1/chat/completions"
 TOKENIZE_PATH = "/tokenize"
 
-# Engines whose pinned release serves /v1/messages and /v1/messages/count_tokens
-# itself. Only the sim: vLLM 0.11.0 and 0.10.2, SGLang 0.5.3 and llama.cpp b6795 (the
-# releases llmgw's images pin) have no Messages endpoint (see DESIGN.md).
+# Engines asked on /v1/messages and /v1/messages/count_tokens as they are. Only the
+# sim: vLLM 0.34.0 and SGLang 0.5.23 serve Messages too, but answer a context overflow
+# in their chat path's words, not Anthropic's, and drop fields the translation refuses by
+# name; their older supported releases have no Messages at all (see DESIGN.md, "Which
+# engines serve it, and why the router still translates").
 NATIVE_ENGINES = frozenset({Engine.SIM})
 # Engines whose pinned release counts a chat's tokens on /tokenize ({"messages"} in,
 # {"count"} out): vLLM's TokenizeChatRequest (vllm/entrypoints/openai/protocol.py).
@@ -83,7 +86,10 @@ def _counts_natively(catalog: Catalog, model: str) -> bool:
 
 async def create_message(request: web.Request) -> web.StreamResponse:
     call = await _parse(request, count=False)
-    return await handlers.serve_call(request, call, translate=lambda c, chain: _for_messages(call, c, chain))
+    images = request.app[CONTEXT].deps.engine_images
+    return await handlers.serve_call(
+        request, call, translate=lambda c, chain: _for_messages(call, c, chain, images)
+    )
 
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:
@@ -131,16 +137,21 @@ def _translated(
         return tuple(model for model in chain if native(catalog, model)), None
 
 
-def _for_messages(call: ApiCall, catalog: Catalog, chain: tuple[str, ...]) -> Translate:
+def _for_messages(
+    call: ApiCall, catalog: Catalog, chain: tuple[str, ...], images: Mapping[Engine, str]
+) -> Translate:
     chain, chat = _translated(call, catalog, chain)
     if chat is None:
         return chain, None
     stops = chat.get("stop")
     stops = tuple(stops) if isinstance(stops, list) else ()
     omit_thinking = anthropic.thinking_omitted(call.body)
+    shape = release_shaper(catalog, images, anthropic.asked_effort(call.body))
 
     def per_model(model: str) -> Translation | None:
-        return None if native(catalog, model) else _ChatTranslation(chat, model, stops, omit_thinking)
+        if native(catalog, model):
+            return None
+        return _ChatTranslation(shape(model, chat), model, stops, omit_thinking)
 
     return chain, per_model
 

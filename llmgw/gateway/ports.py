@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from llmgw.core.catalog import Engine
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.records import (
     ApiKeyRecord,
@@ -38,6 +39,7 @@ from llmgw.core.records import (
 )
 from llmgw.core.routing import NomadView
 from llmgw.gateway.tracing import Tracing
+from llmgw.render.settings import DEFAULT_IMAGES
 
 T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")
@@ -218,6 +220,9 @@ class RouterDeps:
     # per request when OpenTelemetry's OTLP variables name a collector (``gateway/tracing.py``).
     tracing: Tracing = field(default_factory=Tracing)
     engine_keys: EngineKeys | None = None
+    # The image each engine's profile runs when it names none (the renderer's, from
+    # LLMGW_IMAGE_*): the release a translated body is shaped for (``calls.release_shaper``).
+    engine_images: Mapping[Engine, str] = field(default_factory=lambda: DEFAULT_IMAGES)
     # The Responses API's stored conversations (``store``, ``previous_response_id``):
     # ``llmgw serve`` gives Consul KV, which every router reads; the default is this
     # router's memory, right for one router alone.

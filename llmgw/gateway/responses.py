@@ -22,6 +22,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable
+from dataclasses import replace
 from typing import ParamSpec, TypeVar
 
 from aiohttp import web
@@ -30,7 +31,7 @@ from llmgw.core import responses
 from llmgw.core.responses import ResponsesInvalid, StoredConversation
 from llmgw.core.routing import Api, Refusal
 from llmgw.gateway import errors, handlers
-from llmgw.gateway.calls import ApiCall, json_object, parse_call
+from llmgw.gateway.calls import ApiCall, json_object, parse_call, release_shaper
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
 from llmgw.gateway.dispatch import SSE_HEADERS, Exchange, RefusedMidStream, Served
 from llmgw.gateway.errors import ApiError
@@ -132,6 +133,10 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if parsed.previous_response_id is not None:
         history = await _history(context, parsed.previous_response_id, owner)
     call = await _off_the_loop_if(len(raw), _chat_call, parsed, history, context.settings.responses_max_bytes)
+    # Each model of the chain is asked in the words its engine releases take.
+    call = replace(
+        call, shape=release_shaper(catalog, context.deps.engine_images, responses.asked_effort(parsed.body))
+    )
 
     if key is not None:
         context.limiter.enter(key)  # the key's requests in progress: 429 past its limit
