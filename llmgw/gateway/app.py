@@ -38,6 +38,7 @@ from llmgw.gateway import handlers, messages, middlewares, responses
 from llmgw.gateway.book import EndpointBook
 from llmgw.gateway.catalogs import CatalogHolder
 from llmgw.gateway.context import CONTEXT, RouterContext
+from llmgw.gateway.conversations import Conversations
 from llmgw.gateway.demand import DemandTracker
 from llmgw.gateway.dispatch import Dispatcher
 from llmgw.gateway.guard import Guard
@@ -127,6 +128,7 @@ def create_app(
         upstream=upstream,
         dispatcher=dispatcher,
         guard=Guard(settings, dispatcher, metrics),
+        conversations=Conversations(settings, deps.responses, deps.response_keys, deps.clock),
     )
     metrics.add_gauges(_gauges(context))
 
@@ -223,7 +225,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
                 else []
             ),
             asyncio.create_task(_monitor_watches(context), name="router:watch-monitor"),
-            asyncio.create_task(responses.sweep(context), name="router:responses-sweep"),
+            asyncio.create_task(context.conversations.sweep(), name="router:responses-sweep"),
         ]
         if context.keys is not None and deps.api_keys is not None:
             ring = context.keys
