@@ -48,7 +48,7 @@ from llmgw.gateway.metrics import Gauges, RouterMetrics, WatchHealth
 from llmgw.gateway.ports import RouterDeps, Watched
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError, validate
 from llmgw.gateway.upstream import Upstream
-from llmgw.http_server import bound_port, listener_log
+from llmgw.http_server import NO_DECOMPRESSION, bound_port, listener_log
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -352,6 +352,8 @@ def runner_options(settings: RouterSettings) -> dict[str, Any]:
         # A request aiohttp cannot parse is logged without its bytes (they hold its
         # Authorization header and prompt), and at most once per interval.
         "logger": listener_log("llmgw.gateway.http"),
+        # Bodies are never inflated: a compressed one is refused (``read_body``).
+        **NO_DECOMPRESSION,
     }
 
 

@@ -46,7 +46,7 @@ REJECTION_REASONS = frozenset(
     {
         # the request
         "missing_required_parameter", "empty_array", "unknown_url", "method_not_allowed",
-        "request_too_large", "request_timeout",
+        "request_too_large", "request_timeout", "unsupported_content_encoding",
         # keys and limits
         "invalid_api_key", "cross_site_request", "rate_limit_exceeded", "model_queue_full",
         "conflicting_api_keys", "tools_not_supported", "concurrency_limit_exceeded",
