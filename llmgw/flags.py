@@ -32,6 +32,7 @@ from llmgw.core.catalog.images import parse_trusted_digests as parse_digests
 from llmgw.core.catalog.model import Engine
 from llmgw.core.catalog.sources import parse_allowed_networks as parse_networks
 from llmgw.core.engine_keys import EngineKeys
+from llmgw.core.sealing import parse_sealing_keys
 
 T = TypeVar("T")
 
@@ -280,6 +281,8 @@ IMAGE_VLLM = Variable("LLMGW_IMAGE_VLLM", "an image reference", parse_text)
 IMAGE_SGLANG = Variable("LLMGW_IMAGE_SGLANG", "an image reference", parse_text)
 IMAGE_LLAMACPP = Variable("LLMGW_IMAGE_LLAMACPP", "an image reference", parse_text)
 IMAGE_LLAMACPP_CPU = Variable("LLMGW_IMAGE_LLAMACPP_CPU", "an image reference", parse_text)
+RESPONSES_KEYS = Variable("LLMGW_RESPONSES_KEYS", "ID:BASE64KEY[,ID:BASE64KEY...] (32-byte keys)",
+                          parse_sealing_keys, secret=True)
 ADMIN_TOKEN = Variable("LLMGW_ADMIN_TOKEN", "a secret without outer spaces", str,
                        empty_counts=True, secret=True)
 ADMIN_URL = Variable("LLMGW_ADMIN_URL", "http(s)://HOST:PORT", parse_text)
@@ -302,7 +305,8 @@ IMAGES: Mapping[Engine, Variable[str]] = MappingProxyType(
 CPU_IMAGES: Mapping[Engine, Variable[str]] = MappingProxyType({Engine.LLAMACPP: IMAGE_LLAMACPP_CPU})
 
 VARIABLES: tuple[Variable[Any], ...] = (
-    LOG_LEVEL, EVENT_LOOP, CONTROL_METRICS_HOST, CONTROL_METRICS_PORT, ENGINE_KEY_SECRET, LLAMA_SERVER,
+    LOG_LEVEL, EVENT_LOOP, CONTROL_METRICS_HOST, CONTROL_METRICS_PORT, ENGINE_KEY_SECRET, RESPONSES_KEYS,
+    LLAMA_SERVER,
     DATACENTERS, NODE_POOL, NODE_COMMAND, TEMPLATES, MIRROR_URL, MODEL_CACHE_DIR, MODEL_CACHE_VOLUME,
     HF_TOKEN_VARIABLE, ALLOWED_IMAGES, TRUSTED_IMAGE_DIGESTS, SOURCE_ALLOWED_NETWORKS, *IMAGES.values(),
     *CPU_IMAGES.values(),

@@ -19,7 +19,12 @@ Owns:
   ``BaseRunner.addresses``.
 - ``read_body``: a request's body, bounded in size and in time (``BodyTimeout``), for
   the router's requests and the admin API's alike; each answers the timeout in its
-  own error envelope (408).
+  own error envelope (408). A body with a ``Content-Encoding`` other than
+  ``identity`` is refused before a byte of it is read (``BodyEncodingRefused``, 415):
+  the OpenAI and Anthropic SDKs send plain JSON, and an inflated body is bounded by
+  nothing its wire size says (a 300 kB gzip bomb inflates to 300 MB). The listeners
+  run with aiohttp's ``auto_decompress`` off (``NO_DECOMPRESSION``), so the parser
+  never inflates a body either: the size limit is on the bytes that arrive.
 
 Must not: answer requests, or choose the limits (each program's settings do).
 """
@@ -144,10 +149,35 @@ class BodyTimeout(Exception):
         self.timeout = timeout
 
 
+class BodyEncodingRefused(Exception):
+    """The request's body is compressed (or encoded some other way): not accepted."""
+
+    def __init__(self, encoding: str) -> None:
+        super().__init__(
+            f"a request body with Content-Encoding {encoding[:40]!r} is not accepted: send it "
+            "uncompressed (Content-Encoding identity, or none)"
+        )
+        self.encoding = encoding
+
+
+# aiohttp's runner option: the HTTP parser hands the handler the body's bytes as they
+# arrived, never inflated (``HttpPayloadParser``'s ``DeflateBuffer`` is not used).
+NO_DECOMPRESSION: dict[str, Any] = {"auto_decompress": False}
+
+
+def _is_identity(encoding: str) -> bool:
+    return all(part.strip().lower() in ("", "identity") for part in encoding.split(","))
+
+
 async def read_body(request: web.Request, *, max_bytes: int, within: float) -> bytes:
     """The whole body, at most ``max_bytes`` (413 as aiohttp words it), within ``within``
     seconds from now (``BodyTimeout``): a client sending a byte at a time holds a
-    connection and a handler for no longer than that."""
+    connection and a handler for no longer than that. A body with a ``Content-Encoding``
+    other than ``identity`` is ``BodyEncodingRefused`` before any of it is read."""
+    encodings = request.headers.getall("Content-Encoding", [])
+    refused = next((e for e in encodings if not _is_identity(e)), None)
+    if refused is not None:
+        raise BodyEncodingRefused(refused)
     content = request.content
     if content.is_eof():
         # The whole body came with the head: take it as it is (request.read() would

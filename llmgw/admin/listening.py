@@ -21,7 +21,7 @@ from llmgw.admin.app import create_admin_app
 from llmgw.admin.ports import AdminDeps
 from llmgw.admin.settings import AdminSettings, AdminSettingsError, check_settings
 from llmgw.core.addresses import url_of
-from llmgw.http_server import bound_port, listener_log
+from llmgw.http_server import NO_DECOMPRESSION, bound_port, listener_log
 
 log = logging.getLogger("llmgw.admin")
 
@@ -71,6 +71,7 @@ async def start_admin(settings: AdminSettings, deps: AdminDeps) -> AdminListener
         logger=listener_log("llmgw.admin.http"),
         keepalive_timeout=settings.keepalive_timeout,
         shutdown_timeout=settings.shutdown_timeout,
+        **NO_DECOMPRESSION,  # bodies never inflated: a compressed one is refused (read_body)
     )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, ssl_context=context)

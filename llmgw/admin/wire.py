@@ -21,7 +21,7 @@ from llmgw.admin.context import SETTINGS
 from llmgw.core.diagnostics import Diagnostic
 from llmgw.core.json_values import MAX_JSON_DEPTH, nested_deeper_than, utf8_encodable
 from llmgw.core.records import ApiKeyRecord, CatalogVersion
-from llmgw.http_server import BodyTimeout, read_body
+from llmgw.http_server import BodyEncodingRefused, BodyTimeout, read_body
 
 MAX_NAME_CHARS = 200
 MAX_MODEL_CHARS = 1024
@@ -40,6 +40,8 @@ async def read_object(request: web.Request, allowed: frozenset[str]) -> dict[str
     settings = request.app[SETTINGS]
     try:
         raw = await read_body(request, max_bytes=settings.max_body_bytes, within=settings.body_read_timeout)
+    except BodyEncodingRefused as exc:
+        raise errors.AdminError(415, str(exc), errors.INVALID, "unsupported_content_encoding") from None
     except BodyTimeout as exc:
         raise errors.AdminError(
             408,

@@ -53,6 +53,7 @@ from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
 from llmgw.devcluster.nomad.config import DockerPlugin
 from llmgw.flags import LLAMA_SERVER, LOG_LEVEL, SettingError, flag_or_variable
+from llmgw.gateway.ports import process_sealing_keys
 from llmgw.gateway.settings import RouterSettings
 from llmgw.render import RenderSettings
 from llmgw.settings import ConsulConnection, NomadConnection
@@ -256,6 +257,9 @@ async def _dev(
             # LLMGW_ENGINE_KEY_SECRET set: the control plane and the router share this one.
             render=replace(dev_render_settings(), engine_api_keys=True),
             engine_keys=EngineKeys(secrets.token_hex(32)),
+            # Stored responses sealed as with LLMGW_RESPONSES_KEYS set, with a key of this
+            # run: dev's Consul lives and dies with it.
+            response_keys=process_sealing_keys(),
             control=dev_control_settings(),
             # LLMGW_ROUTER_* tune the router as for serve; dev listens on loopback without
             # keys unless asked to check them (the keys the admin API issues, in Consul KV).

@@ -27,6 +27,7 @@ from llmgw.flags import (
     CONTROL_METRICS_PORT,
     ENGINE_KEY_SECRET,
     LOG_LEVEL,
+    RESPONSES_KEYS,
     SettingError,
     flag_or_variable,
 )
@@ -52,6 +53,7 @@ def run_serve(args: argparse.Namespace) -> int:
         admin = AdminSettings.from_env_and_args(os.environ, args)
         render = render_settings_from_env(os.environ)
         engine_keys = ENGINE_KEY_SECRET.read(os.environ)
+        response_keys = RESPONSES_KEYS.read(os.environ)
         tracing = tracing_from_environment(os.environ)
         control_metrics = MetricsListenerSettings(
             flag_or_variable(args.control_metrics_host, CONTROL_METRICS_HOST, os.environ, "127.0.0.1"),
@@ -90,6 +92,7 @@ def run_serve(args: argparse.Namespace) -> int:
         admin=admin,
         control_metrics=control_metrics,
         engine_keys=engine_keys,
+        response_keys=response_keys,
         tracing=tracing,
     )
     return event_loop.run(_run(settings, catalog_text), loop)

@@ -39,6 +39,7 @@ from llmgw.control.wiring import control_deps
 from llmgw.core.catalog import SecurityPolicy
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.records import CatalogVersion
+from llmgw.core.sealing import SealingKeys
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.ports import RouterDeps
 from llmgw.gateway.settings import RouterSettings
@@ -76,6 +77,9 @@ class ServiceSettings:
     # replica's into its job's Nomad Variable, routers send it. The renderer's
     # engine_api_keys must be on with it (the jobs then require a key).
     engine_keys: EngineKeys | None = field(default=None, repr=False)
+    # The keys the Responses API's stored conversations are sealed with
+    # (LLMGW_RESPONSES_KEYS, the same on every router); None: nothing is stored.
+    response_keys: SealingKeys | None = field(default=None, repr=False)
     # The router's traces (OpenTelemetry's OTEL_EXPORTER_OTLP_* variables: gateway/tracing.py).
     tracing: Tracing = field(default_factory=Tracing)
 
@@ -213,6 +217,7 @@ class Services:
                 engine_images=s.render.images,
                 allocations=AllocationWatch(router_nomad),
                 responses=ResponseKV(consul),
+                response_keys=s.response_keys,
                 tracing=s.tracing,
             )
             router = RouterServer(router_settings, deps_router, policy=s.policy)

@@ -73,7 +73,7 @@ KV_CATALOG_CURRENT: Final = "llmgw/catalog/current"
 KV_CATALOG_HISTORY_PREFIX: Final = "llmgw/catalog/history/"  # + <zero-padded version>
 KV_LEADER: Final = "llmgw/leader"
 KV_KEYS_PREFIX: Final = "llmgw/keys/"  # + <key id>: API keys, hashed
-KV_RESPONSES_PREFIX: Final = "llmgw/responses/"  # + <response id>: stored Responses API conversations
+KV_RESPONSES_PREFIX: Final = "llmgw/responses/"  # + <key id>/<response id>.<bytes>: sealed conversations
 KV_STATUS: Final = "llmgw/status"  # the leader's last published status, for `llmgw status` anywhere
 KV_STATUS_PARTS_PREFIX: Final = "llmgw/status/parts/"  # + <generation>/<part>: the status in pieces
 # The models the leader cannot serve now (unplaceable, drained by an operator), one

@@ -1156,15 +1156,80 @@ def response_id_of(created_at: int, random_hex: str) -> str:
     return f"{_ID_PREFIX}{created_at & 0xFFFFFFFF:08x}{random_hex}"
 
 
-def expired_ids(ids: Iterable[str], now: float, retention: float) -> list[str]:
-    """The ids, among those a store lists, whose retention has passed: ids of another
-    shape are not a router's and are left alone."""
-    return [
-        value
-        for value in ids
-        if is_response_id(value)
-        and int(value[len(_ID_PREFIX) : len(_ID_PREFIX) + _ID_TIME_HEX], 16) + retention < now
-    ]
+def _created_at(response_id: str) -> int:
+    return int(response_id[len(_ID_PREFIX) : len(_ID_PREFIX) + _ID_TIME_HEX], 16)
+
+
+# The owner part of a stored name for a router without API keys (key ids are ``k-<hex>``).
+NO_KEY_OWNER = "no-key"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredName:
+    """Where one stored response is kept, relative to the store's prefix:
+    ``<owner>/<response id>.<bytes>``. The owner (its API key's id) comes first, so a
+    key reads and counts only its own; the size is in the name, so a key's use of the
+    store is one listing of names (no values read)."""
+
+    owner: str  # the API key id, "" without keys
+    response_id: str
+    size: int  # of the stored (sealed) value, bytes
+
+    def __str__(self) -> str:
+        return f"{owner_part(self.owner)}/{self.response_id}.{self.size}"
+
+
+def owner_part(owner: str) -> str:
+    return owner or NO_KEY_OWNER
+
+
+def lookup_prefix(owner: str, response_id: str) -> str:
+    """The names of ``owner``'s response ``response_id`` start with this (there is one)."""
+    return f"{owner_part(owner)}/{response_id}."
+
+
+def parse_stored_name(name: str) -> StoredName | None:
+    """The name a router wrote, or None for any other (ids not of a router's shape,
+    sizes not a number: left alone)."""
+    owner, slash, rest = name.partition("/")
+    response_id, dot, size = rest.rpartition(".")
+    if not slash or not dot or not owner or not is_response_id(response_id) or not size.isdecimal():
+        return None
+    return StoredName("" if owner == NO_KEY_OWNER else owner, response_id, int(size))
+
+
+def expired_names(names: Iterable[str], now: float, retention: float) -> list[str]:
+    """The names, among those a store lists, whose retention has passed (by the time in
+    their id): a router's names, and the bare ``resp_`` ids of unsealed values stored by
+    releases before sealing; names of another shape are left alone."""
+    expired = []
+    for name in names:
+        parsed = parse_stored_name(name)
+        response_id = parsed.response_id if parsed is not None else name
+        if is_response_id(response_id) and _created_at(response_id) + retention < now:
+            expired.append(name)
+    return expired
+
+
+@dataclass(frozen=True, slots=True)
+class StoreUse:
+    """What a key keeps in the store: responses and their bytes."""
+
+    count: int = 0
+    size: int = 0
+
+    def plus(self, count: int, size: int) -> StoreUse:
+        return StoreUse(self.count + count, self.size + size)
+
+
+def use_of(names: Iterable[str], owner: str) -> StoreUse:
+    """``owner``'s use of the store, from the names listed under its part."""
+    use = StoreUse()
+    for name in names:
+        parsed = parse_stored_name(name)
+        if parsed is not None and parsed.owner == owner:
+            use = use.plus(1, parsed.size)
+    return use
 
 
 @dataclass(frozen=True, slots=True)
@@ -1177,6 +1242,7 @@ class StoredConversation:
     expires_at: float  # wall-clock seconds
     messages: tuple[Mapping[str, object], ...]
     too_large: int = 0  # the conversation's size in bytes when it was not kept
+    over_quota: bool = False  # not kept: its key's stored responses were at their quota
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -1185,6 +1251,7 @@ class StoredConversation:
                 "expires_at": self.expires_at,
                 "messages": list(self.messages),
                 "too_large": self.too_large,
+                "over_quota": self.over_quota,
             },
             ensure_ascii=False,
             separators=(",", ":"),
@@ -1199,11 +1266,12 @@ def decode_conversation(raw: bytes) -> StoredConversation | None:
         return None
     if not isinstance(value, dict):
         return None
-    owner, expires, messages, too_large = (
+    owner, expires, messages, too_large, over_quota = (
         value.get("owner"),
         value.get("expires_at"),
         value.get("messages"),
         value.get("too_large", 0),
+        value.get("over_quota", False),
     )
     if (
         not isinstance(owner, str)
@@ -1212,9 +1280,10 @@ def decode_conversation(raw: bytes) -> StoredConversation | None:
         or not isinstance(messages, list)
         or not all(isinstance(m, dict) for m in messages)
         or not isinstance(too_large, int)
+        or not isinstance(over_quota, bool)
     ):
         return None
-    return StoredConversation(owner, float(expires), tuple(messages), too_large)
+    return StoredConversation(owner, float(expires), tuple(messages), too_large, over_quota)
 
 
 def conversation_after(

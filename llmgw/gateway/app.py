@@ -38,6 +38,7 @@ from llmgw.gateway import handlers, messages, middlewares, responses
 from llmgw.gateway.book import EndpointBook
 from llmgw.gateway.catalogs import CatalogHolder
 from llmgw.gateway.context import CONTEXT, RouterContext
+from llmgw.gateway.conversations import Conversations
 from llmgw.gateway.demand import DemandTracker
 from llmgw.gateway.dispatch import Dispatcher
 from llmgw.gateway.guard import Guard
@@ -47,7 +48,7 @@ from llmgw.gateway.metrics import Gauges, RouterMetrics, WatchHealth
 from llmgw.gateway.ports import RouterDeps, Watched
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError, validate
 from llmgw.gateway.upstream import Upstream
-from llmgw.http_server import bound_port, listener_log
+from llmgw.http_server import NO_DECOMPRESSION, bound_port, listener_log
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -127,6 +128,7 @@ def create_app(
         upstream=upstream,
         dispatcher=dispatcher,
         guard=Guard(settings, dispatcher, metrics),
+        conversations=Conversations(settings, deps.responses, deps.response_keys, deps.clock),
     )
     metrics.add_gauges(_gauges(context))
 
@@ -223,7 +225,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
                 else []
             ),
             asyncio.create_task(_monitor_watches(context), name="router:watch-monitor"),
-            asyncio.create_task(responses.sweep(context), name="router:responses-sweep"),
+            asyncio.create_task(context.conversations.sweep(), name="router:responses-sweep"),
         ]
         if context.keys is not None and deps.api_keys is not None:
             ring = context.keys
@@ -350,6 +352,8 @@ def runner_options(settings: RouterSettings) -> dict[str, Any]:
         # A request aiohttp cannot parse is logged without its bytes (they hold its
         # Authorization header and prompt), and at most once per interval.
         "logger": listener_log("llmgw.gateway.http"),
+        # Bodies are never inflated: a compressed one is refused (``read_body``).
+        **NO_DECOMPRESSION,
     }
 
 

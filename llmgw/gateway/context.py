@@ -16,6 +16,7 @@ from aiohttp import web
 from llmgw.core.records import ApiKeyRecord
 from llmgw.gateway.book import EndpointBook
 from llmgw.gateway.catalogs import CatalogHolder
+from llmgw.gateway.conversations import Conversations
 from llmgw.gateway.demand import DemandTracker
 from llmgw.gateway.dispatch import Dispatcher, Served
 from llmgw.gateway.guard import Guard
@@ -41,6 +42,7 @@ class RouterContext:
     upstream: Upstream
     dispatcher: Dispatcher
     guard: Guard
+    conversations: Conversations  # the Responses API's stored conversations
 
     def watches(self) -> list[tuple[str, Watched[object]]]:
         """The watched values this router follows, by a short label."""

@@ -299,3 +299,17 @@ def body_too_large(limit: int) -> Refusal:
         "request_too_large",
         retryable=False,
     )
+
+
+def body_encoding_refused(encoding: str) -> Refusal:
+    # The OpenAI and Anthropic SDKs send plain JSON; a compressed body's inflated size
+    # is not its wire size (``llmgw.http_server.read_body``).
+    return Refusal(
+        415,
+        f"A request body with Content-Encoding {encoding[:40]!r} is not accepted: send the JSON "
+        "uncompressed (as the OpenAI and Anthropic SDKs do).",
+        "invalid_request_error",
+        "unsupported_content_encoding",
+        param="Content-Encoding",
+        retryable=False,
+    )

@@ -22,11 +22,11 @@ from llmgw.gateway.calls import ApiCall, parse_call
 from llmgw.gateway.catalogs import CatalogRoute
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
 from llmgw.gateway.dispatch import Served, Translation
-from llmgw.gateway.errors import ApiError
+from llmgw.gateway.errors import ApiError, body_encoding_refused
 from llmgw.gateway.guard import policies_for
 from llmgw.gateway.keys import TokenHold
 from llmgw.gateway.settings import RouterSettings
-from llmgw.http_server import BodyTimeout, read_body
+from llmgw.http_server import BodyEncodingRefused, BodyTimeout, read_body
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 # Per model of a chain: how to ask its engine a request of an API it does not serve.
@@ -158,6 +158,8 @@ def close_hold(hold: TokenHold | None, served: Served) -> None:
 async def _read_body(request: web.Request, settings: RouterSettings) -> bytes:
     try:
         return await read_body(request, max_bytes=settings.max_body_bytes, within=settings.body_read_timeout)
+    except BodyEncodingRefused as exc:
+        raise ApiError(body_encoding_refused(exc.encoding)) from None
     except BodyTimeout:
         raise ApiError(
             Refusal(

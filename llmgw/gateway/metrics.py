@@ -46,7 +46,7 @@ REJECTION_REASONS = frozenset(
     {
         # the request
         "missing_required_parameter", "empty_array", "unknown_url", "method_not_allowed",
-        "request_too_large", "request_timeout",
+        "request_too_large", "request_timeout", "unsupported_content_encoding",
         # keys and limits
         "invalid_api_key", "cross_site_request", "rate_limit_exceeded", "model_queue_full",
         "conflicting_api_keys", "tools_not_supported", "concurrency_limit_exceeded",
@@ -59,8 +59,9 @@ REJECTION_REASONS = frozenset(
         "upstream_unavailable", "upstream_timeout", "upstream_stream_broken", "upstream_unreadable",
         # the router
         "catalog_unavailable", "internal_error",
-        # the Responses API (``gateway/responses.py``; the 400s of ``core/responses.py``)
+        # the Responses API (``gateway/responses.py``, ``conversations.py``; ``core/responses.py``'s 400s)
         "previous_response_not_found", "conversation_too_large", "response_store_unavailable",
+        "stored_responses_disabled", "stored_responses_quota_exceeded",
         "unsupported_parameter", "invalid_type", "invalid_value",
     }
 )  # fmt: skip

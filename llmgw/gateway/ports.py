@@ -22,6 +22,7 @@ Must not: import an adapter (the CLI wires them) or aiohttp.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from llmgw.core.records import (
     UnavailableModels,
 )
 from llmgw.core.routing import NomadView
+from llmgw.core.sealing import SealingKey, SealingKeys
 from llmgw.gateway.tracing import Tracing
 from llmgw.render.settings import DEFAULT_IMAGES
 
@@ -154,17 +156,18 @@ class NoDemandSink:
 
 
 class ResponseStore(Protocol):
-    """Where the Responses API's stored conversations are kept, by response id (a
-    ``resp_`` id the router drew; callers check its shape before asking)."""
+    """Where the Responses API's stored conversations are kept: sealed values by name
+    (``llmgw.core.responses.StoredName``: ``<owner>/<response id>.<bytes>``, names a
+    router built; the store only keeps them)."""
 
-    async def get(self, response_id: str) -> bytes | None: ...
+    async def get(self, name: str) -> bytes | None: ...
 
-    async def put(self, response_id: str, value: bytes) -> None: ...
+    async def put(self, name: str, value: bytes) -> None: ...
 
-    async def delete(self, response_id: str) -> None: ...
+    async def delete(self, name: str) -> None: ...
 
-    async def ids(self) -> list[str]:
-        """Every stored id (the names only: the sweep reads no values)."""
+    async def names(self, prefix: str = "") -> list[str]:
+        """The stored names that start with ``prefix`` (names only: no value is read)."""
         ...
 
 
@@ -174,17 +177,22 @@ class MemoryResponseStore:
     def __init__(self) -> None:
         self.values: dict[str, bytes] = {}
 
-    async def get(self, response_id: str) -> bytes | None:
-        return self.values.get(response_id)
+    async def get(self, name: str) -> bytes | None:
+        return self.values.get(name)
 
-    async def put(self, response_id: str, value: bytes) -> None:
-        self.values[response_id] = value
+    async def put(self, name: str, value: bytes) -> None:
+        self.values[name] = value
 
-    async def delete(self, response_id: str) -> None:
-        self.values.pop(response_id, None)
+    async def delete(self, name: str) -> None:
+        self.values.pop(name, None)
 
-    async def ids(self) -> list[str]:
-        return list(self.values)
+    async def names(self, prefix: str = "") -> list[str]:
+        return [name for name in self.values if name.startswith(prefix)]
+
+
+def process_sealing_keys() -> SealingKeys:
+    """A sealing key drawn for this process alone (a memory store, ``llmgw dev``)."""
+    return SealingKeys((SealingKey("process", secrets.token_bytes(32)),))
 
 
 @dataclass(frozen=True)
@@ -227,3 +235,7 @@ class RouterDeps:
     # ``llmgw serve`` gives Consul KV, which every router reads; the default is this
     # router's memory, right for one router alone.
     responses: ResponseStore = field(default_factory=MemoryResponseStore)
+    # The keys stored conversations are sealed with (LLMGW_RESPONSES_KEYS; the same on
+    # every router). None: nothing is stored. The default, for the memory store beside
+    # it, is a key of this process alone (what it seals dies with the process anyway).
+    response_keys: SealingKeys | None = field(default_factory=process_sealing_keys, repr=False)

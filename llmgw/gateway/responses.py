@@ -2,14 +2,15 @@
 
 Owns the Responses request's way through the router: read and check it
 (``llmgw.core.responses``), expand a ``previous_response_id`` from the shared store
-(the key that stored it only), and then the chat path's own steps on the chat
+(the key that stored it only: ``conversations``), and then the chat path's own steps on the chat
 request it stands for: model resolution under the key's models (``Api.RESPONSES``:
 chat models), the key's limits (holding ``max_output_tokens``), the model gate,
 the guard (it screens the chat messages, so the instructions, every input item,
 tool outputs and tool definitions), and the dispatcher's walk (fallbacks, load on
 demand, retries). The chat answer comes back as a Response or as Responses stream
 events; its usage goes to the same metrics and key accounting as chat's; with
-``store`` the conversation is kept for follow-ups under a random ``resp_`` id.
+``store`` the conversation is kept for follow-ups under a random ``resp_`` id,
+sealed and within the key's quota (``conversations``).
 
 Must not: choose endpoints or retry (the dispatcher does), screen (the guard does),
 or know where the store keeps its values (``ports.ResponseStore``).
@@ -28,11 +29,12 @@ from typing import ParamSpec, TypeVar
 from aiohttp import web
 
 from llmgw.core import responses
-from llmgw.core.responses import ResponsesInvalid, StoredConversation
+from llmgw.core.responses import ResponsesInvalid
 from llmgw.core.routing import Api, Refusal
-from llmgw.gateway import errors, handlers
+from llmgw.gateway import conversations, errors, handlers
 from llmgw.gateway.calls import ApiCall, json_object, parse_call, release_shaper
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
+from llmgw.gateway.conversations import Reservation
 from llmgw.gateway.dispatch import SSE_HEADERS, Exchange, RefusedMidStream, Served
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.guard import says_too_long
@@ -47,41 +49,6 @@ _T = TypeVar("_T")
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(24)}"
-
-
-def previous_not_found(response_id: str) -> Refusal:
-    # OpenAI's answer (HTTP 400, code previous_response_not_found), the same for an id
-    # never stored, expired, or stored by another key: a key cannot tell them apart.
-    return Refusal(
-        400,
-        f"Previous response with id '{response_id[:100]}' not found.",
-        "invalid_request_error",
-        "previous_response_not_found",
-        param="previous_response_id",
-        retryable=False,
-    )
-
-
-def _too_large(size: int, limit: int, param: str) -> Refusal:
-    return Refusal(
-        400,
-        f"The conversation is {size} bytes, over the {limit} bytes this gateway stores for "
-        "previous_response_id: send it with store set to false, and the whole conversation in input.",
-        "invalid_request_error",
-        "conversation_too_large",
-        param=param,
-        retryable=False,
-    )
-
-
-def _store_unavailable() -> Refusal:
-    return Refusal(
-        503,
-        "The stored responses cannot be read now; retry shortly.",
-        "server_error",
-        "response_store_unavailable",
-        retry_after=5,
-    )
 
 
 # A body larger than this is read and translated in a worker thread: every input item
@@ -108,21 +75,36 @@ def _parsed(raw: bytes) -> responses.ResponsesRequest:
 
 def _chat_call(
     parsed: responses.ResponsesRequest, history: tuple[dict[str, object], ...], max_stored: int
-) -> ApiCall:
-    """The chat request ``parsed`` stands for after ``history``; the 400 for a
-    conversation to store that is over ``max_stored`` bytes."""
+) -> tuple[ApiCall, int]:
+    """The chat request ``parsed`` stands for after ``history``, and the size of the
+    conversation it stores so far (0 without ``store``); the 400 for a conversation to
+    store that is over ``max_stored`` bytes."""
+    size = 0
     if parsed.store:
         size = len(json.dumps(responses.conversation_after(history, parsed.body, [])).encode())
         if size > max_stored:
-            raise ApiError(_too_large(size, max_stored, "store"))
+            raise ApiError(conversations.too_large(size, max_stored, "store"))
     chat = responses.chat_after(parsed, history)
-    return parse_call(Api.CHAT, json.dumps(chat, ensure_ascii=False).encode())
+    return parse_call(Api.CHAT, json.dumps(chat, ensure_ascii=False).encode()), size
+
+
+def _unless_kept(parsed: responses.ResponsesRequest, keeping: bool) -> responses.ResponsesRequest:
+    """``parsed`` as this gateway serves it: with no key to seal stored responses, a
+    ``store`` left at OpenAI's default (true) stores nothing and the Response says
+    ``store: false``; one the client set to true is refused, as it asked for what
+    cannot be done."""
+    if keeping or not parsed.store:
+        return parsed
+    if parsed.body.get("store") is True:
+        raise ApiError(conversations.store_off("store"))
+    return replace(parsed, store=False, body={**parsed.body, "store": False})
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT]
     raw = await handlers.read_request_body(request, context.settings)
-    parsed = await _off_the_loop_if(len(raw), _parsed, raw)
+    kept = context.conversations
+    parsed = _unless_kept(await _off_the_loop_if(len(raw), _parsed, raw), kept.keeping)
     catalog = handlers.catalog_of(context)
     route = handlers.resolved_route(request, parsed.model, Api.RESPONSES)
     chain = handlers.tool_calling_chain(catalog, parsed.model, route, parsed.body)
@@ -131,8 +113,10 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     owner = key.key_id if key is not None else ""
     history: tuple[dict[str, object], ...] = ()
     if parsed.previous_response_id is not None:
-        history = await _history(context, parsed.previous_response_id, owner)
-    call = await _off_the_loop_if(len(raw), _chat_call, parsed, history, context.settings.responses_max_bytes)
+        history = await kept.load(owner, parsed.previous_response_id)
+    call, stored_size = await _off_the_loop_if(
+        len(raw), _chat_call, parsed, history, context.settings.responses_max_bytes
+    )
     # Each model of the chain is asked in the words its engine releases take.
     call = replace(
         call, shape=release_shaper(catalog, context.deps.engine_images, responses.asked_effort(parsed.body))
@@ -140,7 +124,10 @@ async def create_response(request: web.Request) -> web.StreamResponse:
 
     if key is not None:
         context.limiter.enter(key)  # the key's requests in progress: 429 past its limit
+    reservation = None
     try:
+        if parsed.store:
+            reservation = await kept.reserve(owner, stored_size)  # 429 at the key's quota
         hold = handlers.hold_for(
             request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer), unbounded=call.unbounded
         )
@@ -156,7 +143,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
                     context,
                     parsed,
                     history,
-                    owner,
+                    reservation,
                     served,
                     request_id,
                     hold.settle if hold is not None else None,
@@ -175,6 +162,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         finally:
             handlers.close_hold(hold, served)  # as chat's
     finally:
+        if reservation is not None:
+            kept.release(reservation)
         if key is not None:
             context.limiter.leave(key)
 
@@ -187,7 +176,7 @@ class _Turn:
         context: RouterContext,
         parsed: responses.ResponsesRequest,
         history: tuple[dict[str, object], ...],
-        owner: str,
+        reservation: Reservation | None,
         served: Served,
         request_id: str,
         on_usage: Callable[[int], None] | None,
@@ -195,7 +184,7 @@ class _Turn:
         self._context = context
         self._parsed = parsed
         self._history = history
-        self._owner = owner
+        self._reservation = reservation
         self._served = served
         self._request_id = request_id
         self._on_usage = on_usage
@@ -295,65 +284,10 @@ class _Turn:
         self._context.dispatcher.count_usage(model, chat_usage, self._served, self._on_usage)
 
     async def _store(self, result: dict[str, object]) -> None:
-        if not self._parsed.store:
+        if self._reservation is None:
             return
-        context = self._context
-        expires_at = context.deps.clock.wall() + context.settings.responses_retention
         messages = responses.conversation_after(self._history, self._parsed.body, result.get("output"))
-        record = StoredConversation(self._owner, expires_at, tuple(messages))
-        value = record.encode()
-        if len(value) > context.settings.responses_max_bytes:
-            # The answer went to the client already: a follow-up is told why it cannot continue.
-            value = StoredConversation(self._owner, expires_at, (), too_large=len(value)).encode()
-        try:
-            await context.deps.responses.put(self.response_id, value)
-        except Exception:
-            log.exception(
-                "storing response %s failed: a follow-up by its id will not find it", self.response_id
-            )
-
-
-async def _history(context: RouterContext, response_id: str, owner: str) -> tuple[dict[str, object], ...]:
-    if not responses.is_response_id(response_id):
-        raise ApiError(previous_not_found(response_id))
-    try:
-        raw = await context.deps.responses.get(response_id)
-    except Exception:
-        log.exception("reading stored response %s failed", response_id)
-        raise ApiError(_store_unavailable()) from None
-    stored = None if raw is None else responses.decode_conversation(raw)
-    if stored is None or stored.owner != owner:
-        raise ApiError(previous_not_found(response_id))
-    if stored.expires_at <= context.deps.clock.wall():
-        try:
-            await context.deps.responses.delete(response_id)
-        except Exception:
-            log.warning("deleting expired response %s failed", response_id, exc_info=True)
-        raise ApiError(previous_not_found(response_id))
-    if stored.too_large:
-        raise ApiError(
-            _too_large(stored.too_large, context.settings.responses_max_bytes, "previous_response_id")
-        )
-    return tuple(dict(message) for message in stored.messages)
-
-
-async def sweep(context: RouterContext) -> None:
-    """Delete the stored responses whose retention has passed, every
-    ``responses_sweep_interval`` (every router does; a delete is idempotent), until cancelled."""
-    store = context.deps.responses
-    while True:
-        await asyncio.sleep(context.settings.responses_sweep_interval)
-        try:
-            expired = responses.expired_ids(
-                await store.ids(), context.deps.clock.wall(), context.settings.responses_retention
-            )
-            for response_id in expired:
-                await store.delete(response_id)
-        except Exception:
-            log.warning("sweeping expired stored responses failed; the next sweep retries", exc_info=True)
-        else:
-            if expired:
-                log.info("deleted %d expired stored responses", len(expired))
+        await self._context.conversations.keep(self._reservation, self.response_id, tuple(messages))
 
 
 def _engine_refusal(exchange: Exchange) -> Refusal:

@@ -177,6 +177,18 @@ class RouterSettings:
         default=256 * 1024,
         metadata=_help("largest stored Responses API conversation, bytes (Consul: under 512 KiB)"),
     )
+    # What one API key may keep stored at once (every router's stores together, read
+    # from the store's names): past either, a request that would store gets 429
+    # insufficient_quota before it runs. Each follow-up stores the whole conversation
+    # again, so a 20-turn chain of 10 kB turns keeps about 2 MB; 16 MiB a key keeps
+    # Consul's KV (every value in its Raft log and snapshots) small with a few hundred keys.
+    responses_max_per_key: int = field(
+        default=1000, metadata=_help("stored Responses API responses one API key may keep")
+    )
+    responses_max_bytes_per_key: int = field(
+        default=16 * 1024 * 1024,
+        metadata=_help("bytes of stored Responses API responses one API key may keep"),
+    )
 
     # --- guard ---------------------------------------------------------------------------------
     # The judge's whole answer (it is short: "safe" or "unsafe\nS1").
@@ -283,7 +295,7 @@ def validate(settings: RouterSettings) -> list[str]:
         "max_concurrency_per_model", "max_concurrent_per_key", "loading_retry_after",
         "unavailable_retry_after", "queue_retry_after",
         "guard_max_tokens", "guard_max_pieces", "guard_max_body_bytes", "unplaceable_retry_after",
-        "responses_max_bytes",
+        "responses_max_bytes", "responses_max_per_key", "responses_max_bytes_per_key",
     ):  # fmt: skip
         if getattr(settings, name) < 1:
             problems.append(f"{flag(name)} must be >= 1, got {getattr(settings, name)}")

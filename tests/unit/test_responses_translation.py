@@ -681,9 +681,25 @@ def test_an_id_carries_its_creation_time_for_the_sweep_and_nothing_else() -> Non
     with pytest.raises(ValueError, match="40 random hex digits"):
         responses.response_id_of(1, "ab")
     fresh = responses.response_id_of(1_700_000_500, "cd" * 20)
-    ids = [made, fresh, "not-ours", "resp_zz"]
-    assert responses.expired_ids(ids, now=1_700_000_000 + 600.5, retention=600) == [made]
-    assert responses.expired_ids(ids, now=1_700_000_000 + 599, retention=600) == []
+    # A router's names (owner/id.size), and the bare ids of values stored before sealing.
+    names = [f"k-1/{made}.40", f"no-key/{fresh}.9", made, "not-ours", "resp_zz", f"k-1/{made}.x"]
+    assert responses.expired_names(names, now=1_700_000_000 + 600.5, retention=600) == [
+        f"k-1/{made}.40",
+        made,
+    ]
+    assert responses.expired_names(names, now=1_700_000_000 + 599, retention=600) == []
+
+
+def test_a_stored_name_carries_its_owner_and_size_and_counts_a_keys_use() -> None:
+    made = responses.response_id_of(1_700_000_000, "ab" * 20)
+    name = responses.StoredName("k-1", made, 120)
+    assert str(name) == f"k-1/{made}.120" and responses.parse_stored_name(str(name)) == name
+    assert str(responses.StoredName("", made, 1)).startswith("no-key/")
+    assert responses.parse_stored_name(f"no-key/{made}.1") == responses.StoredName("", made, 1)
+    for bad in (made, f"k-1/{made}", f"k-1/{made}.-1", f"/{made}.1", "k-1/resp_1.1", f"k-1/{made}.1e3"):
+        assert responses.parse_stored_name(bad) is None, bad
+    names = [f"k-1/{made}.120", f"k-1/{made[:-1]}0.30", f"k-2/{made}.999", "k-1/garbage"]
+    assert responses.use_of(names, "k-1") == responses.StoreUse(2, 150)
 
 
 def test_the_guard_reads_every_field_of_a_responses_request_that_reaches_the_prompt() -> None:

@@ -301,6 +301,34 @@ async def test_a_key_request_that_is_no_text_or_too_deep_is_a_400(
     assert await stores.keys.list() == {}
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"\\ud800": "x", "name": "x"}',  # a lone surrogate as a key (third pass)
+        b'{"name": "x\\udc00y"}',  # a lone low surrogate inside a name
+        b'{"name": "x", "models": [{"\\ud83d": 1}]}',
+    ],
+)
+async def test_a_lone_surrogate_anywhere_in_a_key_request_is_a_4xx(
+    client: Client, stores: Stores, raw: bytes
+) -> None:
+    reply = await client.call("POST", "/admin/v1/keys", raw=raw)
+    assert 400 <= reply.status < 500, reply.body
+    assert await stores.keys.list() == {}
+
+
+async def test_a_compressed_admin_body_is_refused_before_it_is_inflated(
+    client: Client, stores: Stores
+) -> None:
+    import gzip
+
+    reply = await client.call(
+        "POST", "/admin/v1/keys", raw=gzip.compress(b'{"name": "x"}'), headers={"Content-Encoding": "gzip"}
+    )
+    assert reply.status == 415 and reply.body["error"]["code"] == "unsupported_content_encoding"
+    assert await stores.keys.list() == {}
+
+
 # --- status and models ---------------------------------------------------------------------------
 
 

@@ -16,10 +16,11 @@ import openai
 import pytest
 from aiohttp import web
 
+from llmgw.core.responses import parse_stored_name
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.keys import new_api_key
-from llmgw.gateway.ports import MemoryResponseStore
+from llmgw.gateway.ports import MemoryResponseStore, process_sealing_keys
 
 from .conftest import Cluster, OpenAIFor, StartRouter, eventually, metric_value, router_settings
 from .test_guard import guard_catalog
@@ -79,11 +80,17 @@ async def test_a_response_whole_and_streamed(
     assert final.usage is not None and final.usage.output_tokens == 4
 
 
+def _stored_ids(store: MemoryResponseStore) -> set[str]:
+    return {parsed.response_id for name in store.values if (parsed := parse_stored_name(name)) is not None}
+
+
 @contextlib.asynccontextmanager
 async def _routers_sharing_a_store(cluster: Cluster, count: int) -> AsyncIterator[list[RouterServer]]:
     store = MemoryResponseStore()
+    keys = process_sealing_keys()  # the same key on every router, as LLMGW_RESPONSES_KEYS gives
     routers = [
-        RouterServer(router_settings(), replace(cluster.deps(), responses=store)) for _ in range(count)
+        RouterServer(router_settings(), replace(cluster.deps(), responses=store, response_keys=keys))
+        for _ in range(count)
     ]
     for router in routers:
         await router.start()
@@ -193,9 +200,9 @@ async def test_every_router_sweeps_expired_responses_from_the_store(
         old = await client.responses.create(model="sim-chat", input="hello", max_output_tokens=1)
         cluster.clock.now += 30
         new = await client.responses.create(model="sim-chat", input="hello", max_output_tokens=1)
-        assert set(store.values) == {old.id, new.id}
+        assert _stored_ids(store) == {old.id, new.id}
         cluster.clock.now += 31  # old is past its 60 s, new is not
-        assert await eventually(lambda: set(store.values) == {new.id})
+        assert await eventually(lambda: _stored_ids(store) == {new.id})
     finally:
         await router.stop()
 
