@@ -136,7 +136,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if key is not None:
         context.limiter.enter(key)  # the key's requests in progress: 429 past its limit
     try:
-        hold = handlers.hold_for(
+        hold = await handlers.hold_for(
             request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer), unbounded=call.unbounded
         )
         request_id = request[REQUEST_ID]
@@ -168,7 +168,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             finally:
                 gates.release(route.model)
         finally:
-            handlers.close_hold(hold, served)  # as chat's
+            handlers.close_hold(request, hold, served)  # as chat's
     finally:
         if key is not None:
             context.limiter.leave(key)
