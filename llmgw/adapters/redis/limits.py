@@ -82,12 +82,24 @@ class Sweep:
 
 
 class RedisLimitStore:
-    def __init__(self, url: str, *, timeout: float = 0.25, client: Any = None) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 0.25, connections: int = 64, client: Any = None
+    ) -> None:
         # A short timeout: a Redis that does not answer must not hold requests long
-        # before the router's outage policy applies.
-        self._redis: Any = client or aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True
-        )
+        # before the router's outage policy applies. At most ``connections`` at once,
+        # and a request past them waits for one (redis-py's default pool refuses it
+        # with "Too many connections", which would read as Redis being down).
+        if client is None:
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=connections,
+                timeout=max(1.0, 4 * timeout),
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                decode_responses=True,
+            )
+            client = aioredis.Redis.from_pool(pool)
+        self._redis: Any = client
         self._admit = self._redis.register_script(_script("admit.lua"))
         self._settle = self._redis.register_script(_script("settle.lua"))
         self._reap = self._redis.register_script(_script("reap.lua"))
