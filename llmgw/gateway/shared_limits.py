@@ -26,9 +26,9 @@ from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
-from llmgw.adapters.redis.limits import KeyUsage, LimitStoreUnreachable, RedisLimitStore
+from llmgw.adapters.redis.limits import LimitStoreUnreachable, RedisLimitStore
 from llmgw.core.engine_usage import cached_tokens
-from llmgw.core.records import ApiKeyRecord
+from llmgw.core.records import ApiKeyRecord, KeyUsage
 from llmgw.gateway import errors
 from llmgw.gateway.keys import RateLimiter, TokenHold
 from llmgw.gateway.upstream import token_counts

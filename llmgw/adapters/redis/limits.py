@@ -27,6 +27,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from llmgw.core.records import KeyUsage
+
 PREFIX = "llmgw:limits:"
 ROUTERS = PREFIX + "routers"
 USAGE_FIELDS = ("requests", "input_tokens", "output_tokens", "cached_tokens")
@@ -65,26 +67,13 @@ class Admission:
 
 
 @dataclass(frozen=True, slots=True)
-class KeyUsage:
-    """One key's use of one model since its usage was first counted."""
-
-    model: str
-    requests: int
-    input_tokens: int
-    output_tokens: int
-    cached_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
 class Sweep:
     alive: int  # routers whose heartbeat is live, the sweeper included
     reaped_holds: int  # holds of dead routers returned to their buckets
 
 
 class RedisLimitStore:
-    def __init__(
-        self, url: str, *, timeout: float = 0.25, connections: int = 64, client: Any = None
-    ) -> None:
+    def __init__(self, url: str, *, timeout: float = 0.25, connections: int = 64, client: Any = None) -> None:
         # A short timeout: a Redis that does not answer must not hold requests long
         # before the router's outage policy applies. At most ``connections`` at once,
         # and a request past them waits for one (redis-py's default pool refuses it
