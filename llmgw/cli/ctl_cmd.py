@@ -164,12 +164,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "have is warned about, not refused (a key can be issued before its model is added)",
     )
     create.add_argument(
-        "--requests-per-minute", type=int, help="request limit (per router, unless the routers share a Redis; default: unlimited)"
+        "--requests-per-minute",
+        type=int,
+        help="request limit (per router, unless the routers share a Redis; default: unlimited)",
     )
     create.add_argument(
         "--tokens-per-minute",
         type=int,
-        help="prompt + completion token limit (per router, unless the routers share a Redis; default: unlimited)",
+        help="prompt + completion token limit (per router, unless the routers share a Redis; "
+        "default: unlimited)",
     )
     create.set_defaults(handler=_keys_create)
     listing = key_commands.add_parser(
