@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from llmgw.adapters.consul import ApiKeyConflict, ApiKeyNotFound, CatalogConflict, ConsulError, CorruptRecord
+from llmgw.adapters.redis.limits import LimitStoreUnreachable
 from llmgw.admin import errors
 from llmgw.admin.context import ACTOR, DEPS, PREVIEWS, SETTINGS
 from llmgw.admin.errors import AdminError
@@ -65,6 +66,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(f"{PREFIX}/keys", post_key)
     app.router.add_get(f"{PREFIX}/keys", get_keys)
     app.router.add_delete(f"{PREFIX}/keys/{{key_id}}", delete_key)
+    app.router.add_get(f"{PREFIX}/keys/{{key_id}}/usage", get_key_usage)
     # Model names may hold slashes (org/name): the name is everything between the prefix and the verb.
     app.router.add_post(f"{PREFIX}/models/{{model:.+}}/drain", post_drain)
     app.router.add_post(f"{PREFIX}/models/{{model:.+}}/restart", post_restart)
@@ -329,6 +331,44 @@ async def delete_key(request: web.Request) -> web.Response:
         raise errors.bad_request(str(exc), "invalid_key_id") from None
     log.info("API key %s revoked by %s", key_id, request[ACTOR])
     return json_response({"key": key_dict(record)})
+
+
+async def get_key_usage(request: web.Request) -> web.Response:
+    """A key's usage per model, as the routers counted it in the Redis they share."""
+    key_id = request.match_info["key_id"]
+    deps = request.app[DEPS]
+    records = await _consul(deps.keys.list())
+    if key_id not in records:
+        raise errors.not_found(f"no API key {key_id!r}", "no_key")
+    if deps.usage is None:
+        raise AdminError(
+            501,
+            "usage is counted only by routers sharing a Redis (LLMGW_ROUTER_LIMITS_REDIS_URL); "
+            "set it on the routers and on the control plane",
+            errors.SERVER,
+            "usage_not_counted",
+        )
+    try:
+        usage = await deps.usage.usage(key_id)
+    except LimitStoreUnreachable as exc:
+        raise errors.unavailable(
+            f"the usage store cannot be reached now ({exc}); try again", "usage_unavailable"
+        ) from None
+    return json_response(
+        {
+            "key": key_dict(records[key_id]),
+            "usage": [
+                {
+                    "model": u.model,
+                    "requests": u.requests,
+                    "input_tokens": u.input_tokens,
+                    "output_tokens": u.output_tokens,
+                    "cached_tokens": u.cached_tokens,
+                }
+                for u in usage
+            ],
+        }
+    )
 
 
 # --- models ----------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from llmgw.core.catalog import Catalog, ClusterAllowlists, SecurityPolicy
-from llmgw.core.records import ApiKeyRecord, CatalogVersion
+from llmgw.core.records import ApiKeyRecord, CatalogVersion, KeyUsage
 from llmgw.render import RenderSettings, ReplicaRequest
 
 
@@ -113,6 +113,13 @@ class ModelCommands(Protocol):
     async def restart(self, model: str, *, actor: str) -> CommandReceipt: ...
 
 
+class UsageSource(Protocol):
+    """``llmgw.adapters.redis.RedisLimitStore``: each key's usage as the routers counted it.
+    Raises ``LimitStoreUnreachable`` when its store does not answer."""
+
+    async def usage(self, key_id: str) -> list[KeyUsage]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class AdminDeps:
     catalogs: CatalogStorePort
@@ -126,5 +133,7 @@ class AdminDeps:
     allowlists: ClusterAllowlists = field(default_factory=lambda: RenderSettings().allowlists)
     # None: the drain and restart endpoints answer 501 (no control plane behind this listener).
     models: ModelCommands | None = None
+    # The keys' usage (routers count it with --limits-redis-url); None: the usage endpoint answers 501.
+    usage: UsageSource | None = None
     # Wall time of each applied version (``applied_at``) and of the log.
     wall_clock: Callable[[], float] = field(default=time.time)

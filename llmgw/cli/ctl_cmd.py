@@ -164,12 +164,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "have is warned about, not refused (a key can be issued before its model is added)",
     )
     create.add_argument(
-        "--requests-per-minute", type=int, help="request limit, per router (default: unlimited)"
+        "--requests-per-minute",
+        type=int,
+        help="request limit (per router, unless the routers share a Redis; default: unlimited)",
     )
     create.add_argument(
         "--tokens-per-minute",
         type=int,
-        help="prompt + completion token limit, per router (default: unlimited)",
+        help="prompt + completion token limit (per router, unless the routers share a Redis; "
+        "default: unlimited)",
     )
     create.set_defaults(handler=_keys_create)
     listing = key_commands.add_parser(
@@ -187,6 +190,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     revoke.add_argument("key_id", metavar="ID", help="the key's id (k-..., as keys list shows it)")
     revoke.set_defaults(handler=_keys_revoke)
+    usage = key_commands.add_parser(
+        "usage",
+        parents=[reading],
+        help="a key's requests and tokens per model",
+        description="A key's requests and input, output and cached tokens per model, as the routers "
+        "counted them in the Redis they share (LLMGW_ROUTER_LIMITS_REDIS_URL); kept across router "
+        "restarts.",
+    )
+    usage.add_argument("key_id", metavar="ID", help="the key's id (k-..., as keys list shows it)")
+    usage.set_defaults(handler=_keys_usage)
 
     drain = leaf(
         "drain",
@@ -716,6 +729,26 @@ def _keys_revoke(args: argparse.Namespace) -> int:
         print(f"revoked API key {key.get('id')} ({key.get('name')}) at {_when(key.get('revoked_at'))}")
 
     return _request_and_print(args, "DELETE", f"/admin/v1/keys/{quote(args.key_id, safe='')}", print_text)
+
+
+def _keys_usage(args: argparse.Namespace) -> int:
+    def print_text(report: dict[str, Any]) -> None:
+        rows = [
+            [
+                str(u.get(name))
+                for name in ("model", "requests", "input_tokens", "output_tokens", "cached_tokens")
+            ]
+            for u in report.get("usage") or []
+            if isinstance(u, dict)
+        ]
+        key = report.get("key") or {}
+        print(f"API key {key.get('id')} ({key.get('name')})")
+        if rows:
+            _table(["MODEL", "REQUESTS", "INPUT", "OUTPUT", "CACHED"], rows)
+        else:
+            print("no usage counted yet")
+
+    return _request_and_print(args, "GET", f"/admin/v1/keys/{quote(args.key_id, safe='')}/usage", print_text)
 
 
 # --- models ----------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
 from llmgw.devcluster.nomad.config import DockerPlugin
-from llmgw.flags import LLAMA_SERVER, LOG_LEVEL, SettingError, flag_or_variable
+from llmgw.flags import ENGINE_KEY_SECRET, LLAMA_SERVER, LOG_LEVEL, SettingError, flag_or_variable
 from llmgw.gateway.ports import process_sealing_keys
 from llmgw.gateway.settings import RouterSettings
 from llmgw.render import RenderSettings
@@ -245,6 +245,13 @@ async def _dev(
 ) -> int:
     state_dir: Path = args.state_dir
     logging.getLogger("llmgw").info("event loop: %s", event_loop.running_loop_name())
+    try:
+        # Set: the secret a second router needs to reach dev's engines (llmgw serve --role
+        # router with the same LLMGW_ENGINE_KEY_SECRET); unset: one drawn for this run only.
+        chosen_secret = ENGINE_KEY_SECRET.read(os.environ)
+    except SettingError as exc:
+        print(f"llmgw dev: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     async with DevCluster(DevClusterConfig(nomad=nomad_config, state_dir=state_dir / "nomad")) as cluster:
         settings = ServiceSettings(
             role=Role.ALL,
@@ -256,7 +263,7 @@ async def _dev(
             # Every replica's engine requires its own key, as in a cluster with
             # LLMGW_ENGINE_KEY_SECRET set: the control plane and the router share this one.
             render=replace(dev_render_settings(), engine_api_keys=True),
-            engine_keys=EngineKeys(secrets.token_hex(32)),
+            engine_keys=chosen_secret or EngineKeys(secrets.token_hex(32)),
             # Stored responses sealed as with LLMGW_RESPONSES_KEYS set, with a key of this
             # run: dev's Consul lives and dies with it.
             response_keys=process_sealing_keys(),
@@ -310,6 +317,7 @@ async def _dev(
                 state_dir,
                 hint,
                 api_keys=args.api_keys,
+                shared_secret=chosen_secret is not None,
             )
             await wait_for_signal()
         finally:
@@ -355,6 +363,7 @@ def _banner(
     hint: str | None,
     *,
     api_keys: bool = False,
+    shared_secret: bool = False,
 ) -> None:
     nodes = config.nodes
     gpus = {f"{n.gpus} x {n.gpu_model}" for n in nodes if n.gpus} or {"no"}
@@ -376,12 +385,25 @@ llmgw dev is running: {len(nodes)} nodes ({", ".join(sorted(gpus))} simulated GP
   export NOMAD_TOKEN=$(cat {nomad_token_file})
   export CONSUL_HTTP_ADDR={consul_hostport}
   export CONSUL_HTTP_TOKEN=$(cat {consul_token_file})
-
+{_more_routers_line(shared_secret)}
   faults            llmgw dev fail-node gpu-1 | restore-node gpu-1 | crash ALLOC | consul-outage 10
                     | slow-checks gpu-1 5     (llmgw dev FAULT --help)
 Ctrl-C stops everything.
 """,
         flush=True,
+    )
+
+
+def _more_routers_line(shared_secret: bool) -> str:
+    if not shared_secret:
+        return (
+            "  more routers      start llmgw dev with LLMGW_ENGINE_KEY_SECRET (32+ characters) set, and\n"
+            "                    each router you attach with the same secret reaches its engines\n"
+        )
+    return (
+        "  more routers      with the exports above and the same LLMGW_ENGINE_KEY_SECRET:\n"
+        "                    llmgw serve --role router --port 8081   (LLMGW_ROUTER_LIMITS_REDIS_URL\n"
+        "                    on each, the same Redis, and a key's limits hold across them)\n"
     )
 
 

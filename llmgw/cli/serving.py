@@ -31,6 +31,7 @@ from llmgw.adapters.consul import (
     watch_endpoints,
 )
 from llmgw.adapters.nomad import AllocationWatch, NomadClient
+from llmgw.adapters.redis.limits import RedisLimitStore
 from llmgw.admin import AdminDeps, AdminListener, AdminSettings, CommandReceipt, start_admin
 from llmgw.control import ControlPlane, ControlSettings, ControlSettingsError, lost_node_problem
 from llmgw.control.commands import ModelCommandStore, OperatorCommands
@@ -181,6 +182,10 @@ class Services:
                     jobs, _ = view.snapshot()
                     return [j.job_id for j in jobs.values() if j.model == model and not j.stopped]
 
+                usage = None
+                if s.router.limits_redis_url:  # the Redis the routers count usage in
+                    usage = RedisLimitStore(s.router.limits_redis_url)
+                    self._stack.push_async_callback(usage.close)
                 commands = OperatorCommands(
                     ModelCommandStore(consul), CatalogStore(consul), s.policy, replicas=replicas_of
                 )
@@ -196,6 +201,7 @@ class Services:
                         renderer=Renderer(s.render, s.policy),
                         allowlists=s.render.allowlists,
                         models=AdminModelCommands(commands),
+                        usage=usage,
                     ),
                 )
                 self._stack.push_async_callback(admin.stop)

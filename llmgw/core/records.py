@@ -279,6 +279,18 @@ class DrainMark:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyUsage:
+    """One key's use of one model since its usage was first counted (routers
+    with shared limits count it: ``llmgw.adapters.redis.limits``)."""
+
+    model: str
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class ApiKeyRecord:
     """At ``llmgw/keys/<key id>``. Only the secret's SHA-256 is stored, never the secret."""
 

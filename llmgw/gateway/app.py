@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from llmgw.adapters.redis.limits import RedisLimitStore
 from llmgw.bundled import read_security_policy
 from llmgw.cancellation import cancel_and_wait
 from llmgw.core.addresses import url_of
@@ -47,6 +48,7 @@ from llmgw.gateway.limits import ModelGates
 from llmgw.gateway.metrics import Gauges, RouterMetrics, WatchHealth
 from llmgw.gateway.ports import RouterDeps, Watched
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError, validate
+from llmgw.gateway.shared_limits import SharedLimits, StoreDown
 from llmgw.gateway.upstream import Upstream
 from llmgw.http_server import NO_DECOMPRESSION, bound_port, listener_log
 
@@ -129,6 +131,7 @@ def create_app(
         dispatcher=dispatcher,
         guard=Guard(settings, dispatcher, metrics),
         conversations=Conversations(settings, deps.responses, deps.response_keys, deps.clock),
+        shared_limits=_shared_limits(settings, metrics),
     )
     metrics.add_gauges(_gauges(context))
 
@@ -152,6 +155,18 @@ def create_app(
     app.router.add_get("/static/{name}", handlers.static_file)
     app.cleanup_ctx.append(_lifecycle)
     return app
+
+
+def _shared_limits(settings: RouterSettings, metrics: RouterMetrics) -> SharedLimits | None:
+    if not settings.limits_redis_url:
+        return None
+    return SharedLimits(
+        RedisLimitStore(settings.limits_redis_url),
+        settings.resolved_router_id(),
+        store_down=StoreDown(settings.limits_store_down),
+        heartbeat_ttl=settings.limits_heartbeat_ttl,
+        on_store_error=metrics.limits_store_errors.inc,
+    )
 
 
 def _gauges(context: RouterContext) -> Gauges:
@@ -189,6 +204,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     context = app[CONTEXT]
     deps = context.deps
     await context.upstream.start()
+    if context.shared_limits is not None:
+        await context.shared_limits.start()
     watched: list[Watched[object]] = [w for _, w in context.watches()]
     if deps.allocations is not None:
         watched.append(deps.allocations)
@@ -242,6 +259,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         for watch in reversed(started):
             await watch.stop()
         await context.upstream.close()
+        if context.shared_limits is not None:
+            await context.shared_limits.close()
         # Flushes the spans not yet exported: it waits on the exporter's thread.
         await asyncio.to_thread(deps.tracing.shutdown)
 

@@ -25,6 +25,7 @@ from llmgw.gateway.limits import ModelGates
 from llmgw.gateway.metrics import RouterMetrics
 from llmgw.gateway.ports import RouterDeps, Watched
 from llmgw.gateway.settings import RouterSettings
+from llmgw.gateway.shared_limits import SharedLimits
 from llmgw.gateway.upstream import Upstream
 
 
@@ -43,6 +44,8 @@ class RouterContext:
     dispatcher: Dispatcher
     guard: Guard
     conversations: Conversations  # the Responses API's stored conversations
+    # Limits and usage every router shares (--limits-redis-url); None: this router's own.
+    shared_limits: SharedLimits | None = None
 
     def watches(self) -> list[tuple[str, Watched[object]]]:
         """The watched values this router follows, by a short label."""

@@ -157,6 +157,20 @@ def too_many_at_once(limit: int) -> ApiError:
     )
 
 
+def limits_unavailable() -> ApiError:
+    """Redis, where every router's limits are kept, does not answer, and the operator
+    chose to refuse rather than admit on this router's share (``--limits-store-down closed``)."""
+    return ApiError(
+        Refusal(
+            503,
+            "Rate limits cannot be checked right now (their store is unreachable); try again shortly.",
+            "server_error",
+            "limits_unavailable",
+            retry_after=5,
+        )
+    )
+
+
 def queue_full(model: str, retry_after: int) -> ApiError:
     return ApiError(
         Refusal(

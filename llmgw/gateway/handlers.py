@@ -24,8 +24,8 @@ from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED,
 from llmgw.gateway.dispatch import Served, Translation
 from llmgw.gateway.errors import ApiError, body_encoding_refused
 from llmgw.gateway.guard import policies_for
-from llmgw.gateway.keys import TokenHold
 from llmgw.gateway.settings import RouterSettings
+from llmgw.gateway.shared_limits import Hold
 from llmgw.http_server import BodyEncodingRefused, BodyTimeout, read_body
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -79,7 +79,7 @@ async def serve_call(
         if hold_tokens is None and key is not None and key.tokens_per_minute is not None:
             # Only a token limit holds tokens: no estimate for a request that holds none.
             hold_tokens = call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
-        hold = hold_for(request, hold_tokens or 0, unbounded=bool(hold_tokens) and call.unbounded)
+        hold = await hold_for(request, hold_tokens or 0, unbounded=bool(hold_tokens) and call.unbounded)
         request_id = request[REQUEST_ID]
         gates = context.gates
         try:
@@ -102,7 +102,7 @@ async def serve_call(
             finally:
                 gates.release(model)
         finally:
-            close_hold(hold, served)
+            close_hold(request, hold, served)
     finally:
         if key is not None:
             context.limiter.leave(key)
@@ -134,25 +134,33 @@ def tool_calling_chain(
     return routing.tool_calling_chain(catalog, route.chain, body)
 
 
-def hold_for(request: web.Request, tokens: int, *, unbounded: bool = False) -> TokenHold | None:
-    """The tokens held from the request's key (None without a token limit), or its 429;
-    ``unbounded``: an answer nothing bounds, which holds all the key has left."""
+async def hold_for(request: web.Request, tokens: int, *, unbounded: bool = False) -> Hold | None:
+    """The tokens held from the request's key, or its 429; ``unbounded``: an answer
+    nothing bounds, which holds all the key has left. None: nothing to settle (no key,
+    or a key without a token limit on a router that limits alone)."""
     key = request.get(API_KEY)
     if key is None:
         return None
-    loop = asyncio.get_running_loop()
-    return request.app[CONTEXT].limiter.admit(key, loop.time(), tokens, unbounded=unbounded)
+    context = request.app[CONTEXT]
+    if context.shared_limits is not None:
+        return await context.shared_limits.admit(key, tokens, unbounded=unbounded)
+    return context.limiter.admit(key, asyncio.get_running_loop().time(), tokens, unbounded=unbounded)
 
 
-def close_hold(hold: TokenHold | None, served: Served) -> None:
+def close_hold(request: web.Request, hold: Hold | None, served: Served) -> None:
     """A hold the answer's usage did not settle. An engine that began a 200 answer was
     generating (the client may have left mid-stream): it pays what was held. Otherwise
-    (queue, guard, no replica, an engine's error) it pays nothing."""
+    (queue, guard, no replica, an engine's error) it pays nothing. With shared limits,
+    the request's usage is counted for its key."""
     if hold is not None and hold.open:
         if served.engine_status == 200:
             hold.keep()
         else:
             hold.release()
+    shared = request.app[CONTEXT].shared_limits
+    key = request.get(API_KEY)
+    if shared is not None and key is not None and served.engine_status:
+        shared.count_usage(key, served.model, served.usage)
 
 
 async def _read_body(request: web.Request, settings: RouterSettings) -> bytes:

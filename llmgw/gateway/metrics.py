@@ -50,6 +50,7 @@ REJECTION_REASONS = frozenset(
         # keys and limits
         "invalid_api_key", "cross_site_request", "rate_limit_exceeded", "model_queue_full",
         "conflicting_api_keys", "tools_not_supported", "concurrency_limit_exceeded",
+        "limits_unavailable",
         # the model
         "model_not_found", "model_not_supported", "model_off", "model_unavailable", "model_loading",
         "no_healthy_replica",
@@ -234,6 +235,11 @@ class RouterMetrics:
         )
         self.demand_reports = Counter(
             PREFIX + "demand_reports", "Demand reports sent to Consul, by result", ["result"], registry=r
+        )
+        self.limits_store_errors = Counter(
+            PREFIX + "limits_store_errors",
+            "Calls to the Redis of the limits every router shares that failed (--limits-redis-url)",
+            registry=r,
         )
 
     # prometheus_client's labels() validates, converts and locks on every call; the

@@ -128,7 +128,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     try:
         if parsed.store:
             reservation = await kept.reserve(owner, stored_size)  # 429 at the key's quota
-        hold = handlers.hold_for(
+        hold = await handlers.hold_for(
             request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer), unbounded=call.unbounded
         )
         request_id = request[REQUEST_ID]
@@ -160,7 +160,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             finally:
                 gates.release(route.model)
         finally:
-            handlers.close_hold(hold, served)  # as chat's
+            handlers.close_hold(request, hold, served)  # as chat's
     finally:
         if reservation is not None:
             kept.release(reservation)

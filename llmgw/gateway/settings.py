@@ -160,6 +160,27 @@ class RouterSettings:
         default=1024, metadata=_help("tokens a token-limited key needs for an answer without max_tokens")
     )
 
+    # --- limits across routers ----------------------------------------------------------------
+    # Where every router's API-key limits and usage are kept (redis://[:password@]host:port/db,
+    # rediss:// for TLS). Empty: each router limits on its own, so N routers admit up to N
+    # times a key's limits, and no usage is recorded.
+    limits_redis_url: str = field(
+        default="",
+        repr=False,  # it may carry a password
+        metadata=_help("Redis URL of the limits every router shares (none: each router limits alone)"),
+    )
+    # While that Redis does not answer: "local-share" admits on this router's share of each
+    # limit (the limit divided by the routers last seen alive), "closed" refuses limited
+    # keys' requests with 503 limits_unavailable.
+    limits_store_down: str = field(
+        default="local-share",
+        metadata=_help("while the limits' Redis is unreachable: local-share or closed"),
+    )
+    # A router whose heartbeat is this old is taken for dead, and what it held is returned.
+    limits_heartbeat_ttl: float = field(
+        default=5.0, metadata=_help("seconds after which a silent router's token holds are returned")
+    )
+
     # --- Responses API state (/v1/responses with store, previous_response_id) ---------------------
     # A stored response is kept this long (OpenAI keeps them 30 days; here they are
     # Consul KV values every router reads, so a day by default): a follow-up after it
@@ -282,6 +303,7 @@ def validate(settings: RouterSettings) -> list[str]:
         "upstream_first_byte_timeout", "upstream_idle_timeout", "upstream_pool_idle",
         "loading_comment_interval", "queue_timeout", "guard_timeout", "demand_interval",
         "unavailable_stale_after", "responses_retention", "responses_sweep_interval",
+        "limits_heartbeat_ttl",
     ):  # fmt: skip
         if getattr(settings, name) <= 0:
             problems.append(f"{flag(name)} must be > 0, got {getattr(settings, name)}")
@@ -299,6 +321,13 @@ def validate(settings: RouterSettings) -> list[str]:
     ):  # fmt: skip
         if getattr(settings, name) < 1:
             problems.append(f"{flag(name)} must be >= 1, got {getattr(settings, name)}")
+    if settings.limits_store_down not in ("local-share", "closed"):
+        problems.append(
+            f"--limits-store-down must be local-share or closed, got {settings.limits_store_down!r}"
+        )
+    schemes = ("redis://", "rediss://", "unix://")
+    if settings.limits_redis_url and not settings.limits_redis_url.startswith(schemes):
+        problems.append("--limits-redis-url must be a redis://, rediss:// or unix:// URL")
     if settings.hold_for_unbounded_answer < 0:
         problems.append(f"--hold-for-unbounded-answer must be >= 0, got {settings.hold_for_unbounded_answer}")
     if settings.max_queue_per_model < 0:

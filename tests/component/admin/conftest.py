@@ -16,6 +16,7 @@ from multidict import CIMultiDict
 
 from llmgw.adapters.consul import ApiKeyStore, CatalogStore, ClientSettings, ConsulClient, StatusPublisher
 from llmgw.admin import AdminDeps, AdminListener, AdminSettings, CommandReceipt, start_admin
+from llmgw.admin.ports import UsageSource
 from llmgw.core.catalog import SecurityPolicy
 from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
 from llmgw.render import Renderer, RenderSettings
@@ -116,7 +117,10 @@ async def start(shipped_policy: SecurityPolicy) -> AsyncIterator[StartAdmin]:
     renderer = Renderer(RenderSettings(), shipped_policy)
 
     async def _start(
-        stores: Stores, models: RecordedModelCommands | None = None, **overrides: Any
+        stores: Stores,
+        models: RecordedModelCommands | None = None,
+        usage: UsageSource | None = None,
+        **overrides: Any,
     ) -> AdminListener:
         settings = AdminSettings(**{"host": "127.0.0.1", "port": 0, "token": TOKEN, **overrides})
         deps = AdminDeps(
@@ -126,6 +130,7 @@ async def start(shipped_policy: SecurityPolicy) -> AsyncIterator[StartAdmin]:
             policy=shipped_policy,
             renderer=renderer,
             models=models,
+            usage=usage,
         )
         listener = await start_admin(settings, deps)
         listeners.append(listener)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from llmgw.adapters.redis.limits import RedisLimitStore
 from llmgw.admin import AdminListener
 from llmgw.core.catalog import SecurityPolicy, load_catalog
 from llmgw.core.catalog_diff import Effect, diff_from_dict
@@ -17,6 +19,7 @@ from llmgw.core.planning.status import StatusReport, to_json
 from llmgw.core.records import catalog_sha256
 from llmgw.devcluster.consul import ConsulStandIn, OutageMode
 from llmgw.gateway.keys import KeyRing, authenticate
+from tests.support.redis_server import MISSING, REDIS_SERVER, RedisServer
 
 if TYPE_CHECKING:
     from conftest import Client, RecordedModelCommands, StartAdmin, Stores, Texts
@@ -396,3 +399,44 @@ async def test_errors_are_json_everywhere(client: Client) -> None:
         "PUT", "/admin/v1/catalog", raw=b'{"catalog": "' + b"x" * (3 * 1024 * 1024) + b'"}'
     )
     assert big.status == 413
+
+
+# --- a key's usage --------------------------------------------------------------------------------
+
+
+async def test_a_keys_usage_is_what_the_routers_counted_in_redis(
+    start: StartAdmin, stores: Stores, client_for: Callable[[AdminListener], Client], tmp_path: Path
+) -> None:
+    if REDIS_SERVER is None:
+        pytest.skip(MISSING)
+    redis = RedisServer(tmp_path / "redis")
+    await redis.start()
+    store = RedisLimitStore(redis.url)
+    try:
+        issued = await stores.keys.create("team-a")
+        key_id = issued.record.key_id
+        await store.count_usage(key_id, "chat", {"requests": 2, "input_tokens": 30, "output_tokens": 7})
+        await store.count_usage(key_id, "chat", {"requests": 1, "input_tokens": 10, "cached_tokens": 8})
+        client = client_for(await start(stores, usage=store))
+        reply = await client.call("GET", f"/admin/v1/keys/{key_id}/usage")
+        assert reply.status == 200 and reply.body["key"]["id"] == key_id
+        assert reply.body["usage"] == [
+            {"model": "chat", "requests": 3, "input_tokens": 40, "output_tokens": 7, "cached_tokens": 8}
+        ]
+        missing = await client.call("GET", "/admin/v1/keys/k-0000000000000000/usage")
+        assert missing.status == 404 and missing.body["error"]["code"] == "no_key"
+        await redis.stop()
+        down = await client.call("GET", f"/admin/v1/keys/{key_id}/usage")
+        assert down.status == 503 and down.body["error"]["code"] == "usage_unavailable"
+    finally:
+        await store.close()
+        await redis.stop()
+
+
+async def test_without_shared_limits_a_keys_usage_is_501_saying_what_to_set(
+    client: Client, stores: Stores
+) -> None:
+    issued = await stores.keys.create("team-a")
+    reply = await client.call("GET", f"/admin/v1/keys/{issued.record.key_id}/usage")
+    assert reply.status == 501 and reply.body["error"]["code"] == "usage_not_counted"
+    assert "LLMGW_ROUTER_LIMITS_REDIS_URL" in reply.body["error"]["message"]

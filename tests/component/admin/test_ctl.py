@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from llmgw.adapters.redis.limits import RedisLimitStore
 from llmgw.admin import AdminListener, RenderedSpecHashes
 from llmgw.cli import main
 from llmgw.cli.ctl_cmd import print_diff
@@ -27,9 +28,10 @@ from llmgw.core.catalog_diff import catalog_diff, diff_from_dict, diff_to_dict
 from llmgw.core.planning.status import ModelStatus, StatusReport, to_json
 from llmgw.core.records import catalog_sha256
 from llmgw.render import Renderer, RenderSettings
+from tests.support.redis_server import MISSING, REDIS_SERVER, RedisServer
 
 if TYPE_CHECKING:
-    from conftest import RecordedModelCommands, Stores, Texts
+    from conftest import RecordedModelCommands, StartAdmin, Stores, Texts
 
 
 @dataclass
@@ -259,6 +261,29 @@ async def test_keys(ctl: CtlRunner, stores: Stores) -> None:
     assert (await stores.keys.list())[key_id].revoked
     missing = await ctl("keys", "revoke", "k-0000000000000000")
     assert missing.code == 1 and "no API key" in missing.err
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason=MISSING)
+async def test_keys_usage_prints_what_the_routers_counted(
+    ctl: CtlRunner, stores: Stores, start: StartAdmin, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    redis = RedisServer(tmp_path / "redis")
+    await redis.start()
+    store = RedisLimitStore(redis.url)
+    try:
+        key_id = (await stores.keys.create("team-a")).record.key_id
+        await store.count_usage(key_id, "chat", {"requests": 3, "input_tokens": 40, "output_tokens": 7})
+        monkeypatch.setenv("LLMGW_ADMIN_URL", (await start(stores, usage=store)).url)
+        shown = await ctl("keys", "usage", key_id)
+        assert shown.code == 0
+        assert shown.lines[0] == f"API key {key_id} (team-a)"
+        assert shown.lines[1].split() == ["MODEL", "REQUESTS", "INPUT", "OUTPUT", "CACHED"]
+        assert shown.lines[2].split() == ["chat", "3", "40", "7", "0"]
+        as_json = json.loads((await ctl("keys", "usage", key_id, "--json")).out)
+        assert as_json["usage"][0]["input_tokens"] == 40
+    finally:
+        await store.close()
+        await redis.stop()
 
 
 async def test_drain_restart_and_status(

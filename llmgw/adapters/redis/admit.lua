@@ -1,0 +1,58 @@
+-- Admit one request of an API key against limits every router shares (llmgw/adapters/redis/limits.py).
+-- One script, so the check and the take are one atomic step on the server: two routers
+-- can never both take the last token. Time is the server's (TIME), so routers' clocks
+-- never disagree about a bucket.
+--
+-- KEYS[1]  the key's request bucket (hash: level, stamp)
+-- KEYS[2]  the key's token bucket
+-- KEYS[3]  this router's open holds (hash: hold id -> "token-bucket-key held limit")
+-- ARGV[1]  requests per minute (0: no limit)
+-- ARGV[2]  tokens per minute (0: no limit)
+-- ARGV[3]  tokens to hold (at most the limit)
+-- ARGV[4]  "1": an answer nothing bounds, which holds all the key has left
+-- ARGV[5]  the hold's id
+-- Returns {1, "", "0", held} when admitted, else {0, kind, seconds to wait, held asked}.
+-- Floats are returned as strings: Redis truncates a Lua number in a reply to an integer.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+
+local function level(key, limit)
+  local v = redis.call('HMGET', key, 'level', 'stamp')
+  local lv, st = tonumber(v[1]), tonumber(v[2])
+  if lv == nil or st == nil then return limit end  -- an absent bucket is a full one
+  return math.min(limit, lv + math.max(0, now - st) * limit / 60)
+end
+
+-- A bucket is written with the time it takes to refill as its expiry: an absent bucket
+-- reads as full, so a key that stops sending leaves nothing behind.
+local function store(key, lv, limit)
+  redis.call('HSET', key, 'level', tostring(lv), 'stamp', tostring(now))
+  redis.call('EXPIRE', key, math.ceil((limit - lv) * 60 / limit) + 1)
+end
+
+local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
+local held = 0
+local tokens_level = 0
+if tpm > 0 then
+  tokens_level = level(KEYS[2], tpm)
+  held = math.min(math.max(0, tonumber(ARGV[3])), tpm)
+  if tokens_level < held then
+    return {0, 'tokens', tostring((held - tokens_level) * 60 / tpm), held}
+  end
+end
+if rpm > 0 then
+  local requests_level = level(KEYS[1], rpm)
+  if requests_level < 1 then
+    return {0, 'requests', tostring((1 - requests_level) * 60 / rpm), 0}
+  end
+  store(KEYS[1], requests_level - 1, rpm)
+end
+if tpm > 0 then
+  if ARGV[4] == '1' then held = math.max(held, math.floor(tokens_level)) end
+  store(KEYS[2], tokens_level - held, tpm)
+  if held > 0 then
+    redis.call('HSET', KEYS[3], ARGV[5], KEYS[2] .. ' ' .. held .. ' ' .. tpm)
+  end
+end
+return {1, '', '0', held}

@@ -1,0 +1,195 @@
+"""The Redis store of API keys' limits and usage that every router shares.
+
+Owns: the keys' buckets (one request bucket and one token bucket per API key, taken
+from by ``admit.lua`` and paid back by ``settle.lua``, atomic scripts on the server's
+clock), each router's open holds and heartbeat, the reaping of a dead router's holds
+(``reap.lua``), and each key's usage counters (requests, input, output and cached
+tokens per model, one hash per key). Every Redis failure is raised as
+``LimitStoreUnreachable``.
+
+Must not: decide what a refusal says or what to do while Redis is down
+(``gateway.shared_limits`` does), or see a presented key (only key ids reach Redis).
+
+Redis's keys, all under ``llmgw:limits:``: ``key:<id>:requests`` and
+``key:<id>:tokens`` (hashes ``level``/``stamp``, expiring when full again, so an
+absent bucket reads as full), ``router:<id>:alive`` (the heartbeat, with a TTL),
+``router:<id>:holds`` (hold id -> ``bucket held limit``), ``routers`` (a set), and
+``usage:<key id>`` (hash ``<model>\\t<counter>``). The scripts touch several keys, so
+a Redis Cluster is not supported; a single Redis, or one with Sentinel, is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from llmgw.core.records import KeyUsage
+
+PREFIX = "llmgw:limits:"
+ROUTERS = PREFIX + "routers"
+USAGE_FIELDS = ("requests", "input_tokens", "output_tokens", "cached_tokens")
+
+
+class LimitStoreUnreachable(Exception):
+    """Redis did not answer (or answered with an error) within the store's timeout."""
+
+
+def _script(name: str) -> str:
+    return resources.files("llmgw.adapters.redis").joinpath(name).read_text(encoding="utf-8")
+
+
+def bucket_key(key_id: str, kind: str) -> str:
+    return f"{PREFIX}key:{key_id}:{kind}"
+
+
+def usage_key(key_id: str) -> str:
+    return f"{PREFIX}usage:{key_id}"
+
+
+def heartbeat_key(router_id: str) -> str:
+    return f"{PREFIX}router:{router_id}:alive"
+
+
+def holds_key(router_id: str) -> str:
+    return f"{PREFIX}router:{router_id}:holds"
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    admitted: bool
+    kind: str  # what refused it: "requests" or "tokens" ("" when admitted)
+    wait: float  # seconds until it would be admitted
+    held: int  # tokens held (admitted) or asked (refused)
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    alive: int  # routers whose heartbeat is live, the sweeper included
+    reaped_holds: int  # holds of dead routers returned to their buckets
+
+
+class RedisLimitStore:
+    def __init__(self, url: str, *, timeout: float = 0.25, connections: int = 64, client: Any = None) -> None:
+        # A short timeout: a Redis that does not answer must not hold requests long
+        # before the router's outage policy applies. At most ``connections`` at once,
+        # and a request past them waits for one (redis-py's default pool refuses it
+        # with "Too many connections", which would read as Redis being down).
+        if client is None:
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=connections,
+                timeout=max(1.0, 4 * timeout),
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                decode_responses=True,
+            )
+            client = aioredis.Redis.from_pool(pool)
+        self._redis: Any = client
+        self._admit = self._redis.register_script(_script("admit.lua"))
+        self._settle = self._redis.register_script(_script("settle.lua"))
+        self._reap = self._redis.register_script(_script("reap.lua"))
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+    async def admit(
+        self,
+        key_id: str,
+        router_id: str,
+        hold_id: str,
+        *,
+        requests_per_minute: int | None,
+        tokens_per_minute: int | None,
+        tokens: int,
+        unbounded: bool,
+    ) -> Admission:
+        try:
+            admitted, kind, wait, held = await self._admit(
+                keys=[bucket_key(key_id, "requests"), bucket_key(key_id, "tokens"), holds_key(router_id)],
+                args=[
+                    requests_per_minute or 0,
+                    tokens_per_minute or 0,
+                    max(0, tokens),
+                    int(unbounded),
+                    hold_id,
+                ],
+            )
+        except RedisError as exc:
+            raise LimitStoreUnreachable(str(exc)) from exc
+        return Admission(int(admitted) == 1, str(kind), float(wait), int(held))
+
+    async def settle(
+        self, key_id: str, router_id: str, hold_id: str, *, tokens_per_minute: int, held: int, used: int
+    ) -> None:
+        try:
+            await self._settle(
+                keys=[bucket_key(key_id, "tokens"), holds_key(router_id)],
+                args=[tokens_per_minute, held, used, hold_id],
+            )
+        except RedisError as exc:
+            raise LimitStoreUnreachable(str(exc)) from exc
+
+    async def beat(self, router_id: str, ttl: float) -> None:
+        """This router is alive for ``ttl`` seconds more."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.set(heartbeat_key(router_id), "1", px=max(1, int(ttl * 1000)))
+                pipe.sadd(ROUTERS, router_id)
+                await pipe.execute()
+        except RedisError as exc:
+            raise LimitStoreUnreachable(str(exc)) from exc
+
+    async def leave(self, router_id: str) -> None:
+        """A clean stop: the router's heartbeat ends now; whatever it still holds is
+        reaped by the next sweep."""
+        try:
+            await self._redis.delete(heartbeat_key(router_id))
+        except RedisError as exc:
+            raise LimitStoreUnreachable(str(exc)) from exc
+
+    async def sweep(self) -> Sweep:
+        """Return the holds of every router whose heartbeat expired."""
+        try:
+            routers = await self._redis.smembers(ROUTERS)
+            alive = reaped = 0
+            for other in sorted(routers):
+                keys = [heartbeat_key(other), holds_key(other), ROUTERS]
+                count = int(await self._reap(keys=keys, args=[other]))
+                if count < 0:
+                    alive += 1
+                else:
+                    reaped += count
+        except RedisError as exc:
+            raise LimitStoreUnreachable(str(exc)) from exc
+        return Sweep(alive, reaped)
+
+    async def count_usage(self, key_id: str, model: str, counts: dict[str, int]) -> None:
+        """Add ``counts`` (by ``USAGE_FIELDS`` name) to the key's usage of ``model``."""
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for name, count in counts.items():
+                    if count and name in USAGE_FIELDS:
+                        pipe.hincrby(usage_key(key_id), f"{model}\t{name}", count)
+                await pipe.execute()
+        except RedisError as exc:
+            raise LimitStoreUnreachable(str(exc)) from exc
+
+    async def usage(self, key_id: str) -> list[KeyUsage]:
+        """Every model's usage by ``key_id``, sorted by model name."""
+        try:
+            raw: dict[str, str] = await self._redis.hgetall(usage_key(key_id))
+        except RedisError as exc:
+            raise LimitStoreUnreachable(str(exc)) from exc
+        by_model: dict[str, dict[str, int]] = {}
+        for field_name, value in raw.items():
+            model, _, name = field_name.rpartition("\t")
+            if model and name in USAGE_FIELDS:
+                by_model.setdefault(model, {})[name] = int(value)
+        return [
+            KeyUsage(model, *(counts.get(name, 0) for name in USAGE_FIELDS))
+            for model, counts in sorted(by_model.items())
+        ]
