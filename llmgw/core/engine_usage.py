@@ -26,5 +26,14 @@ def cached_tokens(usage: Mapping[str, object], timings: object = None) -> int:
     return 0
 
 
+def cached_prompt_tokens(usage: Mapping[str, object] | None) -> int:
+    """The cached prompt tokens of a usage in either API's words: chat completions'
+    (``cached_tokens``) or the Messages API's (``cache_read_input_tokens``, which
+    llama-server's own /v1/messages reports at build 11434)."""
+    if usage is None:
+        return 0
+    return cached_tokens(usage) or _count(usage.get("cache_read_input_tokens"))
+
+
 def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

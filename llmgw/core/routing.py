@@ -34,7 +34,10 @@ The four answers when nothing serves are deliberately different, because clients
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -304,6 +307,137 @@ def choose_endpoint(candidates: Iterable[Candidate], avoid: Collection[str], tur
     if not tied:
         return None
     return tied[turn % len(tied)]
+
+
+# --- prefix affinity: the same conversation to the same replica, from every router -----------------
+
+# How far above the mean outstanding load a replica may go and still take the requests
+# whose prefix it owns: the ``c`` of Mirrokni, Thorup and Zadimoghaddam's "Consistent
+# Hashing with Bounded Loads" (2018), KubeAI's ``meanLoadFactor``
+# (internal/loadbalancer/balance_chwbl.go, ``chwblLoadOK``; ``meanLoadPercentage``'s
+# default 125 in api/k8s/v1/model_types.go).
+AFFINITY_LOAD_FACTOR = 1.25
+# Leading content hashed for a key, at most: enough to tell conversations apart, and a
+# bound on the work of a request with a huge first turn.
+_KEY_CONTENT_CHARS = 64 * 1024
+
+
+class RouteOutcome(StrEnum):
+    """How ``choose_by_prefix`` chose (the ``llmgw_routing_decisions_total`` label)."""
+
+    AFFINITY = "affinity"  # the replica that owns the request's prefix
+    OVERFLOW = "overflow"  # its owner was over the load bound: the next under it, in the key's order
+    NO_KEY = "no-key"  # no prefix to follow (or affinity off): least outstanding
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    key: str | None  # the endpoint's service id; None: nothing is left to try
+    outcome: RouteOutcome
+
+
+def affinity_key(api: Api, body: Mapping[str, object], explicit: str | None = None) -> str | None:
+    """A key that stays the same over one conversation's turns, or None.
+
+    The client's own when it sends one: ``explicit`` (the Responses API's
+    ``prompt_cache_key``, which its translation to chat does not carry), chat
+    completions' ``prompt_cache_key`` (OpenAI's "used to cache responses for similar
+    requests", openai-python ``CompletionCreateParams``), the Messages API's
+    ``metadata.user_id`` (Claude Code puts its session there). Else a hash of the
+    leading content, which an agent resends unchanged on every turn while the rest
+    grows: the system (and developer) messages and the first user turn (a Messages
+    request's ``system`` too). That is what every engine keeps cached first (their
+    caches are prefix trees of blocks), so the replica that answered the first turn
+    holds it for the next.
+
+    A blake2b digest, not Python's ``hash``: every router (another process) must
+    compute the same key."""
+    if explicit:
+        return _digest("key", explicit)
+    if api is Api.MESSAGES:
+        metadata = body.get("metadata")
+        user = metadata.get("user_id") if isinstance(metadata, Mapping) else None
+        if isinstance(user, str) and user:
+            return _digest("key", user)
+    elif api is Api.CHAT:
+        given = body.get("prompt_cache_key")
+        if isinstance(given, str) and given:
+            return _digest("key", given)
+    else:
+        return None
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    leading: list[object] = []
+    if api is Api.MESSAGES and body.get("system") is not None:
+        leading.append(body.get("system"))
+    for message in messages:
+        leading.append(message.get("content") if isinstance(message, Mapping) else message)
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            break
+    else:
+        return None  # no user turn: nothing a conversation keeps
+    text = json.dumps(leading, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    return _digest("prefix", text[:_KEY_CONTENT_CHARS])
+
+
+def _digest(kind: str, text: str) -> str:
+    data = text.encode("utf-8", "surrogatepass")
+    return kind + ":" + hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def rendezvous_order(key: str, replicas: Iterable[str]) -> list[str]:
+    """``replicas`` in ``key``'s order of preference: highest random weight first
+    (Thaler and Ravishankar's rendezvous hashing). Every router computes the same order
+    from the same ids; a replica that joins takes only the keys it now ranks first on
+    (1/n of them), one that leaves gives away only its own, each to its next in line."""
+    return sorted(replicas, key=lambda replica: _weight(key, replica), reverse=True)
+
+
+def _weight(key: str, replica: str) -> bytes:
+    return hashlib.blake2b(f"{key}\x00{replica}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+def load_bound(outstanding: int, replicas: int, factor: float = AFFINITY_LOAD_FACTOR) -> int:
+    """The most requests one of ``replicas`` may have outstanding, this one included, and
+    still be given a request by its prefix: ``ceil(factor * (outstanding + 1) / replicas)``,
+    the mean with the new request counted, as KubeAI's ``chwblLoadOK`` counts it. Never
+    below 1 (an idle model takes its first requests by prefix)."""
+    return max(1, math.ceil(factor * (outstanding + 1) / replicas))
+
+
+def choose_by_prefix(
+    candidates: Iterable[Candidate],
+    avoid: Collection[str],
+    key: str | None,
+    turn: int,
+    factor: float = AFFINITY_LOAD_FACTOR,
+) -> Choice:
+    """Consistent hashing with bounded loads over rendezvous hashing: the first endpoint
+    in ``key``'s ``rendezvous_order`` whose outstanding requests, with this one, stay
+    within ``load_bound`` of the usable endpoints' total. A hot prefix thus fills its
+    owner to the bound and spills to the next in its order (which then caches it too),
+    never pinning one replica; no replica goes past about ``factor`` times the mean.
+
+    No key, or no usable endpoint outside ``avoid`` that is not a suspect:
+    ``choose_endpoint``'s least outstanding (suspects last, as there). The state is
+    the router's own outstanding counts only, so routers share nothing: with the load
+    even they agree, and where one is busier it spills as the others would.
+
+    Chosen over SGLang's router's ``cache_aware`` policy (sgl-router
+    src/policies/cache_aware.rs: a radix tree per router of the prompts it sent each
+    worker, shortest queue once ``max - min > balance_abs_threshold`` and ``max >
+    min * balance_rel_threshold``): its tree is each router's own, so routers that
+    do not share it disagree (the issue's 0.66 hit rate with 8 gateways)."""
+    listed = list(candidates)
+    if key is not None:
+        eligible = {c.key: c for c in listed if c.usable and not c.suspect and c.key not in avoid}
+        if eligible:
+            bound = load_bound(sum(c.in_flight for c in eligible.values()), len(eligible), factor)
+            for rank, replica in enumerate(rendezvous_order(key, eligible)):
+                if eligible[replica].in_flight + 1 <= bound:
+                    return Choice(replica, RouteOutcome.AFFINITY if rank == 0 else RouteOutcome.OVERFLOW)
+    return Choice(choose_endpoint(listed, avoid, turn), RouteOutcome.NO_KEY)
 
 
 # --- whether Nomad vouches for an endpoint ------------------------------------------------------

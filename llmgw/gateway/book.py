@@ -25,7 +25,7 @@ between the read and the write: a read that gates a mutation must not yield) and
 released in ``finally``, so a cancelled handler releases its slot.
 
 Must not: talk to Consul (the watch loops in ``app`` feed it) or decide the
-balancing rule (``llmgw.core.routing.choose_endpoint`` does).
+balancing rule (``llmgw.core.routing.choose_by_prefix`` and ``choose_endpoint`` do).
 """
 
 from __future__ import annotations
@@ -271,9 +271,17 @@ class EndpointBook:
 
     def choose(self, model: str, avoid: Collection[str]) -> Endpoint | None:
         """The endpoint for the next try (see ``routing.choose_endpoint``); lease it at once."""
+        return self.choose_by_prefix(model, avoid, None)[0]
+
+    def choose_by_prefix(
+        self, model: str, avoid: Collection[str], key: str | None
+    ) -> tuple[Endpoint | None, routing.RouteOutcome]:
+        """The endpoint for the next try of a request whose conversation has ``key``
+        (``routing.choose_by_prefix``; None: least outstanding), and how it was chosen;
+        lease it at once."""
         endpoints = self._by_model.get(model, ())
         if not endpoints:
-            return None
+            return None, routing.RouteOutcome.NO_KEY
         in_flight = self._in_flight
         suspects = self._suspect_until
         now = self._monotonic() if suspects else 0.0
@@ -286,11 +294,11 @@ class EndpointBook:
             )
             for e in endpoints
         )
-        key = routing.choose_endpoint(candidates, avoid, self._turn)
+        choice = routing.choose_by_prefix(candidates, avoid, key, self._turn)
         self._turn += 1
-        if key is None:
-            return None
-        return next(e for e in endpoints if e.service_id == key)
+        if choice.key is None:
+            return None, choice.outcome
+        return next(e for e in endpoints if e.service_id == choice.key), choice.outcome
 
     def report_failure(self, endpoint: Endpoint, failure: routing.Failure) -> None:
         """An attempt on ``endpoint`` failed: a refused connection makes it a suspect

@@ -5,7 +5,8 @@ Owns the flow; every decision in it is ``llmgw.core.routing``'s:
 
 1. ``fallback_chain`` and ``plan_route`` say which models to try, which to wake
    (``DemandTracker.wake``, coalesced) and which one to wait for.
-2. Per model, ``EndpointBook.choose`` picks the least loaded endpoint and the
+2. Per model, ``EndpointBook.choose_by_prefix`` picks the endpoint (the owner of the
+   conversation's prefix under the load bound, else the least loaded) and the
    in-flight slot is leased in the same step; ``Upstream.send`` tries it.
 3. A failure before the first byte reached the client goes to ``after_failure``:
    same endpoint (stale pooled connection), another endpoint, the next model, or
@@ -43,6 +44,7 @@ from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
 
 from llmgw.core import anthropic, routing
 from llmgw.core.catalog import Catalog
+from llmgw.core.engine_usage import cached_prompt_tokens
 from llmgw.core.records import Endpoint
 from llmgw.gateway import errors
 from llmgw.gateway.aiohttp_private import HeadWithFirstWrite, SentDirectly, http_date
@@ -265,6 +267,8 @@ class _Route:
     # The client's connection, when the answer may be written to it from the engine
     # connection's callbacks (``_DirectAnswer``); None: the handler answers.
     direct_to: asyncio.Transport | None = None
+    # The conversation's key (``routing.affinity_key``): its turns go to one replica.
+    affinity: str | None = None
     attempts_total: int = 0
     failures: int = 0
     waited_for: str | None = None
@@ -450,6 +454,9 @@ class Dispatcher:
             self._metrics.counter(self._metrics.tokens, model, "prompt").inc(prompt)
         if completion:
             self._metrics.counter(self._metrics.tokens, model, "completion").inc(completion)
+        cached = cached_prompt_tokens(usage)
+        if cached:
+            self._metrics.counter(self._metrics.tokens, model, "cached").inc(cached)
         if on_usage is not None and prompt + completion > 0:  # a usage without counts settles nothing
             on_usage(prompt + completion)
 
@@ -486,15 +493,24 @@ class Dispatcher:
         catalog: Catalog,
         served: Served,
         request_id: str,
+        affinity: str | None = None,
     ) -> AsyncIterator[Exchange]:
         """``call`` answered by the first model of ``chain`` that can, with ``serve``'s walk
         (fallbacks, retries, load on demand, a stream's ``: loading model`` comments) and
         books (lease, demand, fallback metric, ``served``), but the answer is the caller's
         to translate and write: it is never sent from the engine connection's callbacks.
-        A refusal after a stream's loading comments went out raises ``RefusedMidStream``."""
+        A refusal after a stream's loading comments went out raises ``RefusedMidStream``.
+        ``affinity`` is the client's own conversation key, where the call lost it in translation."""
         served.stream = call.stream
         route = _route_for_call(
-            request, call, chain, catalog, request_id, force_usage=False, trace_headers=served.trace_headers
+            request,
+            call,
+            chain,
+            catalog,
+            request_id,
+            force_usage=False,
+            trace_headers=served.trace_headers,
+            affinity=affinity,
         )
         try:
             opened = await self._open(route)
@@ -551,6 +567,7 @@ class Dispatcher:
             make_body=lambda m: json.dumps({**body, "model": m}).encode(),
             path=API_PATHS[routing.Api.CHAT],
             request_id=request_id,
+            affinity=routing.affinity_key(routing.Api.CHAT, body),
         )
         opened = await self._open(route)
         with opened.lease:
@@ -639,11 +656,15 @@ class Dispatcher:
         attempts_on_model = 0
         avoid = route.tried.setdefault(model, set())
         same: Endpoint | None = None
+        key = route.affinity if route.catalog.models[model].prefix_affinity else None
         while True:
-            endpoint = same if same is not None else self._book.choose(model, avoid)
-            same = None
-            if endpoint is None:
-                return None
+            if same is None:
+                endpoint, outcome = self._book.choose_by_prefix(model, avoid, key)
+                if endpoint is None:
+                    return None
+                self._metrics.counter(self._metrics.routing_decisions, model, outcome).inc()
+            else:
+                endpoint, same = same, None
             lease = self._book.lease(endpoint)  # in the same step as the choice
             route.attempts_total += 1
             attempts_on_model += 1
@@ -774,6 +795,7 @@ def _route_for_call(
     trace_headers: tuple[tuple[str, str], ...] = (),
     translate: Callable[[str], Translation | None] | None = None,
     direct_to: asyncio.Transport | None = None,
+    affinity: str | None = None,
 ) -> _Route:
     """The walk for a client's ``call`` along ``chain``: its body per model (with the
     usage asked for when ``force_usage``), its path, and a stream's loading comments."""
@@ -790,6 +812,7 @@ def _route_for_call(
         api=call.api,
         translate=translate,
         direct_to=direct_to,
+        affinity=routing.affinity_key(call.api, call.body, affinity),
     )
 
 

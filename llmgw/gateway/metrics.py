@@ -186,8 +186,18 @@ class RouterMetrics:
             ["model"], buckets=_TTFT, registry=r,
         )  # fmt: skip
         self.tokens = Counter(
-            PREFIX + "tokens", "Tokens from the engines' usage reports", ["model", "kind"], registry=r
-        )
+            PREFIX + "tokens",
+            "Tokens from the engines' usage reports, by kind: prompt, completion, and cached (the prompt "
+            "tokens the engine read from its prefix cache, part of prompt)",
+            ["model", "kind"], registry=r,
+        )  # fmt: skip
+        self.routing_decisions = Counter(
+            PREFIX + "routing_decisions",
+            "Replicas chosen for a try, by how: affinity (the replica that owns the conversation's prefix), "
+            "overflow (its owner was past the load bound: the next in its order), no-key (least "
+            "outstanding: no conversation to follow, or the model's prefix affinity is off)",
+            ["model", "outcome"], registry=r,
+        )  # fmt: skip
         self.retries = Counter(
             PREFIX + "retries",
             "Tries repeated after a failure before the first byte",

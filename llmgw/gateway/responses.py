@@ -149,8 +149,16 @@ async def create_response(request: web.Request) -> web.StreamResponse:
                     hold.settle if hold is not None else None,
                 )
                 try:
+                    # Its translation to chat leaves prompt_cache_key out (engines cache by themselves).
+                    cache_key = parsed.body.get("prompt_cache_key")
                     async with context.dispatcher.exchange(
-                        request, call, chain, catalog, served, request_id
+                        request,
+                        call,
+                        chain,
+                        catalog,
+                        served,
+                        request_id,
+                        affinity=cache_key if isinstance(cache_key, str) else None,
                     ) as exchange:
                         if parsed.stream and exchange.response.status == 200:
                             return await turn.stream(request, exchange)

@@ -37,6 +37,7 @@ from llmgw.sim.engine import Engine
 from llmgw.sim.faults import ExitProcess, FaultState, FaultUpdate
 from llmgw.sim.lifecycle import Lifecycle
 from llmgw.sim.openai_api import ApiError, Endpoint, GenerationRequest, Limits, ResponseIdentity
+from llmgw.sim.prefix_cache import Prefill, PrefixCache
 from llmgw.sim.settings import ExitCode, SimSettings
 
 log = logging.getLogger("llmgw.sim")
@@ -150,10 +151,13 @@ class SimState:
             return "not joined to the head"
         return None
 
-    async def generate(self, prompt_tokens: int, pieces: Iterable[str]) -> list[str]:
-        """A whole answer of ``pieces``, under the faults in force (a first-token delay, a hang)."""
+    async def generate(
+        self, prompt_tokens: int, pieces: Iterable[str], prompt: str = "", record: Prefill | None = None
+    ) -> list[str]:
+        """A whole answer of ``pieces``, under the faults in force (a first-token delay, a
+        hang); with a ``record``, ``prompt`` prefilled past its cached prefix."""
         return await self.engine.generate(
-            prompt_tokens, pieces, self.faults.first_token_delay, self.faults.wait_while_hung
+            prompt_tokens, pieces, self.faults.first_token_delay, self.faults.wait_while_hung, prompt, record
         )
 
 
@@ -170,7 +174,12 @@ def create_app(settings: SimSettings, deps: SimDeps | None = None) -> web.Applic
     fault: in-process tests that crash pass their own `exit_process`.
     """
     deps = deps or SimDeps()
-    engine = Engine(settings.max_num_seqs, settings.token_rate)
+    engine = Engine(
+        settings.max_num_seqs,
+        settings.token_rate,
+        PrefixCache(settings.kv_cache_tokens, settings.block_size),
+        settings.prefill_token_time,
+    )
     state = SimState(
         settings=settings,
         deps=deps,
@@ -386,7 +395,8 @@ async def _generate(
     if generation.stream:
         return await _stream(request, state, generation, identity)
     reasoning, answer = _answer(state.settings, generation)
-    pieces = await state.generate(generation.prompt_tokens, answer)
+    generation.prefill.report = state.settings.enable_prompt_tokens_details
+    pieces = await state.generate(generation.prompt_tokens, answer, generation.prompt, generation.prefill)
     body = openai_api.completion_body(
         generation,
         identity,
@@ -442,8 +452,15 @@ async def _stream(
             data.append(openai_api.sse_event(openai_api.usage_chunk(generation, identity, sent)))
         return [*data, openai_api.SSE_DONE]
 
+    generation.prefill.report = state.settings.enable_prompt_tokens_details
     return await streaming.stream_pieces(
-        request, state, generation.prompt_tokens, answer, piece=piece, end=end
+        request,
+        state,
+        generation.prompt_tokens,
+        answer,
+        piece=piece,
+        end=end,
+        prefill=(generation.prompt, generation.prefill),
     )
 
 

@@ -1,7 +1,8 @@
 """The simulated scheduler: which sequences run, which wait, and what happened to each.
 
-Owns: the running/waiting admission under ``max_num_seqs``, the pacing of
-tokens at the configured rate, and the counters behind /metrics and
+Owns: the running/waiting admission under ``max_num_seqs``, the prefill of a
+prompt's tokens its ``PrefixCache`` does not hold (``prefill_token_time`` each),
+the pacing of tokens at the configured rate, and the counters behind /metrics and
 /sim/stats (requests, completions, cancellations, failures, tokens).
 
 Must not: know HTTP or JSON. Handlers call it; it never calls them. All of its
@@ -14,6 +15,8 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
+
+from llmgw.sim.prefix_cache import Prefill, PrefixCache
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,15 @@ class EngineSnapshot:
 class Engine:
     """One per app. Each sequence takes a slot for its whole life; the rest queue FIFO."""
 
-    def __init__(self, max_num_seqs: int, token_rate: float) -> None:
+    def __init__(
+        self,
+        max_num_seqs: int,
+        token_rate: float,
+        cache: PrefixCache | None = None,
+        prefill_token_time: float = 0.0,
+    ) -> None:
+        self.cache = cache if cache is not None else PrefixCache(0)
+        self._prefill_token_time = prefill_token_time
         self._slots = asyncio.Semaphore(max_num_seqs)
         self._token_interval = 1.0 / token_rate
         self.max_num_seqs = max_num_seqs
@@ -75,6 +86,13 @@ class Engine:
         self._prompt_tokens += prompt
         self._generation_tokens += generated
 
+    def prefill(self, prompt: str, record: Prefill) -> None:
+        """Admit ``prompt`` to the prefix cache as its sequence starts: ``record`` gets the
+        tokens read from cache and the prefill time of the rest."""
+        tokens = prompt.split()  # the sim's tokens (``vocabulary.count_tokens``)
+        record.cached_tokens = self.cache.admit(tokens)
+        record.seconds = (len(tokens) - record.cached_tokens) * self._prefill_token_time
+
     @asynccontextmanager
     async def sequence(self) -> AsyncIterator[None]:
         """Hold a running slot for the body; wait (counted as waiting) while none is free.
@@ -106,11 +124,17 @@ class Engine:
         pieces: Iterable[str],
         first_token_delay: float,
         wait_while_hung: Callable[[], Awaitable[bool]],
+        prompt: str = "",
+        record: Prefill | None = None,
     ) -> list[str]:
-        """A whole (unstreamed) answer: a running slot, the prompt counted, every piece
-        decoded at the token rate, the completion counted."""
+        """A whole (unstreamed) answer: a running slot, the prompt counted (and, with a
+        ``record``, prefilled past its cached prefix), every piece decoded at the token
+        rate, the completion counted."""
         async with self.sequence():
             self.count_tokens(prompt=prompt_tokens)
+            if record is not None:
+                self.prefill(prompt, record)
+                first_token_delay += record.seconds
             tokens = self.decode(pieces, first_token_delay, wait_while_hung)
             async with aclosing(tokens):
                 said = [piece async for piece in tokens]

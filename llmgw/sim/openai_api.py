@@ -16,11 +16,12 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmgw.core.json_values import json_kind
 from llmgw.sim import vocabulary
+from llmgw.sim.prefix_cache import Prefill
 
 SSE_DONE = b"data: [DONE]\n\n"
 
@@ -124,6 +125,8 @@ class GenerationRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
+    # What its admission to the prefix cache found, filled in as its sequence starts.
+    prefill: Prefill = field(default_factory=Prefill)
     # The answer ends with a stop before max_tokens (``--answer-tokens``): the engine's
     # max_tokens is then the answer's length.
     stops: bool = False
@@ -471,12 +474,18 @@ def system_fingerprint(served_name: str) -> str:
     return "fp_" + hashlib.sha256(served_name.encode("utf-8")).hexdigest()[:10]
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, prefill: Prefill | None = None) -> dict[str, object]:
+    """OpenAI's usage; with ``prefill.report`` (--enable-prompt-tokens-details) the cached
+    prompt tokens too, as vLLM 0.34.0 reports them (``PromptTokenUsageInfo``, in
+    vllm/entrypoints/serve/engine/protocol.py)."""
+    counts: dict[str, object] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if prefill is not None and prefill.report:
+        counts["prompt_tokens_details"] = {"cached_tokens": prefill.cached_tokens}
+    return counts
 
 
 def _head(identity: ResponseIdentity, obj: str) -> dict[str, Any]:
@@ -512,7 +521,7 @@ def completion_body(
         choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}
     body = _head(identity, str(request.endpoint))
     body["choices"] = [choice]
-    body["usage"] = usage(request.prompt_tokens, completion_tokens)
+    body["usage"] = usage(request.prompt_tokens, completion_tokens, request.prefill)
     return body
 
 
@@ -533,7 +542,7 @@ def tool_call_body(
     }
     body = _head(identity, str(request.endpoint))
     body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls"}]
-    body["usage"] = usage(request.prompt_tokens, completion_tokens)
+    body["usage"] = usage(request.prompt_tokens, completion_tokens, request.prefill)
     return body
 
 
@@ -600,7 +609,7 @@ def usage_chunk(
     """The chunk ``include_usage`` asks for: no choices, the whole request's usage."""
     body = _head(identity, _chunk_object(request.endpoint))
     body["choices"] = []
-    body["usage"] = usage(request.prompt_tokens, completion_tokens)
+    body["usage"] = usage(request.prompt_tokens, completion_tokens, request.prefill)
     return body
 
 

@@ -97,6 +97,16 @@ class SimSettings:
     # call's arguments as JSON text). After the result comes back the model answers text,
     # so an agent's loop ends. Empty: never call a tool.
     tool_calls: tuple[tuple[str, str], ...] = ()
+    # The prefix cache (``prefix_cache``): KV held for this many tokens, in blocks of
+    # --block-size (vLLM 0.34.0's default 64), least recently used evicted first.
+    kv_cache_tokens: int = 262144
+    block_size: int = 64
+    # Seconds of prefill per prompt token not read from the cache (0: prefill is free,
+    # as before the cache was modelled); decode is --token-rate.
+    prefill_token_time: float = 0.0
+    # Put usage.prompt_tokens_details.cached_tokens in answers, as vLLM does only with
+    # --enable-prompt-tokens-details.
+    enable_prompt_tokens_details: bool = False
     # Seconds of simulated weight loading before /health turns 200.
     load_time: float = 1.0
     # On SIGTERM/SIGINT, in-flight requests get this long to finish before they are cancelled.
@@ -217,6 +227,21 @@ _FLAGS: tuple[Flag, ...] = (
         "answer a chat turn that offers one of these tools with a call to it, as JSON "
         '{"NAME": {ARGUMENTS}} (the first offered; a turn after a tool result answers text)',
     ),
+    _flag("--kv-cache-tokens", "kv_cache_tokens", int, "tokens of KV the prefix cache holds (LRU)"),
+    _flag("--block-size", "block_size", int, "tokens per KV block (vLLM 0.34.0's default 64)"),
+    _flag(
+        "--prefill-token-time",
+        "prefill_token_time",
+        float,
+        "seconds of prefill per prompt token not in the prefix cache (0: free)",
+    ),
+    _flag(
+        "--enable-prompt-tokens-details",
+        "enable_prompt_tokens_details",
+        parse_bool,
+        "report usage.prompt_tokens_details.cached_tokens (as vLLM's flag of that name)",
+        is_switch=True,
+    ),
     _flag("--load-time", "load_time", float, "seconds of simulated weight loading"),
     _flag("--shutdown-timeout", "shutdown_timeout", float, "seconds in-flight requests get on shutdown"),
     _flag("--access-log", "access_log", parse_bool, "log every request", is_switch=True),
@@ -299,7 +324,13 @@ def validate(settings: SimSettings) -> list[str]:
         problems.append(f"--port must be 0..65535, got {settings.port}")
     if settings.token_rate <= 0:
         problems.append(f"--token-rate must be > 0 tokens/s, got {settings.token_rate}")
-    for name in ("default_max_tokens", "max_model_len", "max_num_seqs", "embedding_dim", "world_size"):
+    if settings.kv_cache_tokens < 0:
+        problems.append(f"--kv-cache-tokens must be >= 0, got {settings.kv_cache_tokens}")
+    if settings.prefill_token_time < 0:
+        problems.append(f"--prefill-token-time must be >= 0 s, got {settings.prefill_token_time}")
+    for name in (
+        "default_max_tokens", "max_model_len", "max_num_seqs", "embedding_dim", "world_size", "block_size",
+    ):  # fmt: skip
         if getattr(settings, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be >= 1, got {getattr(settings, name)}")
     for name in (

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from llmgw.sim.prefix_cache import Prefill
+
 if TYPE_CHECKING:
     from llmgw.sim.app import SimState
 
@@ -32,6 +34,7 @@ async def stream_pieces(
     piece: Callable[[str, int], Sequence[bytes]],
     end: Callable[[int], Sequence[bytes]],
     start: Sequence[bytes] = (),
+    prefill: tuple[str, Prefill] | None = None,
 ) -> web.StreamResponse:
     """``pieces`` streamed: ``start``'s writes once the sequence runs, ``piece(text,
     index)``'s for each piece, ``end(sent)``'s after the last (``sent`` pieces)."""
@@ -41,10 +44,14 @@ async def stream_pieces(
     try:
         async with engine.sequence():
             engine.count_tokens(prompt=prompt_tokens)
+            delay = state.faults.first_token_delay
+            if prefill is not None:  # the prompt and its record: prefilled past its cached prefix
+                engine.prefill(*prefill)
+                delay += prefill[1].seconds
             for data in start:
                 await response.write(data)
             sent = 0
-            tokens = engine.decode(pieces, state.faults.first_token_delay, state.faults.wait_while_hung)
+            tokens = engine.decode(pieces, delay, state.faults.wait_while_hung)
             async with aclosing(tokens):
                 async for text in tokens:
                     for data in piece(text, sent):

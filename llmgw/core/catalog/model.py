@@ -286,11 +286,27 @@ DEFAULT_IDLE_TIMEOUT_SECONDS = 15 * 60
 DEFAULT_SCALE_WINDOW_SECONDS = 2 * 60
 
 
+class Routing(_Strict):
+    """How the routers choose among a model's replicas."""
+
+    prefix_affinity: StrictBool = Field(
+        True,
+        description="chat models: send a conversation's requests to the replica that has its prefix "
+        "cached (its system prompt and first turn, or the client's prompt_cache_key), unless that "
+        "replica is past 1.25 times the mean load (default true); false: least outstanding requests",
+    )
+
+
 class Model(_Strict):
     description: StrictStr = ""
     roles: tuple[Role, ...] = Field((Role.CHAT,), min_length=1)
     profiles: tuple[Profile, ...] = Field(min_length=1)
     scaling: Scaling | None = None
+    routing: Routing | None = None
+
+    @property
+    def prefix_affinity(self) -> bool:
+        return self.routing is None or self.routing.prefix_affinity
 
     @property
     def is_simulated(self) -> bool:

@@ -34,6 +34,7 @@ from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.ports import RouterDeps
 from llmgw.gateway.settings import RouterSettings
 from llmgw.sim.app import create_app as create_sim_app
+from tests.support.conversations import PROBES, conversation
 from tests.support.sim import fast_settings
 from tests.support.waiting import awaited
 from tests.support.waiting import eventually as eventually  # the one wait-until helper, for the tests here
@@ -392,12 +393,27 @@ def metric_value(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
-async def replicas_answering(client: AsyncOpenAI, requests: int, model: str = "sim-chat") -> set[str]:
-    """The replicas (``x-llmgw-replica``) that answered ``requests`` chat completions, one after another."""
+async def replicas_answering(
+    client: AsyncOpenAI, requests: int, model: str = "sim-chat", messages: Any = None
+) -> set[str]:
+    """The replicas (``x-llmgw-replica``) that answered ``requests`` chat completions of one
+    conversation (``messages``, by default a greeting), one after another."""
     replicas = set()
     for _ in range(requests):
         raw = await client.chat.completions.with_raw_response.create(
-            model=model, messages=[{"role": "user", "content": "hello there"}], max_tokens=1
+            model=model, messages=messages or [{"role": "user", "content": "hello there"}], max_tokens=1
+        )
+        replicas.add(raw.headers["x-llmgw-replica"])
+    return replicas
+
+
+async def replicas_serving(client: AsyncOpenAI, model: str = "sim-chat") -> set[str]:
+    """The replicas that answered ``PROBES`` distinct conversations, one after another:
+    every replica the router routes to (each conversation goes to the one owning it)."""
+    replicas = set()
+    for index in range(PROBES):
+        raw = await client.chat.completions.with_raw_response.create(
+            model=model, messages=conversation(index), max_tokens=1
         )
         replicas.add(raw.headers["x-llmgw-replica"])
     return replicas

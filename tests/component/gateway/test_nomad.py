@@ -40,6 +40,7 @@ from llmgw.devcluster.partition import TcpProxy
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.context import CONTEXT
 from llmgw.settings import NomadConnection
+from tests.support.conversations import PROBES, conversation
 
 from .conftest import Cluster, eventually, metric_value, router_settings
 
@@ -178,9 +179,12 @@ async def start_router(
 
 
 async def replicas_answering(http: aiohttp.ClientSession, router: RouterServer, requests: int) -> list[str]:
+    """The replicas that answered ``requests`` distinct conversations (each goes to the
+    replica owning its prefix: ``PROBES`` of them reach every replica routed to)."""
     answered = []
-    for _ in range(requests):
-        async with http.post(router.url + "/v1/chat/completions", json=BODY) as response:
+    for index in range(requests):
+        body = {**BODY, "messages": conversation(index)}
+        async with http.post(router.url + "/v1/chat/completions", json=body) as response:
             assert response.status == 200, await response.text()
             answered.append(response.headers["x-llmgw-replica"])
     return answered
@@ -248,7 +252,7 @@ async def test_an_endpoint_leaves_within_100_ms_of_its_allocations_failure_event
     cluster.add_endpoint(first.endpoint, publish=False)
     cluster.add_endpoint(second.endpoint)
     router, _ = await start_router(cluster, routers, standin.address)
-    assert set(await replicas_answering(http, router, 6)) == {first.job_id, second.job_id}
+    assert set(await replicas_answering(http, router, PROBES)) == {first.job_id, second.job_id}
     book = router.app[CONTEXT].book
 
     # Nomad's side: the failure event of the first allocation, as the stream carries it.
@@ -350,7 +354,7 @@ async def test_with_nomad_unreachable_trusted_endpoints_serve_and_new_ones_wait(
         proxy.thaw()  # Nomad answers again: the new replica is vouched for
         assert await eventually(lambda: watch.healthy, 10)
         assert await eventually(lambda: router.app[CONTEXT].book.usable_count(MODEL) == 2, 5)
-        assert set(await replicas_answering(http, router, 8)) == {first.job_id, second.job_id}
+        assert set(await replicas_answering(http, router, PROBES)) == {first.job_id, second.job_id}
     finally:
         await proxy.stop()
 

@@ -11,8 +11,10 @@ import pytest
 from aiohttp import web
 
 from llmgw.core.records import HealthStatus
+from tests.support.conversations import owned_by
 
 from .conftest import (
+    CATALOG,
     Cluster,
     OpenAIFor,
     StartRouter,
@@ -23,6 +25,11 @@ from .conftest import (
 )
 
 MESSAGES: Any = [{"role": "user", "content": "hello there"}]
+# The test catalog with sim-chat routed by least outstanding requests alone.
+WITHOUT_AFFINITY = CATALOG.replace(
+    "  sim-chat:\n    roles: [chat, completion]\n",
+    "  sim-chat:\n    roles: [chat, completion]\n    routing: {prefix_affinity: false}\n",
+)
 
 
 async def _metrics(http: aiohttp.ClientSession, url: str) -> str:
@@ -33,6 +40,7 @@ async def _metrics(http: aiohttp.ClientSession, url: str) -> str:
 async def test_least_outstanding_spreads_concurrent_streams(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
 ) -> None:
+    cluster.set_catalog(WITHOUT_AFFINITY)
     a = await cluster.add_sim("sim-chat", token_rate=50.0)
     b = await cluster.add_sim("sim-chat", token_rate=50.0)
     client = openai_for(await start_router())
@@ -51,6 +59,7 @@ async def test_least_outstanding_spreads_concurrent_streams(
 async def test_a_busy_endpoint_gets_the_next_requests_elsewhere(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
 ) -> None:
+    cluster.set_catalog(WITHOUT_AFFINITY)
     a = await cluster.add_sim("sim-chat", token_rate=20.0)
     b = await cluster.add_sim("sim-chat")
     client = openai_for(await start_router())
@@ -62,6 +71,61 @@ async def test_a_busy_endpoint_gets_the_next_requests_elsewhere(
         await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=2)
     assert [(await e.stats(http))["requests_total"] for e in (a, b)] == [1, 3]
     await long_stream.close()
+
+
+async def test_a_conversations_turns_stay_on_the_replica_that_owns_it(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    engines = [await cluster.add_sim("sim-chat") for _ in range(3)]
+    router = await start_router()
+    client = openai_for(router)
+    conversation: Any = [
+        {"role": "system", "content": "You are a careful coding agent."},
+        {"role": "user", "content": "Fix the failing test."},
+    ]
+    answered = set()
+    for turn in range(6):
+        raw = await client.chat.completions.with_raw_response.create(
+            model="sim-chat", messages=conversation, max_tokens=3
+        )
+        answered.add(raw.headers["x-llmgw-replica"])
+        reply = raw.parse().choices[0].message.content or ""
+        conversation = [
+            *conversation,
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": f"Tool output {turn}: still failing"},
+        ]
+    assert len(answered) == 1
+    assert sorted([(await e.stats(http))["requests_total"] for e in engines]) == [0, 0, 6]
+    text = await _metrics(http, router.url)
+    assert (
+        metric_value(text, "llmgw_router_routing_decisions_total", model="sim-chat", outcome="affinity") == 6
+    )
+
+
+async def test_a_hot_prefix_spreads_past_its_owners_load_bound(
+    cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
+) -> None:
+    a = await cluster.add_sim("sim-chat", token_rate=50.0)
+    b = await cluster.add_sim("sim-chat", token_rate=50.0)
+    router = await start_router()
+    client = openai_for(router)
+
+    async def one() -> str:
+        stream = await client.chat.completions.create(
+            model="sim-chat", messages=MESSAGES, max_tokens=10, stream=True
+        )
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    await asyncio.gather(*(one() for _ in range(8)))
+    # Eight at once of one prefix: its owner takes them up to ceil(1.25 * mean), the
+    # next in the prefix's order the rest (5 and 3), instead of all 8 on one replica.
+    counts = sorted([(await e.stats(http))["requests_total"] for e in (a, b)])
+    assert counts == [3, 5]
+    text = await _metrics(http, router.url)
+    assert (
+        metric_value(text, "llmgw_router_routing_decisions_total", model="sim-chat", outcome="overflow") == 3
+    )
 
 
 async def test_draining_and_failing_replicas_get_no_traffic(
@@ -88,7 +152,9 @@ async def test_503_before_the_first_byte_is_retried_on_another_endpoint(
     good = await cluster.add_sim("sim-chat")
     router = await start_router()
     client = openai_for(router)
-    assert await replicas_answering(client, 3) == {good.endpoint.replica}
+    # A conversation the broken replica owns: every request tries it first.
+    messages = owned_by(broken.endpoint.service_id, [broken.endpoint.service_id, good.endpoint.service_id])
+    assert await replicas_answering(client, 3, messages=messages) == {good.endpoint.replica}
     assert (await good.stats(http))["requests_total"] == 3
     retried = metric_value(
         await _metrics(http, router.url), "llmgw_router_retries_total", reason="unavailable"
@@ -125,11 +191,13 @@ async def test_an_endpoint_that_refused_a_connection_is_tried_last_until_consul_
 ) -> None:
     # A dead engine still passing in Consul has nothing outstanding: without the
     # suspect mark, least-outstanding sends it every other request, each spending a try.
-    cluster.add_endpoint(endpoint_for("sim-chat", unused_tcp_port, 7))
+    dead = cluster.add_endpoint(endpoint_for("sim-chat", unused_tcp_port, 7))
     good = await cluster.add_sim("sim-chat")
     router = await start_router()
     client = openai_for(router)
-    assert await replicas_answering(client, 10) == {good.endpoint.replica}
+    # A conversation the dead replica owns: once suspect, it is not its owner any more.
+    messages = owned_by(dead.endpoint.service_id, [dead.endpoint.service_id, good.endpoint.service_id])
+    assert await replicas_answering(client, 10, messages=messages) == {good.endpoint.replica}
     text = await _metrics(http, router.url)
     assert metric_value(text, "llmgw_router_retries_total", model="sim-chat", reason="connect") == 1
     assert (await good.stats(http))["requests_total"] == 10
@@ -214,13 +282,16 @@ async def test_a_reset_after_the_first_byte_ends_the_stream_with_an_error_not_a_
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
 ) -> None:
     resets: list[int] = []
-    await cluster.add_app("chat-a", _stream_then_reset_engine(resets))
+    resetting = await cluster.add_app("chat-a", _stream_then_reset_engine(resets))
     spare = await cluster.add_sim("chat-a")
     client = openai_for(await start_router())
     received: list[str] = []
+    # A conversation the resetting engine owns: it is tried first.
+    messages: Any = owned_by(
+        resetting.endpoint.service_id, [resetting.endpoint.service_id, spare.endpoint.service_id]
+    )
     with pytest.raises(openai.APIError) as caught:
-        # Ties start from the first endpoint in order: the resetting one.
-        stream = await client.chat.completions.create(model="chat-a", messages=MESSAGES, stream=True)
+        stream = await client.chat.completions.create(model="chat-a", messages=messages, stream=True)
         async for chunk in stream:
             received.append(chunk.choices[0].delta.content or "")
     assert "stopped answering midway" in caught.value.message
@@ -314,11 +385,13 @@ async def test_an_engine_that_drops_new_connections_is_left_for_another_endpoint
 
     server = await asyncio.start_server(drop, "127.0.0.1", 0)
     try:
-        cluster.add_endpoint(endpoint_for("sim-chat", server.sockets[0].getsockname()[1], 7))
+        dropping = cluster.add_endpoint(endpoint_for("sim-chat", server.sockets[0].getsockname()[1], 7))
         good = await cluster.add_sim("sim-chat")
         router = await start_router()
         client = openai_for(router)
-        assert await replicas_answering(client, 4) == {good.endpoint.replica}
+        ids = [dropping.endpoint.service_id, good.endpoint.service_id]
+        messages = owned_by(dropping.endpoint.service_id, ids)  # it is tried first
+        assert await replicas_answering(client, 4, messages=messages) == {good.endpoint.replica}
         text = await _metrics(http, router.url)
         assert metric_value(text, "llmgw_router_retries_total", reason="stale-connection") is None
         dropped = metric_value(text, "llmgw_router_retries_total", reason="unavailable")

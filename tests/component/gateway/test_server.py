@@ -18,6 +18,7 @@ from aiohttp import web
 from llmgw.gateway.app import RouterServer, runner_options
 from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.settings import RouterSettings
+from tests.support.conversations import owned_by
 from tests.support.waiting import awaited
 
 from .conftest import Cluster, OpenAIFor, StartRouter, eventually, metric_value
@@ -173,8 +174,10 @@ async def test_a_slow_first_token_is_a_504_and_not_retried(
     await slow.fault(http, first_token_delay=5.0)
     other = await cluster.add_sim("sim-chat")
     client = openai_for(await start_router(upstream_first_byte_timeout=0.3))
+    # A conversation the slow replica owns: it is tried first.
+    messages: Any = owned_by(slow.endpoint.service_id, [slow.endpoint.service_id, other.endpoint.service_id])
     with pytest.raises(openai.APIStatusError) as caught:
-        stream = await client.chat.completions.create(model="sim-chat", messages=MESSAGES, stream=True)
+        stream = await client.chat.completions.create(model="sim-chat", messages=messages, stream=True)
         async for _ in stream:
             pass
     assert caught.value.status_code == 504 and caught.value.code == "upstream_timeout"

@@ -455,3 +455,35 @@ async def test_tool_calls_answer_text_after_the_result_or_without_the_tool(
     plain = client_for(await start_server())
     reply = await plain.chat.completions.create(model=TEST_MODEL, messages=after[:1], tools=[_SHELL_TOOL])
     assert reply.choices[0].finish_reason == "stop" and not reply.choices[0].message.tool_calls
+
+
+async def test_a_conversations_next_turn_is_read_from_the_prefix_cache(
+    start_server: StartServer, client_for: ClientFor
+) -> None:
+    settings = fast_settings(block_size=4, enable_prompt_tokens_details=True, token_rate=1000.0)
+    client = client_for(await start_server(settings))
+    turn: Any = [
+        {"role": "system", "content": "you are a careful agent " * 5},
+        {"role": "user", "content": "go"},
+    ]
+    first = await client.chat.completions.create(model=TEST_MODEL, messages=turn, max_tokens=3)
+    assert first.usage is not None and first.usage.prompt_tokens_details is not None
+    assert first.usage.prompt_tokens_details.cached_tokens == 0  # cold
+    prompt = first.usage.prompt_tokens  # 26 words: six whole blocks of four
+    turn = [*turn, {"role": "assistant", "content": "done"}, {"role": "user", "content": "again"}]
+    stream = await client.chat.completions.create(
+        model=TEST_MODEL, messages=turn, max_tokens=3, stream=True, stream_options={"include_usage": True}
+    )
+    usage = [chunk async for chunk in stream][-1].usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == prompt // 4 * 4
+
+
+async def test_without_the_flag_usage_has_no_details(
+    start_server: StartServer, http: aiohttp.ClientSession
+) -> None:
+    server = await start_server()
+    body = {"model": TEST_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    async with http.post(server.make_url("/v1/chat/completions"), json=body) as response:
+        usage = (await response.json())["usage"]
+    assert set(usage) == {"prompt_tokens", "completion_tokens", "total_tokens"}  # as vLLM without it
