@@ -110,6 +110,7 @@ class SimAlloc:
     started_at: float | None = None
     restarts: int = 0
     restarted_at: float | None = None
+    restart_delay: float = 0.0  # the restart policy's delay: pending until restarted_at + this
     # When it last became unknown (its AllocStates' entry; Nomad's LastUnknown).
     unknown_since: float | None = None
 
@@ -383,9 +384,14 @@ class FakeCluster:
                 and node is not None
                 and node.status == "ready"
                 and self.now - alloc.created_at >= self.start_delay
+                and (alloc.restarted_at is None or self.now >= alloc.restarted_at + alloc.restart_delay)
             ):
                 alloc.client_status = "running"
-                alloc.started_at = alloc.created_at + self.start_delay
+                alloc.started_at = (
+                    alloc.created_at + self.start_delay
+                    if alloc.restarted_at is None
+                    else alloc.restarted_at + alloc.restart_delay
+                )
                 self._alloc_event(alloc)
         self._heartbeats_missed()
         self._expire_disconnects()
@@ -463,13 +469,19 @@ class FakeCluster:
                 alloc.client_status = "failed"
                 self._alloc_event(alloc)
 
-    def restart_task(self, job_id: str, group: str) -> None:
-        """Nomad's restart policy restarted the task in place (same allocation)."""
+    def restart_task(self, job_id: str, group: str, *, delay: float = 0.0) -> None:
+        """Nomad's restart policy restarted the task in place (same allocation). With a
+        ``delay`` (the policy's), the allocation is pending meanwhile, as Nomad's
+        getClientStatus makes it when no task runs."""
         for alloc in self._allocs_of(job_id):
             if alloc.group == group and alloc.client_status == "running":
                 alloc.restarts += 1
-                alloc.started_at = self.now
                 alloc.restarted_at = self.now
+                alloc.restart_delay = delay
+                if delay > 0:
+                    alloc.client_status, alloc.started_at = "pending", None
+                else:
+                    alloc.started_at = self.now
                 self._alloc_event(alloc)
 
     def start_foreign_job(self, job_id: str, *, node: str, gpus: int = 0) -> None:
