@@ -150,8 +150,12 @@ def _state(value: str, at: str) -> dict[str, object]:
         ([_state("unknown", "2026-12-04T10:00:00Z")], "2026-12-04T10:00:00Z"),
         # Nomad's LastUnknown: the earliest unknown of the latest run (a rewrite adds another).
         (
-            [_state("unknown", "2026-12-04T09:00:00Z"), _state("running", "2026-12-04T09:30:00Z")]
-            + [_state("unknown", "2026-12-04T10:00:00Z"), _state("unknown", "2026-12-04T10:05:00Z")],
+            [
+                _state("unknown", "2026-12-04T09:00:00Z"),
+                _state("running", "2026-12-04T09:30:00Z"),
+                _state("unknown", "2026-12-04T10:00:00Z"),
+                _state("unknown", "2026-12-04T10:05:00Z"),
+            ],
             "2026-12-04T10:00:00Z",
         ),
         ([{"Field": 1, "Value": "unknown", "Time": "2026-12-04T10:00:00Z"}], None),  # not ClientStatus
