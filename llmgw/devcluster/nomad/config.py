@@ -61,6 +61,11 @@ class DockerPlugin:
     # Seconds the daemon takes to pull an image this node does not have yet (0: each is
     # there): the task, hence its allocation, stays pending meanwhile ("Downloading image").
     image_pull_s: float = 0.0
+    # The plugin's ``image_pull_timeout``, for the whole pull (the layers' extraction is part
+    # of the daemon's pull stream): "5m" by default (drivers/docker/config.go, configSpec,
+    # v2.0.5); a task's own ``config { image_pull_timeout }`` overrides it (driver.go,
+    # StartTask). A pull longer than it fails the start, recoverably.
+    image_pull_timeout_s: float = 300.0
 
 
 # A GPU node set up as ops/README.md's checklist says: the NVIDIA runtime registered
