@@ -16,7 +16,7 @@ job "llmgw-bge-m3-8c041954-0" {
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "fb5881871f0f57a42fb3620facc2e957101239f1c2860fac8a19a40de6bf1221"
+    "llmgw_spec_hash" = "5ea7f6d4e2e5c215ff03bdeae0469e5786f1a68fe6ff011349b4cfbe60a38064"
     "llmgw_version" = "0.1.0"
   }
 
@@ -104,6 +104,8 @@ job "llmgw-bge-m3-8c041954-0" {
 
       config {
         image        = "vllm/vllm-openai:v0.34.0"
+        # The whole pull of an engine image of many GB (the plugin's default is 5m).
+        image_pull_timeout = "15m"
         entrypoint   = ["vllm"]
         args         = ["serve", "BAAI/bge-m3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "bge-m3", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--runner", "pooling"]
         network_mode = "host"

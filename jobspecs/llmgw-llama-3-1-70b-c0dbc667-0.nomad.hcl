@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e3ec691c274d4ded52efbc4f8a59be53e4941b8ba80be9a5c3a3c3c7ee15ba6c"
+    "llmgw_spec_hash" = "95a96b4b9c0722d198d3f78337f1f0c41511ee4bfe74f495ab92a5f7755d3d67"
     "llmgw_version" = "0.1.0"
   }
 
@@ -104,6 +104,8 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
 
       config {
         image        = "vllm/vllm-openai:v0.34.0"
+        # The whole pull of an engine image of many GB (the plugin's default is 5m).
+        image_pull_timeout = "15m"
         entrypoint   = ["vllm"]
         args         = ["serve", "meta-llama/Llama-3.1-70B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "8", "--pipeline-parallel-size", "1", "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json", "--max-model-len", "32768", "--enable-prefix-caching"]
         network_mode = "host"

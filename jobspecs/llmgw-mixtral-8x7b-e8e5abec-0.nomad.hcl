@@ -16,7 +16,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "a65a4172b6d95cbb7ae5ed9eaa4538cfac40646b8f9c496f8342b7f6da188e1f"
+    "llmgw_spec_hash" = "6c6f2535689698e07dedf6c8e904c29aca6d2c4644adf1f939bdfaa1cfd01d87"
     "llmgw_version" = "0.1.0"
   }
 
@@ -104,6 +104,8 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
 
       config {
         image        = "vllm/vllm-openai:v0.11.0"
+        # The whole pull of an engine image of many GB (the plugin's default is 5m).
+        image_pull_timeout = "15m"
         entrypoint   = ["vllm"]
         args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--enable-auto-tool-choice", "--tool-call-parser", "mistral"]
         network_mode = "host"

@@ -16,7 +16,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
     "llmgw_model" = "qwen2.5-7b-gguf"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "723ecdd0fa3ced5296c510284ab30875c5dd61e10b9e4a3bd49b0178f393c04a"
+    "llmgw_spec_hash" = "5b3769a224283213a13d88b218ba87acafe3b347ef9cc22340f62b6bfd974f0b"
     "llmgw_version" = "0.1.0"
   }
 
@@ -97,6 +97,8 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
 
       config {
         image        = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
+        # The whole pull of an engine image of many GB (the plugin's default is 5m).
+        image_pull_timeout = "15m"
         entrypoint   = ["/app/llama-server"]
         args         = ["--model", "/local/model.gguf", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--alias", "qwen2.5-7b-gguf", "--no-slots", "--ctx-size", "8192", "--n-gpu-layers", "999"]
         network_mode = "host"

@@ -120,11 +120,16 @@ def parse_alloc(raw: JSON) -> tuple[JobId, ObservedAlloc]:
     started: list[float] = []
     finished: list[float] = []
     running: list[str] = []
+    restarted: list[float] = []
     restarts = 0
     for name, state in states.items() if isinstance(states, Mapping) else ():
         if not isinstance(state, Mapping):
             continue
         restarts += int(state.get("Restarts") or 0)
+        if state.get("Restarts"):
+            at = parse_time(state.get("LastRestart"))
+            if at is not None:
+                restarted.append(at)
         if state.get("State") == "running":
             running.append(str(name))
             at = parse_time(state.get("StartedAt"))
@@ -154,7 +159,32 @@ def parse_alloc(raw: JSON) -> tuple[JobId, ObservedAlloc]:
         failure=failure,
         prestart_done_at=prestart_done_at,
         running_tasks=tuple(sorted(running)),
+        unknown_since=last_unknown(raw.get("AllocStates")) if status is AllocStatus.UNKNOWN else None,
+        restarted_at=max(restarted) if restarted else None,
     )
+
+
+# AllocStateFieldClientStatus, the only AllocStateField (a uint8 iota: 0 on the wire).
+_CLIENT_STATUS_FIELD = 0
+
+
+def last_unknown(states: object) -> float | None:
+    """Nomad's ``Allocation.LastUnknown`` (nomad/structs/alloc.go, v2.0.5) from the
+    allocation's ``AllocStates``: walking back from the newest client-status entry, the
+    earliest ``unknown`` of the latest run of them, the moment its ``lost_after`` counts
+    from. None when the document has none: list stubs never carry ``AllocStates``, only a
+    whole allocation (``GET /v1/allocation/:id``, an Allocation event) does."""
+    if not isinstance(states, list):
+        return None
+    found: float | None = None
+    for entry in reversed(states):
+        if not isinstance(entry, Mapping) or entry.get("Field", _CLIENT_STATUS_FIELD) != _CLIENT_STATUS_FIELD:
+            continue
+        if entry.get("Value") == "unknown":
+            found = parse_time(entry.get("Time")) or found
+        elif found is not None:
+            break
+    return found
 
 
 # Task events that say what happened to a task that failed; the rest (Not Restarting,
@@ -388,7 +418,7 @@ class ClusterView:
             if parsed is not None:
                 self._track_freeing(parsed[1])  # a purged job's stopping allocation too
             if parsed is not None and parsed[0] in jobs:
-                allocs[parsed[1].alloc_id] = parsed
+                allocs[parsed[1].alloc_id] = (parsed[0], await self._with_unknown_since(parsed[1]))
         nodes_page = await self._nomad.nodes()
         nodes: dict[NodeId, ObservedNode] = {}
         node_index: dict[NodeId, int] = {}
@@ -406,7 +436,7 @@ class ClusterView:
                 node = self._parse(parse_node, detail) if detail else None
                 nodes[stub.node_id] = node or stub
             node_index[stub.node_id] = modify
-        if nodes != self._nodes or allocs != self._allocs:
+        if _capacities(nodes) != _capacities(self._nodes) or allocs != self._allocs:
             self._capacity_version += 1
         self._jobs, self._allocs, self._nodes, self._node_index = jobs, allocs, nodes, node_index
         self._event_index = max(self._event_index, jobs_page.index, allocs_page.index, nodes_page.index)
@@ -460,15 +490,25 @@ class ClusterView:
                 self._capacity_version += 1
                 return True
             node = parse_node(raw)
-            if self._nodes.get(node.node_id) != node:
-                self._nodes[node.node_id] = node
-                self._node_index[node.node_id] = int(raw.get("ModifyIndex") or 0)
-                self._capacity_version += 1
-                return True
-            return False
+            known = self._nodes.get(node.node_id)
+            if known == node:
+                return False
+            self._nodes[node.node_id] = node
+            self._node_index[node.node_id] = int(raw.get("ModifyIndex") or 0)
+            if known is not None and _capacity(known) == _capacity(node):
+                # Only its timestamps moved: while a node is disconnected Nomad files a
+                # "Node heartbeat missed" event and a new StatusUpdatedAt every heartbeat TTL
+                # plus grace (nomad/heartbeat.go, invalidateHeartbeat, v2.0.5). Nothing was
+                # freed or added, so no placement hold is released and no pass is needed.
+                return False
+            self._capacity_version += 1
+            return True
         if topic == "Allocation":
             raw = payload.get("Allocation") or {}
             job_id, alloc = parse_alloc(raw)
+            known_alloc = self._allocs.get(alloc.alloc_id)
+            if alloc.client_status is AllocStatus.UNKNOWN and alloc.unknown_since is None and known_alloc:
+                alloc = replace(alloc, unknown_since=known_alloc[1].unknown_since)
             if alloc.client_status.terminal or not alloc.desired_run:
                 self._capacity_version += 1  # GPUs were (or are being) given back
             if str(job_id).startswith(JOB_PREFIX):
@@ -524,12 +564,27 @@ class ClusterView:
                     whole = self._parse(parse_alloc, detail) if detail else None
                     if whole is not None:
                         alloc = whole[1]
-            fetched[alloc.alloc_id] = alloc
+            fetched[alloc.alloc_id] = await self._with_unknown_since(alloc)
         self._jobs[job_id] = job
         for alloc_id in [a for a, (j, _) in self._allocs.items() if j == job_id]:
             del self._allocs[alloc_id]
         for alloc_id, alloc in fetched.items():
             self._allocs[alloc_id] = (job_id, alloc)
+
+    async def _with_unknown_since(self, alloc: ObservedAlloc) -> ObservedAlloc:
+        """An ``unknown`` allocation with Nomad's LastUnknown: list stubs lack AllocStates, so
+        it is taken from the view, or read from the whole allocation once (there are only as
+        many as allocations on disconnected nodes). A new leader's lost-node clock then
+        counts from the disconnection, not from its own first sight of it."""
+        if alloc.client_status is not AllocStatus.UNKNOWN or alloc.unknown_since is not None:
+            return alloc
+        known = self._allocs.get(alloc.alloc_id)
+        if known is not None and known[1].unknown_since is not None:
+            return replace(alloc, unknown_since=known[1].unknown_since)
+        detail = await self._nomad.allocation(alloc.alloc_id)
+        whole = self._parse(parse_alloc, detail) if detail else None
+        since = whole[1].unknown_since if whole is not None else None
+        return replace(alloc, unknown_since=since) if since is not None else alloc
 
     def _forget(self, job_id: JobId) -> bool:
         known = self._jobs.pop(job_id, None)
@@ -547,3 +602,12 @@ class ClusterView:
         except (ParseError, TypeError, ValueError, KeyError, AttributeError) as exc:
             log.warning("skipping a Nomad object llmgw cannot read (%s)", exc)
             return None
+
+
+def _capacity(node: ObservedNode) -> tuple[NodeStatus, bool, str | None]:
+    """What of a node decides where replicas fit: not its timestamps."""
+    return node.status, node.eligible, node.fabric
+
+
+def _capacities(nodes: Mapping[NodeId, ObservedNode]) -> dict[NodeId, tuple[NodeStatus, bool, str | None]]:
+    return {node_id: _capacity(node) for node_id, node in nodes.items()}

@@ -206,6 +206,7 @@ def build_context(
                 "timeout": format_duration(settings.check_timeout_s),
             },
             "kill_timeout": format_duration(settings.kill_timeout_s),
+            "image_pull_timeout": format_duration(settings.image_pull_timeout_s),
             # Docker's shm_size is in bytes.
             "shm_size": (settings.shm_size_mb or DEFAULT_SHM_MB.get(profile.engine, 64)) * 2**20,
             "shutdown_delay": format_duration(settings.shutdown_delay_s),

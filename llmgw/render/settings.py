@@ -116,6 +116,15 @@ class RenderSettings:
     restart_attempts: int = 2
     restart_interval_s: int = 300
     restart_delay_s: int = 10
+    # The docker driver's image_pull_timeout for an engine task: the whole pull, the layers'
+    # extraction included, after which the start fails and the task restarts under its
+    # restart policy, pulling again (drivers/docker/coordinator.go, pullImageImpl, Nomad
+    # v2.0.5). The plugin's default, 5 min, is short for engine images of 10-20 GB on a cold
+    # node; this matches the control plane's placement_timeout (15 min), the window a
+    # pending group gets, so a first pull of up to 15 min starts the engine. The plugin's
+    # pull_activity_timeout (2 min without progress) still applies, and only a client's
+    # plugin config changes it.
+    image_pull_timeout_s: int = 15 * 60
     # Time for in-flight requests to finish when a replica stops.
     kill_timeout_s: int = 60
     shutdown_delay_s: int = 10

@@ -109,6 +109,10 @@ class SimAlloc:
     desired_status: str = "run"
     started_at: float | None = None
     restarts: int = 0
+    restarted_at: float | None = None
+    restart_delay: float = 0.0  # the restart policy's delay: pending until restarted_at + this
+    # When it last became unknown (its AllocStates' entry; Nomad's LastUnknown).
+    unknown_since: float | None = None
 
 
 @dataclass
@@ -186,6 +190,16 @@ class FakeCluster:
         # until then it keeps its GPUs, as Nomad's ProposedAllocs counts them, purged or not.
         self.stop_delay = 0.0
         self._stopping: dict[str, float] = {}  # alloc id -> when its tasks have exited
+        # Real Nomad's heartbeat timing while a node is disconnected: every heartbeat TTL plus
+        # grace (20-30 s by default) the leader files "Node heartbeat missed" again and a new
+        # StatusUpdatedAt (nomad/heartbeat.go, invalidateHeartbeat, v2.0.5). None: never.
+        self.heartbeat_rewrite: float | None = None
+        self._rewrite_at: dict[str, float] = {}  # node id -> its next rewrite
+        # The groups' ``disconnect { lost_after }``: an unknown allocation past it is lost and
+        # Nomad places a lone replacement whatever ``replace`` says (classifyAllocs' expiring
+        # allocations, scheduler/reconciler/filters.go, v2.0.5). None: never.
+        self.lost_after: float | None = None
+        self.replacements: list[str] = []  # allocations Nomad placed for expired ones
         self._ids = itertools.count(1)
         self.changed = asyncio.Event() if _has_loop() else None
 
@@ -307,18 +321,24 @@ class FakeCluster:
                     "State": state,
                     "StartedAt": _rfc3339(alloc.started_at),
                     "Restarts": alloc.restarts,
+                    "LastRestart": _rfc3339(alloc.restarted_at),
                     "Failed": alloc.client_status == "failed",
                 }
             },
             "AllocatedResources": {"Tasks": {"engine": {"Devices": [{"DeviceIDs": list(alloc.gpus)}]}}},
+            # The whole allocation carries them; its list stub does not.
+            "AllocStates": None
+            if alloc.unknown_since is None
+            else [{"Field": 0, "Value": "unknown", "Time": _rfc3339(alloc.unknown_since)}],
         }
 
     def allocs_json(self, job_id: str | None = None, *, resources: bool = False) -> list[JSON]:
         """List stubs as Nomad gives them: ``AllocatedResources`` only when asked for."""
         allocs = self._allocs_of(job_id) if job_id else list(self.allocs.values())
         out = [self.alloc_json(a) for a in sorted(allocs, key=lambda a: a.alloc_id)]
-        if not resources:
-            for stub in out:
+        for stub in out:
+            del stub["AllocStates"]
+            if not resources:
                 del stub["AllocatedResources"]
         return out
 
@@ -364,16 +384,54 @@ class FakeCluster:
                 and node is not None
                 and node.status == "ready"
                 and self.now - alloc.created_at >= self.start_delay
+                and (alloc.restarted_at is None or self.now >= alloc.restarted_at + alloc.restart_delay)
             ):
                 alloc.client_status = "running"
-                alloc.started_at = alloc.created_at + self.start_delay
+                alloc.started_at = (
+                    alloc.created_at + self.start_delay
+                    if alloc.restarted_at is None
+                    else alloc.restarted_at + alloc.restart_delay
+                )
                 self._alloc_event(alloc)
+        self._heartbeats_missed()
+        self._expire_disconnects()
         for job_id in sorted(self.jobs):
             sim = self.jobs[job_id]
             for name in list(sim.queued):
                 group = next(g for g in sim.groups if g.name == name)
                 sim.queued.remove(name)
                 self._place(sim, group)
+
+    def _heartbeats_missed(self) -> None:
+        if self.heartbeat_rewrite is None:
+            return
+        for node in sorted(self.nodes.values(), key=lambda n: n.node_id):
+            due = self._rewrite_at.get(node.node_id)
+            if node.status != "disconnected" or due is None or self.now < due:
+                continue
+            node.status_updated_at = self.now
+            node.modify_index += 1
+            self._rewrite_at[node.node_id] = self.now + self.heartbeat_rewrite
+            self._event("Node", "NodeStreamEvent", node.node_id, {"Node": self.node_json(node.node_id)})
+
+    def _expire_disconnects(self) -> None:
+        if self.lost_after is None:
+            return
+        for alloc in sorted(self.allocs.values(), key=lambda a: a.alloc_id):
+            if (
+                alloc.client_status != "unknown"
+                or alloc.unknown_since is None
+                or self.now < alloc.unknown_since + self.lost_after
+            ):
+                continue
+            alloc.client_status, alloc.desired_status = "lost", "stop"
+            self._alloc_event(alloc)
+            sim = self.jobs.get(alloc.job_id)
+            if sim is None or sim.stop:
+                continue
+            before = set(self.allocs)
+            self._place(sim, next(g for g in sim.groups if g.name == alloc.group))
+            self.replacements += sorted(set(self.allocs) - before)
 
     # -- faults -------------------------------------------------------------------------------------
 
@@ -383,10 +441,14 @@ class FakeCluster:
         node.status = "disconnected" if disconnect else "down"
         node.status_updated_at = self.now
         node.modify_index += 1
+        if disconnect and self.heartbeat_rewrite is not None:
+            self._rewrite_at[node.node_id] = self.now + self.heartbeat_rewrite
         self._event("Node", "NodeStatusUpdate", node.node_id, {"Node": self.node_json(node.node_id)})
         for alloc in self.allocs.values():
             if alloc.node_id == node.node_id and alloc.client_status in ("pending", "running"):
                 alloc.client_status = "unknown" if disconnect else "lost"
+                if disconnect:
+                    alloc.unknown_since = self.now
                 self._alloc_event(alloc)
 
     def restore_node(self, name: str) -> None:
@@ -398,6 +460,7 @@ class FakeCluster:
         for alloc in self.allocs.values():
             if alloc.node_id == node.node_id and alloc.client_status == "unknown":
                 alloc.client_status = "running"
+                alloc.unknown_since = None
                 self._alloc_event(alloc)
 
     def crash(self, job_id: str, group: str) -> None:
@@ -406,12 +469,19 @@ class FakeCluster:
                 alloc.client_status = "failed"
                 self._alloc_event(alloc)
 
-    def restart_task(self, job_id: str, group: str) -> None:
-        """Nomad's restart policy restarted the task in place (same allocation)."""
+    def restart_task(self, job_id: str, group: str, *, delay: float = 0.0) -> None:
+        """Nomad's restart policy restarted the task in place (same allocation). With a
+        ``delay`` (the policy's), the allocation is pending meanwhile, as Nomad's
+        getClientStatus makes it when no task runs."""
         for alloc in self._allocs_of(job_id):
             if alloc.group == group and alloc.client_status == "running":
                 alloc.restarts += 1
-                alloc.started_at = self.now
+                alloc.restarted_at = self.now
+                alloc.restart_delay = delay
+                if delay > 0:
+                    alloc.client_status, alloc.started_at = "pending", None
+                else:
+                    alloc.started_at = self.now
                 self._alloc_event(alloc)
 
     def start_foreign_job(self, job_id: str, *, node: str, gpus: int = 0) -> None:

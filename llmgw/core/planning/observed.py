@@ -78,6 +78,16 @@ class ObservedAlloc:
     # to pending: Nomad's status is running only while a task runs.
     prestart_done_at: float | None = None
     running_tasks: tuple[str, ...] = ()  # the tasks Nomad shows running, by name, sorted
+    # An ``unknown`` allocation: since when (Nomad's ``LastUnknown``, from its AllocStates).
+    # Nomad's ``disconnect { lost_after }`` counts from this moment, and it is written once
+    # per disconnection, so it is the lost-node clock that survives a new leader: the
+    # node's StatusUpdatedAt is rewritten every heartbeat TTL plus grace while it is
+    # disconnected (nomad/heartbeat.go, ``invalidateHeartbeat``, v2.0.5).
+    unknown_since: float | None = None
+    # When a task of it was last restarted by Nomad's restart policy (TaskState.LastRestart):
+    # a restarting task puts its allocation back to pending, and that wait is the restart
+    # policy's, not a placement's.
+    restarted_at: float | None = None
 
     @property
     def gpus_giving_back(self) -> int:

@@ -6,7 +6,9 @@ replaces a lost group alone and has no gang scheduling, so any failed or lost gr
 a restarted rank of a multi-node replica, a placement or load timeout, or a health
 check failing too long makes the whole replica FAILED (the caller stops it whole).
 A node that is down or disconnected is first only unreachable: its replicas are kept
-until the node has been down for ``node_lost_grace``.
+until the node has been down for ``node_lost_grace``, counted from an unknown
+allocation's own ``LastUnknown`` when Nomad gives it (the clock its ``lost_after`` runs
+on), else from the node's status time.
 
 Must not: decide what to do about it (``deciding``) or read a clock.
 """
@@ -124,10 +126,7 @@ def assess(
         # A group whose prestart tasks are done (the model fetched, the head found) is
         # pending again while its engine's image is pulled: that pull gets the placement
         # window from then, so a long fetch does not use it up.
-        since = [
-            max(job.submitted_at, current[g].prestart_done_at or 0.0) if g in current else job.submitted_at
-            for g in missing
-        ]
+        since = [_placing_since(job, current.get(g)) for g in missing]
         deadline = min(since) + settings.placement_timeout
         detail = ", ".join(_placing_words(g, current.get(g)) for g in missing)
         if now >= deadline:
@@ -161,11 +160,23 @@ def assess(
     return judged(Phase.LOADING, reason, deadline)
 
 
+def _placing_since(job: ObservedJob, alloc: ObservedAlloc | None) -> float:
+    """Since when a group that is not running has been waiting: its job's register, or
+    later its prestart tasks' end (the engine's image is pulled next), or the last restart
+    of one of its tasks by Nomad's restart policy (a restarting task puts its allocation
+    back to pending for the policy's ``delay``; the policy, not llmgw, bounds those tries)."""
+    if alloc is None:
+        return job.submitted_at
+    return max(job.submitted_at, alloc.prestart_done_at or 0.0, alloc.restarted_at or 0.0)
+
+
 def _placing_words(group: str, alloc: ObservedAlloc | None) -> str:
     if alloc is None:
         return f"{group} not placed"
     if alloc.prestart_done_at is not None:
         return f"{group} {alloc.client_status} (its engine starting after its prestart tasks)"
+    if alloc.restarted_at is not None and alloc.client_status is AllocStatus.PENDING:
+        return f"{group} {alloc.client_status} (restarting under its restart policy)"
     return f"{group} {alloc.client_status}"
 
 
@@ -247,11 +258,20 @@ def _node_trouble(
         if alloc.client_status in (AllocStatus.UNKNOWN, AllocStatus.LOST):
             return now, "is gone"
         return None
+    # An unknown allocation's own clock is Nomad's LastUnknown, written once per disconnection
+    # and the one its lost_after counts from: it comes first whatever the node's
+    # StatusUpdatedAt (rewritten every heartbeat TTL plus grace while the node is away) or a
+    # new leader's first sight of the node say.
+    unknown = alloc.unknown_since if alloc.client_status is AllocStatus.UNKNOWN else None
     if node.status in (NodeStatus.DOWN, NodeStatus.DISCONNECTED):
         since = node_down_since.get(node.node_id, node.status_since if node.status_since is not None else now)
-        return since + settings.node_lost_grace, f"is {node.status}"
+        return _earliest(since, unknown) + settings.node_lost_grace, f"is {node.status}"
     if alloc.client_status is AllocStatus.UNKNOWN:
         # Nomad has not caught up with a node that is back; wait for the next update.
         since = node_down_since.get(node.node_id, now)
-        return since + settings.node_lost_grace, "reports the allocation unknown"
+        return _earliest(since, unknown) + settings.node_lost_grace, "reports the allocation unknown"
     return None
+
+
+def _earliest(since: float, unknown_since: float | None) -> float:
+    return since if unknown_since is None else min(since, unknown_since)

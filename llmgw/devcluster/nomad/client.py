@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from llmgw.apispec.jobspec.goduration import format_go_duration
+from llmgw.apispec.jobspec.goduration import DurationError, format_go_duration, parse_go_duration
 from llmgw.cancellation import cancel_and_wait
 from llmgw.devcluster.acl.identity import sign_identity
 from llmgw.devcluster.nomad import docker
@@ -41,6 +41,18 @@ from llmgw.devcluster.nomad.variables import Variables, Workload
 JSON = dict[str, Any]
 NS = 1_000_000_000
 log = logging.getLogger(__name__)
+
+# What ``_run_once`` returns for a start the driver failed recoverably (an image pull past
+# its timeout): the restart policy decides, as for an exit. An exit code is never negative.
+START_FAILED = -1
+
+
+@dataclass(frozen=True)
+class _PullFailure:
+    """The docker driver's pull error, and whether the task runner may try again."""
+
+    message: str
+    recoverable: bool
 
 
 class ClientHost(Protocol):
@@ -484,24 +496,40 @@ class TaskRunner:
                 await cancel_and_wait(watcher)
             await self._deregister_services()
 
-    async def _pull_image(self, plugin: DockerPlugin, config: JSON) -> bool:
+    async def _pull_image(self, plugin: DockerPlugin, config: JSON) -> bool | _PullFailure:
         """The docker driver's ``createImage`` (``drivers/docker/driver.go``, v2.0.6-dev):
         an image the daemon has is used as it is unless ``force_pull`` is set (or its tag is
         ``latest``, which no image the stand-in runs has: see ``docker.py``); any other is
         pulled, announced by a ``Driver`` event "Downloading image", and the task stays
         pending until it is there, ``plugin.image_pull_s`` here. Its group's services are
         registered already (``group_service_hook.go``, ``Prerun``). False when the task
-        was killed meanwhile."""
+        was killed meanwhile.
+
+        The pull runs under ``image_pull_timeout`` (the task's, else the plugin's, 5 min by
+        default): a pull that takes longer is cancelled with the context's deadline and
+        fails the start with a recoverable error (``pullImageImpl`` and
+        ``recoverablePullError``, ``drivers/docker/coordinator.go``, v2.0.5), returned here
+        in the driver's words: the restart policy decides what follows, and the next try
+        pulls from the start (the stand-in keeps no partly pulled layers)."""
         if plugin.image_pull_s <= 0:
             return True
-        key = (self.ar.alloc.node_id, str(config.get("image") or ""))
+        image = str(config.get("image") or "")
+        key = (self.ar.alloc.node_id, image)
         if key in self.ar.host.pulled_images and not config.get("force_pull"):
             return True
+        timeout = plugin.image_pull_timeout_s
+        if config.get("image_pull_timeout"):
+            try:
+                timeout = parse_go_duration(str(config["image_pull_timeout"])) / NS
+            except DurationError as exc:
+                return _PullFailure(f"Failed to parse image_pull_timeout: {exc}", recoverable=False)
         self.event("Driver", "Downloading image", DriverMessage="Downloading image")
         self.ar.report()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.kill_requested.wait(), plugin.image_pull_s)
+            await asyncio.wait_for(self.kill_requested.wait(), min(plugin.image_pull_s, timeout))
             return False
+        if plugin.image_pull_s > timeout:
+            return _PullFailure(f"Failed to pull `{image}`: context deadline exceeded", recoverable=True)
         self.ar.host.pulled_images.add(key)
         return True
 
@@ -579,7 +607,19 @@ class TaskRunner:
                 unrecoverable = "Error was unrecoverable"
                 self.event("Not Restarting", unrecoverable, RestartReason=unrecoverable, FailsTask=True)
                 return None
-            if not await self._pull_image(plugin, config):
+            pulled = await self._pull_image(plugin, config)
+            if isinstance(pulled, _PullFailure) and not pulled.recoverable:
+                self.event("Driver Failure", pulled.message, DriverError=pulled.message, FailsTask=True)
+                unrecoverable = "Error was unrecoverable"
+                self.event("Not Restarting", unrecoverable, RestartReason=unrecoverable, FailsTask=True)
+                return None
+            if isinstance(pulled, _PullFailure):
+                # A start error the task runner retries under the restart policy
+                # (client/allocrunner/taskrunner/task_runner.go, runDriver: SetStartError).
+                self.event("Driver Failure", pulled.message, DriverError=pulled.message)
+                self.ar.report()
+                return START_FAILED
+            if not pulled:
                 return 0  # killed while it pulled: the caller sees the kill
             argv = run.argv
             process_env = run.env

@@ -61,6 +61,11 @@ class DockerPlugin:
     # Seconds the daemon takes to pull an image this node does not have yet (0: each is
     # there): the task, hence its allocation, stays pending meanwhile ("Downloading image").
     image_pull_s: float = 0.0
+    # The plugin's ``image_pull_timeout``, for the whole pull (the layers' extraction is part
+    # of the daemon's pull stream): "5m" by default (drivers/docker/config.go, configSpec,
+    # v2.0.5); a task's own ``config { image_pull_timeout }`` overrides it (driver.go,
+    # StartTask). A pull longer than it fails the start, recoverably.
+    image_pull_timeout_s: float = 300.0
 
 
 # A GPU node set up as ops/README.md's checklist says: the NVIDIA runtime registered
@@ -198,9 +203,11 @@ class StandInConfig:
     # Time between a node failing and the server noticing the missed heartbeat
     # (Nomad: heartbeat TTL + heartbeat_grace, tens of seconds; short here for dev).
     heartbeat_grace_s: float = 2.0
-    # Default and cap of a blocking query's ?wait (Nomad: 5m default, 10m max).
+    # Default and cap of a blocking query's ?wait: both 5 min in Nomad
+    # (DefaultBlockingRPCQueryTime, MaxBlockingRPCQueryTime, QueryOptions.TimeToBlock in
+    # nomad/structs/structs.go, v2.0.5).
     blocking_default_wait_s: float = 300.0
-    blocking_max_wait_s: float = 600.0
+    blocking_max_wait_s: float = 300.0
     # How often template watchers poll Consul when its blocking query returns early.
     template_retry_s: float = 1.0
     # A registration the Consul agent refused or could not take is tried again after this,

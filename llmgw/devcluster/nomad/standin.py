@@ -639,6 +639,9 @@ class NomadStandIn:
                     alloc.client_status = "unknown"
                     alloc.client_description = "alloc is unknown since its node is disconnected"
                     alloc.unknown_since = now_ns()
+                    alloc.alloc_states.append(
+                        {"Field": 0, "Value": "unknown", "Time": go_time(alloc.unknown_since)}
+                    )
                     self.store.touch_alloc(alloc)
             evals = [
                 self._new_eval(job_id, "node-update", node_id=node_id)
@@ -647,6 +650,11 @@ class NomadStandIn:
         for ev in evals:
             self._enqueue(ev.id)
         if disconnectable:
+            self._later(
+                self.config.heartbeat_grace_s,
+                lambda: self._heartbeat_missed_again(node_id),
+                f"heartbeat-again-{node_id}",
+            )
             # A moment after the last lost_after runs out, so the evaluation sees it expired
             # (asyncio may fire a timer up to its clock resolution early).
             self._later(
@@ -654,6 +662,26 @@ class NomadStandIn:
                 lambda: self._disconnect_expired(node_id),
                 f"lost-after-{node_id}",
             )
+
+    async def _heartbeat_missed_again(self, node_id: str) -> None:
+        """While a node is disconnected, Nomad's leader resets its heartbeat timer with every
+        status update that is not ``down`` and, when it fires, files the node disconnected
+        again with a new "Node heartbeat missed" event: a Raft write that rewrites
+        ``StatusUpdatedAt`` every heartbeat TTL plus grace (``invalidateHeartbeat``,
+        nomad/heartbeat.go; ``UpdateStatus``, nomad/node_endpoint.go; ``updateNodeStatusTxn``,
+        nomad/state/state_store.go; v2.0.5). Here every ``heartbeat_grace_s``."""
+        node = self.store.nodes[node_id]
+        if node.status != "disconnected" or node.failed_at is None:
+            return
+        with self.store.txn(EV_NODE_EVENT):
+            node.status_updated_at = now_ns() // NS
+            self._node_event(node, "Node heartbeat missed")
+            self.store.touch_node(node)
+        self._later(
+            self.config.heartbeat_grace_s,
+            lambda: self._heartbeat_missed_again(node_id),
+            f"heartbeat-again-{node_id}",
+        )
 
     async def _disconnect_expired(self, node_id: str) -> None:
         node = self.store.nodes[node_id]

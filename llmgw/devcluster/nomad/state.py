@@ -176,6 +176,9 @@ class AllocRecord:
     # When its client status last became "unknown" (Nomad's LastUnknown, from AllocStates);
     # 0 when it never did. Its disconnect { lost_after } counts from here.
     unknown_since: int = 0
+    # Nomad's AllocStates: each ClientStatus change the server made (unknown, lost), with
+    # its time ({"Field": 0, "Value", "Time"}; AllocStateFieldClientStatus is 0).
+    alloc_states: list[JSON] = field(default_factory=list)
     # Lost because its lost_after ran out: Nomad replaces it whatever the group says.
     expired: bool = False
     # The deployment it was placed under, and its health there (AllocDeploymentStatus):
@@ -601,6 +604,7 @@ class Store:
                 "ClientStatus": alloc.client_status,
                 "ClientDescription": alloc.client_description,
                 "TaskStates": {name: ts.as_json() for name, ts in alloc.task_states.items()} or None,
+                "AllocStates": list(alloc.alloc_states) or None,
                 "PreviousAllocation": alloc.previous_allocation,
                 "NextAllocation": alloc.next_allocation,
                 "FollowupEvalID": alloc.followup_eval_id,

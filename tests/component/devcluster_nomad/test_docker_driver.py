@@ -7,7 +7,9 @@ createContainerConfig; drivers/shared/capabilities/defaults.go, Delta).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nomad
 import pytest
@@ -245,3 +247,53 @@ async def test_a_node_pulls_an_image_once_unless_told_to_pull_it_again(tmp_path:
         assert first.index("Downloading image") < first.index("Started"), first
         assert "Downloading image" not in await run("second", image)  # the node has it now
         assert "Downloading image" in await run("third", image, force_pull=True)
+
+
+async def test_a_pull_slower_than_its_timeout_fails_the_start_and_the_restart_policy_decides(
+    tmp_path: Path,
+) -> None:
+    # drivers/docker/coordinator.go (v2.0.5), pullImageImpl: the pull runs under
+    # context.WithTimeout(image_pull_timeout), "5m" by the plugin's default and the task's
+    # own value first (driver.go, StartTask); past it, recoverablePullError ("Failed to pull
+    # `I`: context deadline exceeded") and the task runner restarts under its policy.
+    server = tmp_path / "llama-server"
+    server.write_text("#!/bin/sh\nexec sleep 600\n")
+    server.chmod(0o755)
+    plugin = DockerPlugin(llama_server=str(server), image_pull_s=0.5, image_pull_timeout_s=0.2)
+    node = NodeSpec(name="gpu-1", docker=plugin)
+    image = "ghcr.io/ggml-org/llama.cpp:server-b6700"
+    async with NomadServer(NomadStandIn(fast_config(tmp_path, nodes=(node,)))) as srv:
+        client = nomad.Nomad(host="127.0.0.1", port=srv.port, timeout=10)
+
+        async def submit(job_id: str, **config: object) -> None:
+            task = {
+                "Name": "engine",
+                "Driver": "docker",
+                "Config": {"image": image, "entrypoint": ["/app/llama-server"], **config},
+                "KillTimeout": 1_000_000_000,
+                "Resources": {"CPU": 100, "MemoryMB": 64},
+            }
+            policy = {"Attempts": 1, "Interval": 60 * 10**9, "Delay": 10**8, "Mode": "fail"}
+            doc = {**group("rank-0"), "Tasks": [task], "RestartPolicy": policy}
+            await call(client.jobs.register_job, {"Job": {"ID": job_id, "TaskGroups": [doc]}})
+
+        def settled(job_id: str, status: str) -> Callable[[], dict[str, Any] | None]:
+            def probe() -> dict[str, Any] | None:
+                allocs = client.job.get_allocations(job_id)
+                return allocs[0] if allocs and allocs[0]["ClientStatus"] == status else None
+
+            return probe
+
+        await submit("slow")  # the plugin's timeout: 0.2 s against a 0.5 s pull
+        stub = await wait_for(settled("slow", "failed"), "the slow pull failed after its one restart")
+        alloc = await call(client.allocation.get_allocation, stub["ID"])
+        events = [(e["Type"], e.get("DisplayMessage") or "") for e in alloc["TaskStates"]["engine"]["Events"]]
+        deadline = f"Failed to pull `{image}`: context deadline exceeded"
+        kinds = [kind for kind, _ in events]
+        assert kinds.count("Driver Failure") == 2 and kinds.count("Restarting") == 1, events
+        assert ("Driver Failure", deadline) in events
+        assert kinds[-1] == "Not Restarting" and "Started" not in kinds, events
+        assert alloc["TaskStates"]["engine"]["Restarts"] == 1
+
+        await submit("patient", image_pull_timeout="2s")  # the task's own timeout wins
+        await wait_for(settled("patient", "running"), "a pull within the task's timeout runs")

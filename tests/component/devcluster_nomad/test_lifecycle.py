@@ -162,6 +162,45 @@ async def test_an_expired_disconnect_is_replaced_whatever_replace_says(
     assert whole["PreviousAllocation"] == victim["ID"]
 
 
+async def test_a_disconnected_node_is_filed_again_each_heartbeat_and_its_alloc_keeps_its_unknown_time(
+    client: nomad.Nomad, server: NomadServer
+) -> None:
+    # nomad/heartbeat.go (v2.0.5): while disconnected, the leader resets the node's heartbeat
+    # timer and, when it fires, files "Node heartbeat missed" again with a new
+    # StatusUpdatedAt; the allocation's AllocStates keep when it became unknown
+    # (the scheduler's appendUnknownDisconnectingUpdates), the clock its lost_after runs on.
+    job = {"ID": "kept", "TaskGroups": [group("rank-0", Disconnect={"LostAfter": 60 * S, "Replace": False})]}
+    await call(client.jobs.register_job, {"Job": job})
+    running = await wait_for(
+        lambda: [a for a in client.job.get_allocations("kept") if a["ClientStatus"] == "running"],
+        "the allocation running",
+    )
+    victim = running[0]
+    async with aiohttp.ClientSession() as http:
+        await http.post(f"{server.address}/_dev/node/{victim['NodeID']}/fail")
+    first = await wait_for(
+        lambda: (n := client.node.get_node(victim["NodeID"]))["Status"] == "disconnected" and n,
+        "the node disconnected",
+    )
+    unknown = await call(client.allocation.get_allocation, victim["ID"])
+    assert_shape(unknown, "Allocation")
+    (state,) = unknown["AllocStates"]
+    assert (state["Field"], state["Value"]) == (0, "unknown")
+    assert "AllocStates" not in (await call(client.job.get_allocations, "kept"))[0]  # stubs lack them
+    missed = sum(e["Message"] == "Node heartbeat missed" for e in first["Events"])
+    again = await wait_for(
+        lambda: (
+            (n := client.node.get_node(victim["NodeID"]))["Status"] == "disconnected"
+            and sum(e["Message"] == "Node heartbeat missed" for e in n["Events"]) >= missed + 2
+            and n
+        ),
+        "the node filed disconnected again, twice",
+    )
+    assert again["StatusUpdatedAt"] >= first["StatusUpdatedAt"]
+    later = await call(client.allocation.get_allocation, victim["ID"])
+    assert later["AllocStates"] == unknown["AllocStates"]  # written once per disconnection
+
+
 async def test_restart_policy_then_failed_without_reschedule(
     client: nomad.Nomad, server: NomadServer
 ) -> None:

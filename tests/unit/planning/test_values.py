@@ -137,3 +137,62 @@ def test_parsing_nomad_json_keeps_only_llmgw_jobs() -> None:
     node = parse_node({"ID": "n1", "Name": "gpu-1", "Status": "disconnected", "Meta": {"llmgw_fabric": "f"}})
     assert (node.status, node.fabric, node.eligible) == (NodeStatus.DISCONNECTED, "f", True)
     assert parse_time("0001-01-01T00:00:00Z") is None
+
+
+def _state(value: str, at: str) -> dict[str, object]:
+    return {"Field": 0, "Value": value, "Time": at}
+
+
+@pytest.mark.parametrize(
+    ("states", "since"),
+    [
+        (None, None),  # a list stub: no AllocStates
+        ([_state("unknown", "2026-12-04T10:00:00Z")], "2026-12-04T10:00:00Z"),
+        # Nomad's LastUnknown: the earliest unknown of the latest run (a rewrite adds another).
+        (
+            [
+                _state("unknown", "2026-12-04T09:00:00Z"),
+                _state("running", "2026-12-04T09:30:00Z"),
+                _state("unknown", "2026-12-04T10:00:00Z"),
+                _state("unknown", "2026-12-04T10:05:00Z"),
+            ],
+            "2026-12-04T10:00:00Z",
+        ),
+        ([{"Field": 1, "Value": "unknown", "Time": "2026-12-04T10:00:00Z"}], None),  # not ClientStatus
+        ([_state("unknown", "not a time"), "junk"], None),
+    ],
+)
+def test_an_unknown_allocation_carries_nomads_last_unknown(states: object, since: str | None) -> None:
+    raw = {"ID": "a1", "JobID": "llmgw-m-r1", "TaskGroup": "rank0", "ClientStatus": "unknown"}
+    if states is not None:
+        raw["AllocStates"] = states
+    _, alloc = parse_alloc(raw)
+    assert alloc.unknown_since == (parse_time(since) if since else None)
+    # A running allocation's old unknown entries say nothing about now.
+    _, back = parse_alloc({**raw, "ClientStatus": "running"})
+    assert back.unknown_since is None
+
+
+def test_a_restarted_task_gives_its_allocation_the_restart_time() -> None:
+    task = {"State": "pending", "Restarts": 1, "LastRestart": "2026-12-04T10:00:00.5Z"}
+    _, alloc = parse_alloc(
+        {
+            "ID": "a1",
+            "JobID": "j",
+            "TaskGroup": "g",
+            "ClientStatus": "pending",
+            "TaskStates": {"engine": task},
+        }
+    )
+    assert alloc.restarted_at == parse_time("2026-12-04T10:00:00.5Z")
+    never = {**task, "Restarts": 0, "LastRestart": "0001-01-01T00:00:00Z"}
+    _, fresh = parse_alloc(
+        {
+            "ID": "a1",
+            "JobID": "j",
+            "TaskGroup": "g",
+            "ClientStatus": "pending",
+            "TaskStates": {"engine": never},
+        }
+    )
+    assert fresh.restarted_at is None

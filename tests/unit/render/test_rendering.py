@@ -10,6 +10,7 @@ import pytest
 from llmgw.cli.render_cmd import REFRESH_HINT, catalog_file_hash, render_files
 from llmgw.core.catalog import Catalog, SecurityPolicy, catalog_digest, load_catalog
 from llmgw.core.conventions import ENGINE_SERVICE
+from llmgw.core.planning import PlanningSettings
 from llmgw.render import Renderer, RenderError, RenderSettings, ReplicaRequest, job_id_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -340,3 +341,26 @@ def test_an_operator_template_using_a_setting_nomad_2_ignores_is_refused_naming_
     name = setting.split(" ")[0]
     assert f"group rank-0: {name} is ignored by Nomad 2.0" in str(refused.value)
     assert instead in str(refused.value)
+
+
+def test_every_engine_task_pulls_under_a_timeout_as_long_as_the_placement_window(
+    example: Catalog, shipped_policy: SecurityPolicy
+) -> None:
+    # The docker plugin's image_pull_timeout is 5m for the whole pull (Nomad v2.0.5,
+    # drivers/docker/config.go); past it the start fails and the task restarts, pulling
+    # again. Engine images of many GB get the control plane's placement window instead.
+    renderer = Renderer(RenderSettings(), shipped_policy)
+    checked = 0
+    for name, model in example.models.items():
+        for index, profile in enumerate(model.profiles):
+            if profile.engine.value == "sim":
+                continue
+            rendered = job(renderer, example, name, index, "fabric-a")
+            for group in rendered["TaskGroups"]:
+                for task in group["Tasks"]:
+                    if task["Driver"] == "docker":
+                        timeout = task["Config"]["image_pull_timeout"]
+                        assert timeout == "15m", (name, task["Name"], timeout)
+                        checked += 1
+    assert checked >= 3
+    assert PlanningSettings().placement_timeout == RenderSettings().image_pull_timeout_s == 15 * 60
