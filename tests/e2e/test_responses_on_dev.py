@@ -33,9 +33,10 @@ models:
 
 def _replicas_answering(client: openai.OpenAI, model: str, requests: int) -> set[str]:
     replicas = set()
-    for _ in range(requests):
+    for i in range(requests):
+        # A conversation each: one conversation stays on the replica that owns its prefix.
         raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=[{"role": "user", "content": "x"}], max_tokens=1
+            model=model, messages=[{"role": "user", "content": f"x {i}"}], max_tokens=1
         )
         replicas.add(raw.headers["x-llmgw-replica"])
     return replicas
@@ -107,10 +108,16 @@ def test_responses_whole_streamed_and_followed_up_on_another_replica(keyed: Keye
     assert len(events[-1].response.output_text.split()) == 3  # type: ignore[union-attr]
 
     # Follow-ups until the other replica takes one: it reads the first turn all the same.
+    # A follow-up stays where its conversation's prefix is cached unless the client names
+    # another affinity key (prompt_cache_key): each names its own here.
     replicas = set()
-    for _ in range(6):
+    for i in range(12):
         raw = client.responses.with_raw_response.create(
-            model="sim-chat", input="and again", previous_response_id=first.id, max_output_tokens=2
+            model="sim-chat",
+            input="and again",
+            previous_response_id=first.id,
+            max_output_tokens=2,
+            prompt_cache_key=f"follow-up-{i}",
         )
         again = raw.parse()
         replicas.add(raw.headers["x-llmgw-replica"])
