@@ -80,9 +80,7 @@ class DevCluster:
         # Each component's own token (its ops/acl policy), by component name.
         self.nomad_tokens: dict[str, str] = {}
         self.consul_tokens: dict[str, str] = {
-            who: self._issue_consul(who)
-            for who in CONSUL_COMPONENTS
-            if who != "engine-tasks"
+            who: self._issue_consul(who) for who in CONSUL_COMPONENTS if who != "engine-tasks"
         }
         self._signing_key = secrets.token_bytes(32)
         self.consul.state.auth_methods["nomad-workloads"] = AuthMethod(
