@@ -10,13 +10,13 @@ job "llmgw-bge-m3-8c041954-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "e613da814003cddaf05d3996b2d2d133be5580c32f11fe6ed81bf2ce64c290a3"
+    "llmgw_catalog_hash" = "40fc4bd1f3de4eb4e89aa673ef1c33e431ec4e2a4f430e6a9a7815582a9216b4"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "ba3f99e80f4a98c19f9fdafd2a29dae151bc7387f95c674289bc45b09486f185"
+    "llmgw_spec_hash" = "fb5881871f0f57a42fb3620facc2e957101239f1c2860fac8a19a40de6bf1221"
     "llmgw_version" = "0.1.0"
   }
 
@@ -103,7 +103,7 @@ job "llmgw-bge-m3-8c041954-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "vllm/vllm-openai:v0.11.0"
+        image        = "vllm/vllm-openai:v0.34.0"
         entrypoint   = ["vllm"]
         args         = ["serve", "BAAI/bge-m3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "bge-m3", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--runner", "pooling"]
         network_mode = "host"

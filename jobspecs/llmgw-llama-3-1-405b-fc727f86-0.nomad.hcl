@@ -10,14 +10,14 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "e613da814003cddaf05d3996b2d2d133be5580c32f11fe6ed81bf2ce64c290a3"
+    "llmgw_catalog_hash" = "40fc4bd1f3de4eb4e89aa673ef1c33e431ec4e2a4f430e6a9a7815582a9216b4"
     "llmgw_engine" = "sglang"
     "llmgw_fabric" = "fabric-a"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "8ee3245e5f76acaedcf083e8f3d4decda99718a9b00fee12f852553979d437fb"
+    "llmgw_spec_hash" = "4554187874cc416ba5edbb821c629a964922ec17f8abddbb3c373dfee12fbe58"
     "llmgw_version" = "0.1.0"
   }
 
@@ -143,9 +143,9 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "lmsysorg/sglang:v0.5.3-cu129"
+        image        = "lmsysorg/sglang:v0.5.23-cu130"
         entrypoint   = ["python3"]
-        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "${NOMAD_ADDR_dist}"]
+        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--tool-call-parser", "llama3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "${NOMAD_ADDR_dist}", "--dist-timeout", "3600"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.
@@ -286,9 +286,9 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "lmsysorg/sglang:v0.5.3-cu129"
+        image        = "lmsysorg/sglang:v0.5.23-cu130"
         entrypoint   = ["python3"]
-        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--host", "127.0.0.1", "--port", "${NOMAD_PORT_health}", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}"]
+        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--tool-call-parser", "llama3", "--host", "127.0.0.1", "--port", "${NOMAD_PORT_health}", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}", "--dist-timeout", "3600"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.
@@ -311,7 +311,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
       # The address of rank 0 of this replica, once it is registered and reachable.
       template {
         destination = "secrets/llmgw-head.env"
-        data        = "LLMGW_HEAD_ADDR={{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Address }}:{{ .Port }}{{ end }}\n"
+        data        = "LLMGW_HEAD_ADDR={{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Address }}:{{ .Port }}{{ end }}\nLLMGW_HEAD_IP={{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Address }}{{ end }}\nLLMGW_HEAD_PORT={{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Port }}{{ end }}\n"
         change_mode = "noop"
         env         = true
       }

@@ -10,13 +10,13 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "e613da814003cddaf05d3996b2d2d133be5580c32f11fe6ed81bf2ce64c290a3"
+    "llmgw_catalog_hash" = "40fc4bd1f3de4eb4e89aa673ef1c33e431ec4e2a4f430e6a9a7815582a9216b4"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "llama-3.1-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "2b4453b68be72d689128285c3ee529f3ed641a006c95494e04a490dcc5fd5428"
+    "llmgw_spec_hash" = "a0288cf3f4bf4c2d018deb1dde72620a110fe13d2a419765ca169fb158b65b3c"
     "llmgw_version" = "0.1.0"
   }
 
@@ -103,9 +103,9 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "vllm/vllm-openai:v0.11.0"
+        image        = "vllm/vllm-openai:v0.34.0"
         entrypoint   = ["vllm"]
-        args         = ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "16384", "--gpu-memory-utilization", "0.9"]
+        args         = ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json", "--max-model-len", "16384", "--gpu-memory-utilization", "0.9"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

@@ -10,13 +10,13 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "e613da814003cddaf05d3996b2d2d133be5580c32f11fe6ed81bf2ce64c290a3"
+    "llmgw_catalog_hash" = "40fc4bd1f3de4eb4e89aa673ef1c33e431ec4e2a4f430e6a9a7815582a9216b4"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "llama-guard-3-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "1c6cb9805159b621daafc7fb0d6e321ad165bbec81bdca02bbe42ac74cd0ad4a"
+    "llmgw_spec_hash" = "105ab4c3ed5d9faf85c5bec7e300480f09e11170574d5286f66cfb8abe824776"
     "llmgw_version" = "0.1.0"
   }
 
@@ -103,7 +103,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "vllm/vllm-openai:v0.11.0"
+        image        = "vllm/vllm-openai:v0.34.0"
         entrypoint   = ["vllm"]
         args         = ["serve", "meta-llama/Llama-Guard-3-8B", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-guard-3-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "16384", "--gpu-memory-utilization", "0.9"]
         network_mode = "host"

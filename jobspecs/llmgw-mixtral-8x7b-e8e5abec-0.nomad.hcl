@@ -10,13 +10,13 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "e613da814003cddaf05d3996b2d2d133be5580c32f11fe6ed81bf2ce64c290a3"
+    "llmgw_catalog_hash" = "40fc4bd1f3de4eb4e89aa673ef1c33e431ec4e2a4f430e6a9a7815582a9216b4"
     "llmgw_engine" = "vllm"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "25e025dd0e9519824be944a65d0777244a09145c9c705098508a0e5b7cad3099"
+    "llmgw_spec_hash" = "a65a4172b6d95cbb7ae5ed9eaa4538cfac40646b8f9c496f8342b7f6da188e1f"
     "llmgw_version" = "0.1.0"
   }
 
@@ -105,7 +105,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
       config {
         image        = "vllm/vllm-openai:v0.11.0"
         entrypoint   = ["vllm"]
-        args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
+        args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--enable-auto-tool-choice", "--tool-call-parser", "mistral"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

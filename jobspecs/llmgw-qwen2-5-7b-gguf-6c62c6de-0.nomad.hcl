@@ -10,13 +10,13 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "e613da814003cddaf05d3996b2d2d133be5580c32f11fe6ed81bf2ce64c290a3"
+    "llmgw_catalog_hash" = "40fc4bd1f3de4eb4e89aa673ef1c33e431ec4e2a4f430e6a9a7815582a9216b4"
     "llmgw_engine" = "llamacpp"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "qwen2.5-7b-gguf"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "e86b228a56ee1d879d9a9791fd77308f28de26629f05f4b169bc6bb5dc5c1ff4"
+    "llmgw_spec_hash" = "723ecdd0fa3ced5296c510284ab30875c5dd61e10b9e4a3bd49b0178f393c04a"
     "llmgw_version" = "0.1.0"
   }
 
@@ -96,7 +96,7 @@ job "llmgw-qwen2-5-7b-gguf-6c62c6de-0" {
       kill_signal  = "SIGTERM"
 
       config {
-        image        = "ghcr.io/ggml-org/llama.cpp:server-cuda-b6795"
+        image        = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
         entrypoint   = ["/app/llama-server"]
         args         = ["--model", "/local/model.gguf", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--alias", "qwen2.5-7b-gguf", "--no-slots", "--ctx-size", "8192", "--n-gpu-layers", "999"]
         network_mode = "host"

@@ -279,6 +279,7 @@ SOURCE_ALLOWED_NETWORKS = Variable("LLMGW_SOURCE_ALLOWED_NETWORKS", "networks, c
 IMAGE_VLLM = Variable("LLMGW_IMAGE_VLLM", "an image reference", parse_text)
 IMAGE_SGLANG = Variable("LLMGW_IMAGE_SGLANG", "an image reference", parse_text)
 IMAGE_LLAMACPP = Variable("LLMGW_IMAGE_LLAMACPP", "an image reference", parse_text)
+IMAGE_LLAMACPP_CPU = Variable("LLMGW_IMAGE_LLAMACPP_CPU", "an image reference", parse_text)
 ADMIN_TOKEN = Variable("LLMGW_ADMIN_TOKEN", "a secret without outer spaces", str,
                        empty_counts=True, secret=True)
 ADMIN_URL = Variable("LLMGW_ADMIN_URL", "http(s)://HOST:PORT", parse_text)
@@ -297,11 +298,14 @@ MIRROR_LOCK_WAIT = Variable("LLMGW_MIRROR_LOCK_WAIT", _SECONDS, parse_seconds)
 IMAGES: Mapping[Engine, Variable[str]] = MappingProxyType(
     {Engine.VLLM: IMAGE_VLLM, Engine.SGLANG: IMAGE_SGLANG, Engine.LLAMACPP: IMAGE_LLAMACPP}
 )
+# The image of a profile that asks for no GPU, for engines with a CPU build.
+CPU_IMAGES: Mapping[Engine, Variable[str]] = MappingProxyType({Engine.LLAMACPP: IMAGE_LLAMACPP_CPU})
 
 VARIABLES: tuple[Variable[Any], ...] = (
     LOG_LEVEL, EVENT_LOOP, CONTROL_METRICS_HOST, CONTROL_METRICS_PORT, ENGINE_KEY_SECRET, LLAMA_SERVER,
     DATACENTERS, NODE_POOL, NODE_COMMAND, TEMPLATES, MIRROR_URL, MODEL_CACHE_DIR, MODEL_CACHE_VOLUME,
     HF_TOKEN_VARIABLE, ALLOWED_IMAGES, TRUSTED_IMAGE_DIGESTS, SOURCE_ALLOWED_NETWORKS, *IMAGES.values(),
+    *CPU_IMAGES.values(),
     ADMIN_TOKEN, ADMIN_URL, ACTOR,
     MIRROR_STORE, MIRROR_HF_ENDPOINT, MIRROR_CONCURRENCY, MIRROR_BANDWIDTH_LIMIT, MIRROR_CONNECT_TIMEOUT,
     MIRROR_READ_TIMEOUT, MIRROR_RETRIES, MIRROR_BACKOFF_INITIAL, MIRROR_BACKOFF_MAX, MIRROR_LOCK_WAIT,
@@ -321,5 +325,7 @@ FLAG_FAMILIES: Mapping[str, str] = MappingProxyType(
 TASK_ENVIRONMENT: Mapping[str, str] = MappingProxyType(
     {
         "LLMGW_HEAD_ADDR": "a multi-node replica's head address, from its Consul template",
+        "LLMGW_HEAD_IP": "a multi-node replica's head IP (vLLM's --master-addr), same template",
+        "LLMGW_HEAD_PORT": "a multi-node replica's head port (vLLM's --master-port), same template",
     }
 )

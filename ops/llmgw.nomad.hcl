@@ -24,12 +24,36 @@ job "llmgw" {
       min_healthy_time = "30s"
     }
 
+    # The control plane's /metrics and /health, for Prometheus (ops/prometheus/prometheus.yml
+    # finds it through this service). Every instance serves them, leader or standby.
+    network {
+      port "metrics" {}
+    }
+
+    service {
+      provider = "consul"
+      name     = "llmgw-control-metrics"
+      port     = "metrics"
+      tags     = ["llmgw"]
+      meta {
+        nomad_alloc_id = "${NOMAD_ALLOC_ID}"
+      }
+
+      check {
+        type     = "http"
+        path     = "/health"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
     task "serve" {
       driver = "exec"
 
       config {
         command = "/usr/local/lib/llmgw/bin/llmgw"
-        args    = ["serve", "--role", "control-plane", "--admin-host", "127.0.0.1", "--admin-port", "8081"]
+        args    = ["serve", "--role", "control-plane", "--admin-host", "127.0.0.1", "--admin-port", "8081",
+                   "--control-metrics-host", "0.0.0.0", "--control-metrics-port", "${NOMAD_PORT_metrics}"]
       }
 
       # Where Nomad and Consul are, and who llmgw is to them (see the ACL policies).
@@ -93,6 +117,10 @@ job "llmgw" {
       provider = "consul"
       name     = "llmgw-router"
       port     = "http"
+      tags     = ["llmgw"]
+      meta {
+        nomad_alloc_id = "${NOMAD_ALLOC_ID}"
+      }
 
       check {
         type     = "http"

@@ -16,8 +16,25 @@ Sources, one subcommand each (none of them runs in the tests):
   from-sglang RELEASE   sglang installed in this interpreter: ServerArgs.add_cli_args
                         on a plain argparse.ArgumentParser, every action
   from-llamacpp COMMIT ARG_CPP
-                        llama.cpp's common/arg.cpp at COMMIT: every add_opt(common_arg(...))
-                        registered for the server (or common) examples, with its .set_env
+                        llama.cpp's common/arg.cpp at COMMIT (a commit, or a release tag
+                        such as b11434 where the source is an sdist without git): every
+                        add_opt(common_arg(...)) registered for the server (or common)
+                        examples, with its .set_env
+
+Reading a release's parser without a GPU: both engines' parsers are built by
+importing the server's modules, which import the whole engine. The releases are read
+in a scratch venv holding the release's wheel installed ``--no-deps``, torch's CPU
+wheel (``torch==X+cpu``), transformers and the small pure-Python packages the
+imports fail without (pip says which, one at a time); ``--stub-modules`` names the
+remaining heavy or GPU-only top-level packages (vLLM 0.34.0: openai_harmony,
+xgrammar, llguidance, cv2, torchaudio, opentelemetry, prometheus_client; SGLang
+0.5.23: mistral_common, sentencepiece, torchvision, torchaudio), which are then
+imported as inert stand-ins: any attribute is a class that does nothing, so a module
+may import and subclass their names at import time. No parser option comes from
+them: the options are ``add_argument`` calls in the engines' own modules (vLLM's
+config dataclasses and ``FrontendArgs``, SGLang's ``ServerArgs.add_cli_args``), read
+whole. vLLM also needs ``VLLM_TARGET_DEVICE=cpu`` (its default ``DeviceConfig``
+infers a device when the parser is built; the device changes defaults, not options).
 
 ``--out`` is the folder written (default: the package's). ``tables_from_shared`` is
 what the drift test compares the vendored files with.
@@ -260,13 +277,25 @@ def _flags_of_argparse(parser: argparse.ArgumentParser, reviewed: Mapping[str, A
     def review_of(names: Sequence[str]) -> list[str] | None:
         return next((reviewed[name] for name in names if reviewed.get(name) is not None), None)
 
+    # Every spelling the parser takes, also those an action hides from --help (vLLM 0.34's
+    # EnableDisableAction keeps --no-enable-x registered but out of option_strings).
+    registered: dict[int, list[str]] = {}
+    for option, registered_action in parser._option_string_actions.items():
+        registered.setdefault(id(registered_action), []).append(option)
     for action in parser._actions:
         if not action.option_strings:
             continue
-        longs = [o for o in action.option_strings if o.startswith("--")]
-        shorts = [o for o in action.option_strings if not o.startswith("--")]
+        spellings = list(dict.fromkeys([*action.option_strings, *registered.get(id(action), [])]))
+        longs = [o for o in spellings if o.startswith("--")]
+        shorts = [o for o in spellings if not o.startswith("--")]
+        # vLLM 0.34's EnableDisableAction pairs --enable-x with --disable-x and says which
+        # spellings negate (negative_option_strings); argparse's own negates with --no-.
+        negative = getattr(action, "negative_option_strings", None)
         negations = [
-            o for o in longs if o.startswith("--no-") and isinstance(action, argparse.BooleanOptionalAction)
+            o
+            for o in longs
+            if (o in negative if negative is not None else o.startswith("--no-"))
+            and isinstance(action, argparse.BooleanOptionalAction)
         ]
         names = [o for o in longs if o not in negations] or shorts
         flag = names[0]
@@ -279,7 +308,7 @@ def _flags_of_argparse(parser: argparse.ArgumentParser, reviewed: Mapping[str, A
             nargs = str(action.nargs)
         if isinstance(action, _NO_VALUE_ACTIONS):
             nargs = 0
-        aliases = [o for o in action.option_strings if o != flag and o not in negations]
+        aliases = [o for o in spellings if o != flag and o not in negations]
         flags.append(_flag(flag, aliases, negations, nargs, review_of([flag, *aliases])))
     return flags
 
@@ -302,10 +331,88 @@ def _merge_release(out: Path, engine: str, name: str, release: dict[str, Any]) -
     path.write_text(render(document), encoding="utf-8")
 
 
+def install_module_stand_ins(packages: Iterable[str]) -> None:
+    """Import each of ``packages`` (top-level names) as an inert stand-in when it is not
+    installed: every attribute is a class that takes any arguments and does nothing."""
+    import importlib.abc
+    import importlib.machinery
+    import types
+
+    stand_in_packages = frozenset(packages)
+
+    def any_schema(cls: type, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.any_schema()  # a pydantic model may name a stand-in as a field type
+
+    class StandIn(type):
+        def __getattr__(cls, name: str) -> Any:
+            if name.startswith("__") and name.endswith("__"):
+                raise AttributeError(name)
+            return stand_in(f"{cls.__name__}.{name}")
+
+        def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+            return cls
+
+        def __getitem__(cls, item: Any) -> Any:
+            return cls
+
+        def __or__(cls, other: Any) -> Any:
+            return cls
+
+        def __ror__(cls, other: Any) -> Any:
+            return cls
+
+        def __iter__(cls) -> Any:
+            return iter(())
+
+        def __bool__(cls) -> bool:
+            return False
+
+        def __mro_entries__(cls, bases: Any) -> tuple[type, ...]:
+            return (object,)
+
+    def stand_in(name: str) -> type:
+        return StandIn(name, (), {"__get_pydantic_core_schema__": classmethod(any_schema)})
+
+    class StandInModule(types.ModuleType):
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("__") and name.endswith("__"):
+                raise AttributeError(name)
+            full = f"{self.__name__}.{name}"
+            value = sys.modules.get(full) or stand_in(full)
+            setattr(self, name, value)
+            return value
+
+    class Loader(importlib.abc.Loader):
+        def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+            module = StandInModule(spec.name)
+            module.__path__ = []
+            module.__version__ = "0.0.0"  # type: ignore[attr-defined]
+            return module
+
+        def exec_module(self, module: types.ModuleType) -> None:
+            pass
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+            if fullname.split(".")[0] not in stand_in_packages:
+                return None
+            return importlib.machinery.ModuleSpec(fullname, Loader(), is_package=True)
+
+    # Last: an installed package is always imported for real.
+    sys.meta_path.append(Finder())
+
+
 def from_vllm(out: Path, release_name: str, image_tags: Sequence[str]) -> None:
     import vllm  # type: ignore[import-not-found]
-    from vllm.entrypoints.openai.cli_args import make_arg_parser  # type: ignore[import-not-found]
-    from vllm.utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+
+    try:  # 0.34 moved the server's parser and the parser class
+        from vllm.entrypoints.common.cli_args import make_arg_parser  # type: ignore[import-not-found]
+        from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+    except ImportError:  # 0.10, 0.11
+        from vllm.entrypoints.openai.cli_args import make_arg_parser  # type: ignore[import-not-found]
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[import-not-found]
 
     if vllm.__version__ != release_name:
         sys.exit(f"vllm {vllm.__version__} is installed, not {release_name}")
@@ -480,13 +587,19 @@ def from_llamacpp(out: Path, commit: str, arg_cpp: Path, image_tags: Sequence[st
         "max_positionals": 0,
         "values_are_next_words": True,
     }
-    source = f"llama.cpp commit {commit}, common/arg.cpp"
+    source = f"llama.cpp {'tag' if re.fullmatch(r'b[0-9]+', commit) else 'commit'} {commit}, common/arg.cpp"
     _merge_release(out, "llamacpp", commit[:8], _release("llamacpp", source, image_tags, parser_facts, flags))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=PACKAGE_TABLES, help="folder the tables are written to")
+    parser.add_argument(
+        "--stub-modules",
+        default="",
+        help="comma-separated top-level packages to import as inert stand-ins when not installed "
+        "(see the module's docstring)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     shared = commands.add_parser("from-shared", help="rebuild every table from ../shared/engines")
     shared.add_argument("shared_engines", type=Path, nargs="?", default=REPO.parent / "shared" / "engines")
@@ -503,6 +616,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     llama.add_argument("arg_cpp", type=Path)
     llama.add_argument("--image-tag", action="append", default=[])
     args = parser.parse_args(argv)
+    install_module_stand_ins(name for name in args.stub_modules.split(",") if name)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.command == "from-shared":
         for engine, document in tables_from_shared(args.shared_engines).items():

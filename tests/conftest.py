@@ -5,17 +5,44 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
 from llmgw.bundled import read_security_policy
 from llmgw.core.catalog import SecurityPolicy
+from tests.support.alone import Turns
 from tests.support.waiting import eventually_sync
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
+
+
+WORKERS_PER_CORE = 1.5
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject's addopts): WORKERS_PER_CORE workers a core this process may run
+    on. Most of the suite's time is spent waiting (on `llmgw dev`, engines, timeouts under test),
+    not on the CPU, so a worker a core would leave the cores idle. pytest-xdist's own
+    PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return max(1, round(WORKERS_PER_CORE * len(os.sched_getaffinity(0))))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """Under pytest-xdist, a test marked ``alone`` runs with no other worker's test running
+    (``support/alone.py``); every other test shares its turn. The lock folder is the run's
+    base temporary folder, which holds every worker's own (pytest-xdist puts them there)."""
+    if not hasattr(item.config, "workerinput"):  # one process: every test is alone already
+        return (yield)
+    turns = Turns(item.config._tmp_path_factory.getbasetemp().parent)  # type: ignore[attr-defined]
+    with turns.alone() if item.get_closest_marker("alone") else turns.shared():
+        return (yield)
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ from aiohttp import web
 from llmgw.admin import errors
 from llmgw.admin.context import SETTINGS
 from llmgw.core.diagnostics import Diagnostic
+from llmgw.core.json_values import MAX_JSON_DEPTH, nested_deeper_than, utf8_encodable
 from llmgw.core.records import ApiKeyRecord, CatalogVersion
 from llmgw.http_server import BodyTimeout, read_body
 
@@ -58,6 +59,16 @@ async def read_object(request: web.Request, allowed: frozenset[str]) -> dict[str
         raise errors.bad_request(f"the body is not valid JSON: {exc}", "invalid_json") from None
     if not isinstance(data, dict):
         raise errors.bad_request("the body must be a JSON object", "invalid_json")
+    # The router's door checks (``llmgw.gateway.calls.json_object``), before any reader
+    # walks the body or a store writes it as UTF-8.
+    if nested_deeper_than(data, MAX_JSON_DEPTH):
+        raise errors.bad_request(
+            f"the body's JSON is nested more than {MAX_JSON_DEPTH} levels", "invalid_json"
+        )
+    if not utf8_encodable(data):
+        raise errors.bad_request(
+            "the body holds a lone UTF-16 surrogate (such as \\ud800), which is not text", "invalid_json"
+        )
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise errors.bad_request(

@@ -20,6 +20,8 @@ from llmgw import __version__
 EXIT_OK = 0
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
+# The other side (Nomad, Consul, the admin API, a mirror) cannot be reached or answer now.
+EXIT_UNREACHABLE = 3
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -59,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(or ${MIRROR_ENV}); without it, only their form is checked. A profile's image must come "
         "from $LLMGW_ALLOWED_IMAGES (default: the engines' image repositories) with a tag naming an "
         "engine release llmgw supports (vLLM 0.11.0, SGLang 0.5.3, llama.cpp b6700 or later) or a "
-        "digest in $LLMGW_TRUSTED_IMAGE_DIGESTS, and a file URL may "
+        "digest in $LLMGW_TRUSTED_IMAGE_DIGESTS (a profile without image runs the defaults: vLLM "
+        "0.34.0, SGLang 0.5.23, llama.cpp b11434, its CPU build with gpus_per_node: 0), and a file URL may "
         "name a non-global address only inside $LLMGW_SOURCE_ALLOWED_NETWORKS, as this environment "
         "sets them: run it with the cluster's values (`llmgw ctl diff` checks with the cluster's own).",
     )
@@ -234,9 +235,10 @@ def _check(args: argparse.Namespace) -> int:
         for diagnostic in diagnostics:
             print(diagnostic.format())
         errors = sum(d.severity is Severity.ERROR for d in diagnostics)
-        warnings = len(diagnostics) - errors
-        if errors or warnings:
-            print(f"{errors} error(s), {warnings} warning(s)", file=sys.stderr)
+        warnings = sum(d.severity is Severity.WARNING for d in diagnostics)
+        notes = len(diagnostics) - errors - warnings
+        if errors or warnings or notes:
+            print(f"{errors} error(s), {warnings} warning(s), {notes} note(s)", file=sys.stderr)
     if unreadable:
         return EXIT_USAGE
     return EXIT_REJECTED if any(d.severity is Severity.ERROR for d in diagnostics) else EXIT_OK

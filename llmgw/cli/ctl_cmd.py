@@ -463,7 +463,7 @@ def _print_diagnostics(diagnostics: object, out: TextIO) -> None:
         print(printable(f"{where}: {d.get('severity')}: {path}{d.get('message')}"), file=out)
         if d.get("severity") == "error":
             errors += 1
-        else:
+        elif d.get("severity") == "warning":
             warnings += 1
     if errors or warnings:
         print(f"{errors} error(s), {warnings} warning(s)", file=sys.stderr)

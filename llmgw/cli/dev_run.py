@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from llmgw.adapters.consul import ConsulClient
 from llmgw.admin import AdminSettings
@@ -45,6 +46,7 @@ from llmgw.control.metrics_server import MetricsListenerSettings
 from llmgw.core import routing
 from llmgw.core.catalog import Catalog, Engine, GuardErrorPolicy, Model, ScalingMode
 from llmgw.core.catalog import Role as ModelRole
+from llmgw.core.conventions import CONTROL_METRICS_SERVICE, ROUTER_SERVICE, SERVICE_TAG
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
@@ -287,6 +289,7 @@ async def _dev(
             assert services.router is not None and services.admin is not None
             assert services.control_metrics is not None
             router_url = services.router.url
+            await _register_own_services(settings.consul, router_url, services.control_metrics.url)
             state = {
                 "pid": os.getpid(),
                 "nomad_addr": cluster.nomad_addr,
@@ -319,6 +322,28 @@ async def _dev(
             await services.__aexit__(None, None, None)
     print("llmgw dev: stopped", file=sys.stderr)
     return EXIT_OK
+
+
+# llmgw's own processes in Consul, as ops/llmgw.nomad.hcl's service blocks register them on
+# a cluster, so a Prometheus pointed at the stand-in (ops/prometheus/prometheus.yml) finds
+# their /metrics. The agent's checks probe /health; the stand-in drops both at its stop.
+_OWN_SERVICES = ((ROUTER_SERVICE, "llmgw-dev-router"), (CONTROL_METRICS_SERVICE, "llmgw-dev-control-metrics"))
+
+
+async def _register_own_services(consul: ConsulConnection, router_url: str, metrics_url: str) -> None:
+    async with ConsulClient(consul) as client:
+        for (name, service_id), url in zip(_OWN_SERVICES, (router_url, metrics_url), strict=True):
+            address = URL(url)
+            await client.agent_service_register(
+                {
+                    "ID": service_id,
+                    "Name": name,
+                    "Address": address.host,
+                    "Port": address.port,
+                    "Tags": [SERVICE_TAG],
+                    "Check": {"HTTP": f"{url}/health", "Interval": "10s", "Timeout": "2s"},
+                }
+            )
 
 
 def _banner(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_UNREACHABLE, EXIT_USAGE
 
 if TYPE_CHECKING:  # imported where used: every llmgw command builds this parser
     from llmgw.core.catalog import Catalog
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "LLMGW_NODE_COMMAND, NOMAD_NAMESPACE and "
         "NOMAD_REGION are applied by `llmgw serve` only: here the jobs have their defaults. Exit 0 "
         "done, 1 an invalid catalog, a refused job, stale files (--check) or a job that does not "
-        "place (--plan), 2 usage.",
+        "place (--plan), 2 usage, 3 Nomad cannot be reached (--plan).",
     )
     parser.add_argument("catalog", metavar="CATALOG", help="catalog YAML file (- for standard input)")
     parser.add_argument(
@@ -219,6 +219,14 @@ async def _plan(files: list[RenderedFile]) -> int:
                 job = await nomad.parse_hcl(rendered.hcl)
                 outcome = await nomad.plan(job)
             except NomadError as exc:
+                if exc.status is None:
+                    # No answer says nothing about the job: the other jobs would get none either.
+                    print(
+                        f"llmgw render: cannot ask Nomad whether the jobs place: {exc} "
+                        "(is NOMAD_ADDR the cluster's address, and is Nomad up?)",
+                        file=sys.stderr,
+                    )
+                    return EXIT_UNREACHABLE
                 print(f"{rendered.name}: Nomad refused it: {exc}")
                 placed = False
                 continue

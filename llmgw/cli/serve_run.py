@@ -31,6 +31,7 @@ from llmgw.flags import (
     flag_or_variable,
 )
 from llmgw.gateway.settings import RouterSettings, RouterSettingsError
+from llmgw.gateway.tracing import TracingUnavailable, tracing_from_environment
 from llmgw.render.settings import RenderSettingsError, render_settings_from_env
 from llmgw.settings import ConsulConnection, NomadConnection, SettingsError
 
@@ -51,13 +52,14 @@ def run_serve(args: argparse.Namespace) -> int:
         admin = AdminSettings.from_env_and_args(os.environ, args)
         render = render_settings_from_env(os.environ)
         engine_keys = ENGINE_KEY_SECRET.read(os.environ)
+        tracing = tracing_from_environment(os.environ)
         control_metrics = MetricsListenerSettings(
             flag_or_variable(args.control_metrics_host, CONTROL_METRICS_HOST, os.environ, "127.0.0.1"),
             flag_or_variable(args.control_metrics_port, CONTROL_METRICS_PORT, os.environ, 8082),
         )
     except (
         SettingsError, SettingError, RouterSettingsError, AdminSettingsError, RenderSettingsError,
-        event_loop.EventLoopError,
+        event_loop.EventLoopError, TracingUnavailable,
     ) as exc:  # fmt: skip
         print(f"llmgw serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -88,6 +90,7 @@ def run_serve(args: argparse.Namespace) -> int:
         admin=admin,
         control_metrics=control_metrics,
         engine_keys=engine_keys,
+        tracing=tracing,
     )
     return event_loop.run(_run(settings, catalog_text), loop)
 

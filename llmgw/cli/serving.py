@@ -42,6 +42,7 @@ from llmgw.core.records import CatalogVersion
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.ports import RouterDeps
 from llmgw.gateway.settings import RouterSettings
+from llmgw.gateway.tracing import Tracing
 from llmgw.render import Renderer, RenderSettings
 from llmgw.settings import ConsulConnection, NomadConnection
 
@@ -79,6 +80,8 @@ class ServiceSettings:
     # tokens of its own, as llmgw dev runs it (each with its ops/acl policy); None: the same.
     router_nomad: NomadConnection | None = None
     router_consul: ConsulConnection | None = None
+    # The router's traces (OpenTelemetry's OTEL_EXPORTER_OTLP_* variables: gateway/tracing.py).
+    tracing: Tracing = field(default_factory=Tracing)
 
 
 async def publish_catalog(consul: ConsulClient, text: str, *, applied_by: str) -> CatalogVersion | None:
@@ -217,6 +220,7 @@ class Services:
                 engine_keys=s.engine_keys,
                 allocations=AllocationWatch(router_nomad),
                 responses=ResponseKV(consul),
+                tracing=s.tracing,
             )
             router = RouterServer(router_settings, deps_router, policy=s.policy)
             await router.start()

@@ -3,8 +3,10 @@ completion for engines that do not serve ``/v1/messages``, and the way back (a w
 answer, a stream's events, an error).
 
 Owns: which request fields the translation carries (``TRANSLATED_FIELDS`` and the
-content block types below), the 400 naming any other (never a silent drop), the error
-type Anthropic gives each HTTP status, and the token counts of a Messages ``usage``.
+content block types below), the 400 naming any other (never a silent drop) in the words
+Claude Code recovers from, the error type Anthropic gives each HTTP status, an engine's
+error in Anthropic's shape (a context overflow in Anthropic's words and the engine's
+numbers, ``overflow_message``), and the token counts of a Messages ``usage``.
 
 Must not: do I/O or read a clock (ids come from the engine's answer).
 
@@ -21,6 +23,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from llmgw.core import engine_errors
+from llmgw.core.engine_errors import Overflow
+from llmgw.core.engine_usage import cached_tokens
+
 # Top-level fields the translation carries to a chat completion.
 TRANSLATED_FIELDS = frozenset(
     {
@@ -33,9 +39,11 @@ TRANSLATED_FIELDS = frozenset(
 # adaptive, and ``context_management`` only when it keeps every thinking block
 # (``_check_thinking``, ``_check_context_management``).
 IGNORED_FIELDS = frozenset({"service_tier", "thinking", "context_management"})
-# ``output_config.effort`` as a chat completion's ``reasoning_effort`` (the values both
-# APIs share: Anthropic's "max" has no chat counterpart).
-_EFFORTS = frozenset({"low", "medium", "high"})
+# ``output_config.effort`` as a chat completion's ``reasoning_effort``: the values both
+# APIs share, and Anthropic's "max" (the most the model can) as "high", the most every
+# engine release llmgw deploys accepts (vLLM 0.11.0 and SGLang 0.5.3 take only low,
+# medium and high; see llmgw/gateway/DESIGN.md).
+_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
 # ``context_management`` edits that leave the conversation as it was sent.
 _KEEP_ALL_EDITS = {"type": "clear_thinking_20251015", "keep": "all"}
 # ``cache_control`` marks a prompt cache breakpoint: engines cache prefixes by
@@ -77,6 +85,36 @@ def error_type(status: int) -> str:
 
 def error_body(status: int, message: str) -> dict[str, object]:
     return {"type": "error", "error": {"type": error_type(status), "message": message}}
+
+
+def overflow_message(overflow: Overflow) -> str:
+    """Anthropic's words for a request over the context, with the engine's numbers:
+    the ones Claude Code acts on. The input and ``max_tokens`` together: "input length
+    and `max_tokens` exceed context limit: I + M > C", which Claude Code 2.1.332 parses
+    (``/input length and `max_tokens` exceed context limit: (\\d+) \\+ (\\d+) > (\\d+)/``)
+    to retry with ``max_tokens`` C - I - 1000; the input alone: "prompt is too long:
+    I tokens > C maximum", on which it compacts the conversation."""
+    if overflow.max_tokens is not None and overflow.input_tokens < overflow.context:
+        return (
+            "input length and `max_tokens` exceed context limit: "
+            f"{overflow.input_tokens} + {overflow.max_tokens} > {overflow.context}, "
+            "decrease input length or `max_tokens` and try again"
+        )
+    return f"prompt is too long: {overflow.input_tokens} tokens > {overflow.context} maximum"
+
+
+def engine_error_body(
+    status: int, body: bytes | Mapping[str, object], model: str, unworded: str | None = None
+) -> dict[str, object]:
+    """An engine's error answer (any engine's shape, ``engine_errors``) as Anthropic's
+    error: a context overflow in Anthropic's words and numbers, else the engine's
+    message (``unworded`` when it has none)."""
+    error = engine_errors.read(status, body)
+    if error.overflow is not None:
+        message = overflow_message(error.overflow)
+    else:
+        message = error.message or unworded or f"The model `{model}` answered with HTTP {status}."
+    return error_body(status, message)
 
 
 class Untranslatable(ValueError):
@@ -187,9 +225,17 @@ def _check_thinking(thinking: object) -> None:
     way back (``thinking_omitted``)."""
     if thinking is None:
         return
-    if not isinstance(thinking, Mapping) or thinking.get("type") not in ("disabled", "adaptive"):
+    if not isinstance(thinking, Mapping):
+        raise Untranslatable("thinking", "`thinking` must be an object.")
+    kind = thinking.get("type")
+    if kind not in ("disabled", "adaptive"):
+        # Claude Code 2.1.332 reads "thinking.type: `enabled` ... not supported"
+        # (``/thinking\\.type[^a-z]{1,8}(enabled|adaptive)[^]*?not supported/i``) and retries
+        # with adaptive thinking.
+        shown = kind if isinstance(kind, str) else json.dumps(kind)
         raise Untranslatable(
-            "thinking", "Extended thinking (`thinking`) is not supported by this model's engine."
+            "thinking.type",
+            f"`{shown[:40]}` is not supported by this model's engine; send `adaptive` or `disabled`.",
         )
     for name in thinking:
         if name not in ("type", "display"):
@@ -239,19 +285,23 @@ def _effort(output_config: object) -> str | None:
         raise Untranslatable("output_config", "`output_config` must be an object.")
     for name in output_config:
         if name != "effort":
-            raise Untranslatable(
-                f"output_config.{name}", f"`output_config.{name}` is not supported by this model's engine."
-            )
+            # Anthropic's words for a field a model does not take, which Claude Code
+            # 2.1.332 reads ("output_config.format: Extra inputs are not permitted": it
+            # retries without structured output).
+            raise Untranslatable(f"output_config.{name}", "Extra inputs are not permitted")
     effort = output_config.get("effort")
     if effort is None:
         return None
-    if effort not in _EFFORTS:
+    if not isinstance(effort, str) or effort not in _EFFORTS:
+        # "effort parameter" and "not support": what Claude Code 2.1.332 reads to
+        # resend without effort.
+        shown = effort if isinstance(effort, str) else json.dumps(effort)
         raise Untranslatable(
             "output_config.effort",
-            "`output_config.effort` must be low, medium or high on this model's engine.",
+            f"The effort parameter value `{shown[:40]}` is not supported by this model's engine "
+            "(low, medium, high or max).",
         )
-    assert isinstance(effort, str)
-    return effort
+    return _EFFORTS[effort]
 
 
 def _system_text(system: object) -> str:
@@ -511,10 +561,23 @@ def from_chat(
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
-        "usage": {
-            "input_tokens": _int(usage.get("prompt_tokens")),
-            "output_tokens": _int(usage.get("completion_tokens")),
-        },
+        "usage": messages_usage(usage, answer.get("timings")),
+    }
+
+
+def messages_usage(usage: Mapping[str, object], timings: object = None) -> dict[str, object]:
+    """A chat ``usage`` as Messages': ``input_tokens`` are the prompt's tokens not read
+    from the cache, ``cache_read_input_tokens`` those that were (vLLM's and SGLang's
+    ``prompt_tokens_details.cached_tokens``; llama-server's too at build 11434, and its
+    ``timings.cache_n``, the one count older builds give). Nothing is written to a cache
+    the client can address, so ``cache_creation_input_tokens`` is 0."""
+    prompt = _int(usage.get("prompt_tokens"))
+    cached = min(cached_tokens(usage, timings), prompt)
+    return {
+        "input_tokens": prompt - cached,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+        "output_tokens": _int(usage.get("completion_tokens")),
     }
 
 
@@ -561,6 +624,7 @@ class StreamTranslation:
     stops: tuple[str, ...] = ()
     omit_thinking: bool = False  # thinking blocks without their thinking_deltas
     usage: dict[str, object] | None = None
+    timings: object = None  # llama-server's, whose cache_n counts the cached prompt
     _pending: bytes = b""
     _started: bool = False
     _block: int = -1  # the index of the open content block, -1: none open
@@ -600,15 +664,17 @@ class StreamTranslation:
         out: list[bytes] = []
         error = chunk.get("error")
         if isinstance(error, Mapping):
-            message = error.get("message")
-            code = error.get("code")
-            status = code if isinstance(code, int) and 400 <= code < 600 else 500
+            # An engine's error after its 200 (SGLang's validation at 0.5.3, its
+            # scheduler's aborts at 0.5.23, llama-server's): Anthropic's ``error`` event.
             self._done = True
-            return error_event(status, message if isinstance(message, str) else "The engine failed midway.")
+            status = engine_errors.stream_status(error)
+            return event("error", engine_error_body(status, chunk, self.model, "The engine failed midway."))
         out.append(self._start(chunk.get("id")))
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
+        if isinstance(chunk.get("timings"), Mapping):
+            self.timings = chunk["timings"]
         choices = chunk.get("choices")
         choice = (
             choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else None
@@ -710,10 +776,7 @@ class StreamTranslation:
                 {
                     "type": "message_delta",
                     "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                    "usage": {
-                        "input_tokens": _int(usage.get("prompt_tokens")),
-                        "output_tokens": _int(usage.get("completion_tokens")),
-                    },
+                    "usage": messages_usage(usage, self.timings),
                 },
             )
         )

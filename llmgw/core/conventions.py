@@ -19,6 +19,11 @@ ENGINE_SERVICE: Final = "llmgw-engine"
 # Ranks >= 1 (and rank 0 again) register this one for rendezvous inside a replica;
 # routers never read it.
 RANK_SERVICE: Final = "llmgw-rank"
+# llmgw's own processes, as ops/llmgw.nomad.hcl (and `llmgw dev`) register them: the
+# routers' port (the API and /metrics), and each control plane's metrics listener.
+# ops/prometheus/prometheus.yml finds its scrape targets by these names.
+ROUTER_SERVICE: Final = "llmgw-router"
+CONTROL_METRICS_SERVICE: Final = "llmgw-control-metrics"
 
 # Service tags: "llmgw", then key=value tags for humans and for ?tag= filters.
 SERVICE_TAG: Final = "llmgw"

@@ -28,6 +28,7 @@ _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class Severity(StrEnum):
     ERROR = "error"
     WARNING = "warning"
+    NOTE = "note"  # what llmgw chose for the operator (a default), said so it can be checked
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,9 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from llmgw.core import engine_errors
+from llmgw.core.engine_usage import cached_tokens
+from llmgw.core.json_values import one_of
 from llmgw.core.routing import Refusal
 
 # Fields llmgw carries to the engine (translated) or keeps itself (store,
@@ -32,9 +35,15 @@ CARRIED = frozenset(
         "model", "input", "instructions", "stream", "store", "previous_response_id", "metadata",
         "max_output_tokens", "temperature", "top_p", "tools", "tool_choice", "parallel_tool_calls",
         "text", "user", "reasoning", "include", "truncation", "service_tier", "prompt_cache_key",
-        "safety_identifier", "stream_options", "client_metadata",
+        "safety_identifier", "stream_options", "client_metadata", "prompt_cache_retention",
+        "prompt_cache_options",
     }
 )  # fmt: skip
+# ``prompt_cache_retention``'s values (openai-python 3.60.0, ``ResponseCreateParams``).
+# It and ``prompt_cache_key`` / ``prompt_cache_options`` steer OpenAI's prompt cache;
+# the engines cache prefixes by themselves (vLLM's and SGLang's prefix caching,
+# llama-server's ``cache_prompt``), so they are checked and not passed on.
+_CACHE_RETENTIONS = frozenset({"in_memory", "24h"})
 # ``include`` values that ask for nothing the translation leaves out: its reasoning
 # items carry the engine's reasoning as plain text (``content``), so there is no
 # encrypted reasoning to include (Codex CLI asks for it on every request).
@@ -45,8 +54,16 @@ _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 # ``summary``); Codex CLI's ``ReasoningItemContent`` also has ``text``
 # (openai/codex, ``codex-rs/protocol/src/models.rs``).
 _REASONING_PARTS = frozenset({"reasoning_text", "text"})
-# ``reasoning.effort``'s values in OpenAI's API reference (Responses, ``reasoning``).
-_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+# ``reasoning.effort``'s values in OpenAI's API reference (Responses, ``reasoning``), each
+# as the chat ``reasoning_effort`` every engine release llmgw deploys accepts: vLLM
+# 0.11.0 and SGLang 0.5.3 take only low, medium and high (a 400 for any other); vLLM
+# 0.34.0 (``ReasoningEffort``, vllm/renderers/params.py) and SGLang 0.5.23
+# (``ReasoningEffortTier``) take all six, and llama-server 11434 reads "none" as
+# reasoning off. The chain may hold any of them, so the words outside the three go
+# to the nearest inside: none and minimal to low, xhigh to high.
+_EFFORTS = {
+    "none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high",
+}  # fmt: skip
 
 NewId = Callable[[str], str]  # a fresh id with the given prefix ("msg", "fc", "rs")
 
@@ -85,6 +102,9 @@ class ResponsesRequest:
     store: bool  # OpenAI's default: true
     previous_response_id: str | None
     body: Mapping[str, object]
+    # The chat completions body it comes to without earlier turns (``to_chat_body``):
+    # translated once, here, where checking it needs the translation anyway.
+    chat: Mapping[str, object]
 
 
 def parse_request(body: Mapping[str, object]) -> ResponsesRequest:
@@ -129,6 +149,17 @@ def parse_request(body: Mapping[str, object]) -> ResponsesRequest:
         value = body.get(name)
         if value is not None and not isinstance(value, str):
             raise _type_error(value, "string", name)
+    retention = body.get("prompt_cache_retention")
+    if retention is not None and retention not in _CACHE_RETENTIONS:
+        raise ResponsesInvalid(
+            f"Invalid value for 'prompt_cache_retention': {json.dumps(retention)[:60]}. "
+            "Supported values are: 'in_memory', '24h'.",
+            "prompt_cache_retention",
+            "invalid_value",
+        )
+    cache_options = body.get("prompt_cache_options")
+    if cache_options is not None and not isinstance(cache_options, dict):
+        raise _type_error(cache_options, "object", "prompt_cache_options")
     truncation = body.get("truncation")
     if truncation not in (None, "disabled"):
         raise _unsupported("truncation", f"truncation {json.dumps(truncation)}")
@@ -140,14 +171,26 @@ def parse_request(body: Mapping[str, object]) -> ResponsesRequest:
         if not isinstance(include, list):
             raise _type_error(include, "array", "include")
         for index, value in enumerate(include):
-            if value not in _INCLUDABLE:
+            if not one_of(value, _INCLUDABLE):
                 raise _unsupported(f"include[{index}]", f"include {json.dumps(value)}")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise _type_error(options, "object", "stream_options")
     # The translation itself checks input, tools, tool_choice, text and reasoning.
-    to_chat_body(body, (), model)
-    return ResponsesRequest(model, stream, store, previous, body)
+    chat = to_chat_body(body, (), model)
+    return ResponsesRequest(model, stream, store, previous, body, chat)
+
+
+def chat_after(request: ResponsesRequest, history: Sequence[Mapping[str, object]]) -> dict[str, object]:
+    """``to_chat_body(request.body, history, ...)`` from the translation ``parse_request``
+    made: ``history`` (the earlier turns of a ``previous_response_id``) after the
+    instructions' system message, before the input's turns."""
+    messages = request.chat["messages"]
+    assert isinstance(messages, list)  # to_chat_body's
+    instructions = request.body.get("instructions")
+    lead = 1 if isinstance(instructions, str) and instructions else 0
+    earlier = [dict(turn) for turn in history]
+    return {**request.chat, "messages": [*messages[:lead], *earlier, *messages[lead:]]}
 
 
 def _optional_bool(body: Mapping[str, object], name: str, default: bool) -> bool:
@@ -272,7 +315,7 @@ def _reasoning_text(item: Mapping[str, object], param: str) -> str:
             where = f"{param}.{name}[{index}]"
             if not isinstance(part, dict):
                 raise _type_error(part, "object", where)
-            if part.get("type") not in kinds:
+            if not one_of(part.get("type"), kinds):
                 raise _unsupported(f"{where}.type", f"The reasoning part type {json.dumps(part.get('type'))}")
             texts.setdefault(name, []).append(_string(part, "text", where))
     return "".join(texts.get("content") or texts.get("summary") or [])
@@ -298,13 +341,18 @@ def _message(item: Mapping[str, object], param: str) -> dict[str, object]:
         if name not in ("type", "role", "content", "id", "status"):
             raise _unsupported(f"{param}.{name}", f"The message field '{name}'")
     role = item.get("role")
-    if role not in _ROLES:
+    if not one_of(role, _ROLES):
         raise ResponsesInvalid(
             f"Invalid value for '{param}.role': expected one of user, assistant, system, developer.",
             f"{param}.role",
             "invalid_value",
         )
     assert isinstance(role, str)
+    # The developer role as system: SGLang 0.5.3's ``ChatCompletionMessageGenericParam``
+    # refuses it (400; 0.5.23 takes it), Qwen2.5's and Qwen3's templates skip messages of
+    # a role they do not know, and Llama 3.1's writes it under a header it never saw
+    # in training. Every engine and template takes system (``_merge_leading_system``).
+    role = "system" if role == "developer" else role
     content = item.get("content")
     if isinstance(content, str):
         return {"role": role, "content": content}
@@ -316,7 +364,7 @@ def _message(item: Mapping[str, object], param: str) -> dict[str, object]:
         if not isinstance(part, dict):
             raise _type_error(part, "object", where)
         kind = part.get("type")
-        if kind in _TEXT_PARTS:
+        if one_of(kind, _TEXT_PARTS):
             text = part.get("refusal" if kind == "refusal" else "text")
             if not isinstance(text, str):
                 raise _type_error(text, "string", f"{where}.text")
@@ -437,7 +485,7 @@ def _reasoning_effort(value: object) -> str | None:
             "reasoning.effort",
             "invalid_value",
         )
-    return effort
+    return None if effort is None else _EFFORTS[effort]
 
 
 def to_chat_body(
@@ -452,6 +500,7 @@ def to_chat_body(
         messages.append({"role": "system", "content": instructions})
     messages.extend(dict(turn) for turn in history)
     messages.extend(turns(body))
+    messages = _merge_leading_system(messages)
     if not messages and body.get("input"):
         raise ResponsesInvalid(
             "Invalid 'input': it holds only reasoning items without text, which give the model "
@@ -492,21 +541,42 @@ def to_chat_body(
     return chat
 
 
+def _merge_leading_system(messages: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The system messages a conversation opens with (the instructions, then Codex CLI's
+    developer message) as one: Llama 3.1's template takes only ``messages[0]`` as the
+    system prompt (beside its tool list and dates), so a second leading one would
+    render under a system header of its own after it. Text only; a system message
+    later in the conversation stays where it is."""
+    lead = 0
+    while (
+        lead < len(messages)
+        and messages[lead].get("role") == "system"
+        and isinstance(messages[lead].get("content"), str)
+    ):
+        lead += 1
+    if lead < 2:
+        return messages
+    merged = "\n\n".join(str(message["content"]) for message in messages[:lead] if message["content"])
+    return [{"role": "system", "content": merged}, *messages[lead:]]
+
+
 # --- the answer as a Response ------------------------------------------------------------------
 
 
-def usage_of_chat(usage: object) -> dict[str, object]:
-    """A chat ``usage`` as the Responses API's (input/output/total and their details)."""
+def usage_of_chat(usage: object, timings: object = None) -> dict[str, object]:
+    """A chat ``usage`` as the Responses API's (input/output/total and their details):
+    ``cached_tokens`` as the engine reports them (``engine_usage``; llama-server's
+    ``timings``), ``cache_write_tokens`` 0 (no cache the client addresses is written;
+    openai-python 3.60.0's ``InputTokensDetails`` requires the field)."""
     given = usage if isinstance(usage, dict) else {}
     prompt = _count(given.get("prompt_tokens"))
     completion = _count(given.get("completion_tokens"))
-    details = given.get("prompt_tokens_details")
-    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    cached = min(cached_tokens(given, timings), prompt)
     out_details = given.get("completion_tokens_details")
     reasoning = _count(out_details.get("reasoning_tokens")) if isinstance(out_details, dict) else 0
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt + completion,
@@ -660,46 +730,34 @@ def from_chat_answer(
         created_at,
         status="completed" if reason is None else "incomplete",
         output=output,
-        usage=usage_of_chat(answer.get("usage")),
+        usage=usage_of_chat(answer.get("usage"), answer.get("timings")),
         incomplete_reason=reason,
     )
 
 
-def engine_refusal(status: int, body: bytes, model: str, *, too_long: bool) -> Refusal:
-    """An engine's error answer (not 200) as OpenAI's error, its message kept.
+def engine_refusal(status: int, body: bytes | Mapping[str, object], model: str, *, too_long: bool) -> Refusal:
+    """An engine's error answer (not 200, or an error event in its stream) as OpenAI's
+    error, its message kept.
 
-    Engines answer in shapes of their own, each with an integer ``code`` (the status)
-    where OpenAI has a string or null: llama.cpp's ``{"error": {"code", "message",
-    "type", "n_prompt_tokens", "n_ctx"}}`` with types such as ``exceed_context_size_error``
-    (``format_error_response``, tools/server/server-common.cpp), vLLM's ``{"error":
-    {"message", "type": "BadRequestError", "param", "code"}}`` (older vLLM: at the top).
-    A Responses client gets OpenAI's fields instead: ``type`` ``invalid_request_error``
-    (a 4xx) or ``server_error``, the engine's ``param`` and ``code`` only where they are
-    strings, and for a prompt longer than the context (``too_long``: the caller's reading
-    of the engine's words) OpenAI's own ``code`` ``context_length_exceeded`` and ``param``
-    ``input``, which clients test for (OpenAI's answer to a too-long input, as its clients
-    report it: ``{"type": "invalid_request_error", "code": "context_length_exceeded",
-    "param": "input"}``, e.g. anomalyco/opencode issue 6071)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        data = None
-    error = data.get("error", data) if isinstance(data, dict) else None
-    error = error if isinstance(error, dict) else {}
-    message = error.get("message")
-    if not isinstance(message, str) or not message:
-        message = f"The model `{model}` answered with HTTP {status}."
+    Engines answer in shapes of their own (``engine_errors``: vLLM's ``ErrorResponse``,
+    SGLang's at the top or in an event, llama-server's with ``n_prompt_tokens`` and
+    ``n_ctx``), each with an integer ``code`` (the status) where OpenAI has a string
+    or null, and types of their own (``BadRequestError``, ``BAD_REQUEST``,
+    ``exceed_context_size_error``...). A Responses client gets OpenAI's fields instead:
+    ``type`` ``invalid_request_error`` (a 4xx) or ``server_error``, the engine's
+    ``param`` and ``code`` only where they are strings, and for a prompt longer than
+    the context (``too_long``, the caller's reading, or each engine's words as
+    ``engine_errors`` reads them) OpenAI's own ``code`` ``context_length_exceeded``
+    and ``param`` ``input``, which clients test for (Codex CLI ends the turn on it
+    instead of retrying; OpenAI's answer to a too-long input, as its clients report it:
+    ``{"type": "invalid_request_error", "code": "context_length_exceeded", "param":
+    "input"}``, e.g. anomalyco/opencode issue 6071)."""
+    error = engine_errors.read(status, body)
+    message = error.message or f"The model `{model}` answered with HTTP {status}."
     kind = "invalid_request_error" if status < 500 else "server_error"
-    if too_long:
-        return Refusal(status, message, kind, "context_length_exceeded", param="input")
-    code, param = error.get("code"), error.get("param")
-    return Refusal(
-        status,
-        message,
-        kind,
-        code if isinstance(code, str) else None,
-        param=param if isinstance(param, str) else None,
-    )
+    if too_long or (error.too_long and status < 500):
+        return Refusal(status, message, "invalid_request_error", "context_length_exceeded", param="input")
+    return Refusal(status, message, kind, error.code, param=error.param)
 
 
 def output_turns(output: object) -> list[dict[str, object]]:
@@ -796,6 +854,7 @@ class StreamTranslation:
     _next_index: int = 0
     _finish_reason: object = None
     _usage: object = None
+    _timings: object = None  # llama-server's (``cache_n``)
 
     def start(self) -> bytes:
         """``response.created`` and ``response.in_progress`` (sent before the engine answers)."""
@@ -835,7 +894,7 @@ class StreamTranslation:
         out = [self.start(), self._close_items()]
         reason = _incomplete_reason(self._finish_reason)
         status = "completed" if reason is None else "incomplete"
-        self.final = self._response(status, self._output(), usage_of_chat(self._usage), reason)
+        self.final = self._response(status, self._output(), usage_of_chat(self._usage, self._timings), reason)
         out.append(self._emit({"type": f"response.{status}", "response": self.final}))
         return b"".join(out)
 
@@ -844,7 +903,7 @@ class StreamTranslation:
         if self.final is not None:
             return b""
         out = [self.start(), self._emit({"type": "error", "code": code, "message": message, "param": None})]
-        self.final = self._response("failed", self._output(), usage_of_chat(self._usage), None)
+        self.final = self._response("failed", self._output(), usage_of_chat(self._usage, self._timings), None)
         self.final["error"] = {"code": code or "server_error", "message": message}
         out.append(self._emit({"type": "response.failed", "response": self.final}))
         return b"".join(out)
@@ -854,12 +913,14 @@ class StreamTranslation:
     def _chunk(self, event: Mapping[str, object]) -> bytes:
         error = event.get("error")
         if isinstance(error, dict):
-            code = error.get("code")
-            return self.fail(
-                code if isinstance(code, str) else None, str(error.get("message") or "engine error")
-            )
+            # An engine's error after its 200 (SGLang's validation at 0.5.3, its
+            # scheduler's aborts at 0.5.23, llama-server's): OpenAI's code for it.
+            refusal = engine_refusal(engine_errors.stream_status(error), event, self.model, too_long=False)
+            return self.fail(refusal.code, refusal.message)
         if isinstance(event.get("usage"), dict):
             self._usage = event["usage"]
+        if isinstance(event.get("timings"), dict):
+            self._timings = event["timings"]
         out: list[bytes] = []
         choices = event.get("choices")
         for choice in choices if isinstance(choices, list) else []:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from llmgw.core.catalog import Catalog, Model, Role, ScalingMode
+from llmgw.core.catalog.tool_calling import model_calls_tools, needs_tool_calling
 from llmgw.core.durations import format_utc
 from llmgw.core.names import slug
 from llmgw.core.planning import JOB_PREFIX
@@ -115,6 +116,40 @@ def fallback_chain(
                 chain.append(target)
         index += 1
     return tuple(chain)
+
+
+def tools_refusal(
+    catalog: Catalog, requested: str, chain: Sequence[str], body: Mapping[str, object]
+) -> Refusal | None:
+    """The 400 for a request that needs tool calling (``tool_calling.needs_tool_calling``)
+    of a model that cannot call tools (``tool_calling.model_calls_tools``), naming the name
+    the client used; None when it can, or the request needs none. Every API's body says it
+    the same way (chat completions', Responses' and Messages' ``tools`` and ``tool_choice``),
+    so the client's body is read before any translation."""
+    if not needs_tool_calling(body) or _calls_tools(catalog, chain[0]):
+        return None
+    return Refusal(
+        status=400,
+        message=f"The model `{requested}` cannot call tools (its catalog entry has no tool-call parser): "
+        "send the request without tools, or use a model that can call them.",
+        type="invalid_request_error",
+        code="tools_not_supported",
+        param="tools",
+        retryable=False,
+    )
+
+
+def tool_calling_chain(catalog: Catalog, chain: Sequence[str], body: Mapping[str, object]) -> tuple[str, ...]:
+    """The chain a request walks: for one that needs tool calling, without the fallbacks
+    that cannot call tools (their engine would answer it 400 or 500, or tool markup as text)."""
+    if not needs_tool_calling(body):
+        return tuple(chain)
+    return tuple(name for index, name in enumerate(chain) if index == 0 or _calls_tools(catalog, name))
+
+
+def _calls_tools(catalog: Catalog, name: str) -> bool:
+    model = catalog.models[name]
+    return model_calls_tools(model.profiles, model.roles)
 
 
 # --- a model's state, and the plan for one request ------------------------------------------------
@@ -655,4 +690,8 @@ def _unavailable(requested: str, why: UnavailableModel | None, retry_after: int)
         type="server_error",
         code="model_unavailable",
         retry_after=retry_after,
+        # No place now says nothing of when there will be one: a client's own retries (the
+        # openai and anthropic SDKs sleep Retry-After, twice) would only wait for the same
+        # answer. Without the control plane's word, a retry may find a replica.
+        retryable=why is None,
     )

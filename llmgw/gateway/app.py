@@ -120,7 +120,7 @@ def create_app(
         book=book,
         catalogs=CatalogHolder(policy or read_security_policy()),
         keys=None if settings.no_auth else KeyRing(),
-        limiter=RateLimiter(),
+        limiter=RateLimiter(settings.max_concurrent_per_key),
         gates=gates,
         demand=demand,
         metrics=metrics,
@@ -147,7 +147,7 @@ def create_app(
     app.router.add_get("/metrics", handlers.metrics)
     app.router.add_get("/", handlers.index)
     app.router.add_get("/favicon.ico", handlers.favicon)
-    app.router.add_static("/static/", handlers.STATIC_DIR, follow_symlinks=False)
+    app.router.add_get("/static/{name}", handlers.static_file)
     app.cleanup_ctx.append(_lifecycle)
     return app
 
@@ -240,6 +240,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         for watch in reversed(started):
             await watch.stop()
         await context.upstream.close()
+        # Flushes the spans not yet exported: it waits on the exporter's thread.
+        await asyncio.to_thread(deps.tracing.shutdown)
 
 
 async def _follow(watched: Watched[T], apply: Callable[[T], None], book: EndpointBook) -> None:

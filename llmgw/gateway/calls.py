@@ -18,6 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from llmgw.core.json_values import MAX_JSON_DEPTH, nested_deeper_than, utf8_encodable
 from llmgw.core.routing import Api
 from llmgw.gateway import errors
 
@@ -66,6 +67,17 @@ class ApiCall:
     @property
     def path(self) -> str:
         return API_PATHS[self.api]
+
+    @property
+    def unbounded(self) -> bool:
+        """Whether nothing in the request bounds its answer (no ``max_completion_tokens``
+        or ``max_tokens``; a Messages request always has ``max_tokens``): the engine
+        writes until the model stops or its context is full."""
+        if self.api in (Api.EMBEDDINGS, Api.MESSAGES):
+            return False
+        return not any(
+            isinstance(self.body.get(name), int) for name in ("max_completion_tokens", "max_tokens")
+        )
 
     def tokens_to_hold(self, unbounded_answer: int) -> int:
         """The most tokens this request may plausibly use, held from a key's budget
@@ -120,14 +132,18 @@ def json_object(raw: bytes) -> dict[str, object]:
     except (ValueError, UnicodeDecodeError):
         raise _unparsable() from None
     except RecursionError:
-        raise errors.bad_request("The JSON body of your request is nested too deeply.") from None
+        raise _too_deep() from None
     if not isinstance(body, dict):
         raise errors.bad_request("The request body must be a JSON object.")
+    # The door's depth check, before anything walks the body. A body with fewer opening
+    # brackets than the limit cannot nest past it: most pay two byte counts, nothing more.
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and nested_deeper_than(body, MAX_JSON_DEPTH):
+        raise _too_deep()
     # A lone surrogate ("\ud800") is valid JSON syntax but no text: no UTF-8 holds it, so
     # a body with one cannot be sent on re-encoded (an alias, a guarded model, a stripped
     # field), and OpenAI refuses it as unparsable. Refused here for every request, so
     # the answer does not depend on the path the body would take.
-    if (not utf8 or _maybe_surrogate(raw)) and not _encodable(body):
+    if (not utf8 or _maybe_surrogate(raw)) and not utf8_encodable(body):
         raise _unparsable()
     return body
 
@@ -193,6 +209,13 @@ def parse_call(api: Api, raw: bytes) -> ApiCall:
     )
 
 
+def _too_deep() -> errors.ApiError:
+    return errors.bad_request(
+        f"The JSON body of your request is nested more than {MAX_JSON_DEPTH} levels deep; "
+        "no API field needs that many."
+    )
+
+
 def _unparsable() -> errors.ApiError:
     # OpenAI's answer to a body it cannot read as JSON.
     return errors.bad_request(
@@ -207,17 +230,6 @@ def _maybe_surrogate(raw: bytes) -> bool:
     of its shapes need a backslash-u or a byte past ASCII: most bodies have neither, and
     those two tests cost a fraction of the pattern's scan."""
     return (b"\\u" in raw or not raw.isascii()) and _MAYBE_SURROGATE.search(raw) is not None
-
-
-def _encodable(body: dict[str, object]) -> bool:
-    """Whether the body's strings (keys too) can be written as UTF-8 again."""
-    try:
-        json.dumps(body, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return False
-    except RecursionError:
-        raise errors.bad_request("The JSON body of your request is nested too deeply.") from None
-    return True
 
 
 def _check_messages(messages: object) -> None:

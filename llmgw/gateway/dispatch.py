@@ -55,6 +55,7 @@ from llmgw.gateway.settings import RouterSettings
 from llmgw.gateway.transport import FIELD_VALUE_BAD, EngineResponse
 from llmgw.gateway.upstream import (
     AttemptFailed,
+    ClientStalled,
     PumpEnd,
     StreamRewrite,
     Upstream,
@@ -63,6 +64,7 @@ from llmgw.gateway.upstream import (
     pump,
     token_counts,
     usage_of_body,
+    write_within,
 )
 
 log = logging.getLogger("llmgw.gateway.dispatch")
@@ -190,6 +192,10 @@ class Served:
     # The answer (a stream: its head) went from the engine's callback (``_DirectAnswer``):
     # nothing else may be sent as this request's answer.
     sent: bool = False
+    # The trace context the engine requests carry (``gateway/tracing.py``), set on arrival.
+    trace_headers: tuple[tuple[str, str], ...] = ()
+    stream: bool = False
+    time_to_first_token: float | None = None  # seconds, a stream's
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +257,7 @@ class _Route:
     make_body: Callable[[str], bytes]
     path: str
     request_id: str
+    trace_headers: tuple[tuple[str, str], ...] = ()
     loading: _LoadingComments | None = None  # a stream's, while it waits for a model
     api: routing.Api = routing.Api.CHAT  # the client's API (the shape of an error event)
     # Per model: how to ask an engine that does not serve ``api``, or None (it does).
@@ -302,6 +309,7 @@ class Dispatcher:
         ``translate`` says, per model, how to ask an engine that does not serve the
         call's API (None: every engine serves it)."""
         force_usage = on_usage is not None
+        served.stream = call.stream
         loop = asyncio.get_running_loop()
         model = chain[0]
         common = {"x-request-id": request_id}
@@ -312,6 +320,7 @@ class Dispatcher:
             catalog,
             request_id,
             force_usage=force_usage,
+            trace_headers=served.trace_headers,
             translate=translate,
             # HTTP/1.1 keep-alive only: the head it writes is for that case (aiohttp's
             # path handles HTTP/1.0 and Connection: close). Not for a stream whose usage
@@ -328,7 +337,7 @@ class Dispatcher:
             if route.loading is not None and route.loading.stream is not None:
                 # The stream's head went out with the loading comments: report in the stream.
                 served.refusal = exc.refusal
-                return await _end_stream_with(route.loading.stream, exc.refusal, call.api)
+                return await _end_stream_with(route.loading.stream, exc.refusal, call.api, self._settings)
             raise
         with opened.lease:
             self._note_answerer(opened, model, served)
@@ -350,8 +359,10 @@ class Dispatcher:
                     response = HeadWithFirstWrite(status=200, headers={**SSE_HEADERS, **headers})
                     await response.prepare(request)
                 # Observed in the next loop step: the first chunk goes out first.
+                served.time_to_first_token = loop.time() - started
                 loop.call_soon(
-                    self._metrics.histogram(self._metrics.ttft, opened.model).observe, loop.time() - started
+                    self._metrics.histogram(self._metrics.ttft, opened.model).observe,
+                    served.time_to_first_token,
                 )
                 result = await pump(
                     upstream,
@@ -405,6 +416,7 @@ class Dispatcher:
                 loading.stream,
                 _refusal_of_engine_error(upstream.status, opened.head, opened.model),
                 route.api,
+                self._settings,
             )
         if opened.translation is not None:
             body = opened.translation.whole(upstream.status, opened.head)
@@ -461,7 +473,7 @@ class Dispatcher:
         refusal = (
             errors.stream_timeout(model) if end is PumpEnd.UPSTREAM_IDLE else errors.stream_broken(model)
         )
-        return await _end_stream_with(response, refusal, api)
+        return await _end_stream_with(response, refusal, api, self._settings)
 
     # --- answers the caller translates (the Responses API) ------------------------------------------
 
@@ -480,7 +492,10 @@ class Dispatcher:
         books (lease, demand, fallback metric, ``served``), but the answer is the caller's
         to translate and write: it is never sent from the engine connection's callbacks.
         A refusal after a stream's loading comments went out raises ``RefusedMidStream``."""
-        route = _route_for_call(request, call, chain, catalog, request_id, force_usage=False)
+        served.stream = call.stream
+        route = _route_for_call(
+            request, call, chain, catalog, request_id, force_usage=False, trace_headers=served.trace_headers
+        )
         try:
             opened = await self._open(route)
         except ApiError as exc:
@@ -694,7 +709,9 @@ class Dispatcher:
                     if translation is None
                     else (translation.path, translation.body(model))
                 )
-                response = await self._upstream.send(endpoint, path, body, route.request_id, on_head=direct)
+                response = await self._upstream.send(
+                    endpoint, path, body, route.request_id, on_head=direct, trace=route.trace_headers
+                )
                 try:
                     if response.status in routing.RETRYABLE_STATUSES:
                         raise AttemptFailed(routing.Failure.UNAVAILABLE, f"engine answered {response.status}")
@@ -754,6 +771,7 @@ def _route_for_call(
     request_id: str,
     *,
     force_usage: bool,
+    trace_headers: tuple[tuple[str, str], ...] = (),
     translate: Callable[[str], Translation | None] | None = None,
     direct_to: asyncio.Transport | None = None,
 ) -> _Route:
@@ -767,6 +785,7 @@ def _route_for_call(
         make_body=lambda m: call.upstream_body(m, force_usage=force_usage),
         path=call.path,
         request_id=request_id,
+        trace_headers=trace_headers,
         loading=_LoadingComments(request, {"x-request-id": request_id}) if call.stream else None,
         api=call.api,
         translate=translate,
@@ -775,12 +794,17 @@ def _route_for_call(
 
 
 async def _end_stream_with(
-    response: web.StreamResponse, refusal: routing.Refusal, api: routing.Api = routing.Api.CHAT
+    response: web.StreamResponse,
+    refusal: routing.Refusal,
+    api: routing.Api,
+    settings: RouterSettings,
 ) -> web.StreamResponse:
+    """The stream's error event, then its end; a client that takes neither within
+    the write rule (``write_within``) or has gone is left to aiohttp, which closes it."""
     try:
-        await response.write(errors.sse_error_event(refusal, api))
+        await write_within(response, errors.sse_error_event(refusal, api), settings)
         await response.write_eof()
-    except (ConnectionError, RuntimeError):
+    except (ConnectionError, RuntimeError, ClientStalled):
         pass
     return response
 

@@ -144,6 +144,19 @@ def rate_limited(kind: str, limit: int, retry_after: int, *, requested: int | No
     )
 
 
+def too_many_at_once(limit: int) -> ApiError:
+    return ApiError(
+        Refusal(
+            429,
+            f"This API key has {limit} requests in progress on this router, its limit: wait for one "
+            "to finish.",
+            "requests",
+            "concurrency_limit_exceeded",
+            retry_after=1,
+        )
+    )
+
+
 def queue_full(model: str, retry_after: int) -> ApiError:
     return ApiError(
         Refusal(
@@ -197,14 +210,21 @@ def too_long_to_screen(model: str) -> ApiError:
     )
 
 
-def guard_unavailable(model: str) -> ApiError:
+def guard_unavailable(model: str, judge_refusal: Refusal | None = None) -> ApiError:
+    """``judge_refusal``: the router's own answer for the judge, when that is why it did
+    not answer. A judge that will not answer soon (no place for it, not in the catalog,
+    drained) makes the screen's 503 one a client should not retry (``x-should-retry:
+    false``); one loading or without a healthy replica now keeps its Retry-After."""
+    retryable = judge_refusal is None or judge_refusal.retryable
+    retry_after = judge_refusal.retry_after if judge_refusal is not None else None
     return ApiError(
         Refusal(
             503,
             f"The content screen for `{model}` is unavailable and requests are blocked until it is back.",
             "server_error",
             "guard_unavailable",
-            retry_after=5,
+            retry_after=(retry_after or 5) if retryable else retry_after,
+            retryable=retryable,
         )
     )
 
@@ -256,6 +276,17 @@ def method_not_allowed(method: str, path: str) -> Refusal:
         f"Method {method} is not allowed on {path}.",
         "invalid_request_error",
         "method_not_allowed",
+        retryable=False,
+    )
+
+
+def guarded_body_too_large(model: str, limit: int) -> Refusal:
+    return Refusal(
+        413,
+        f"The model `{model}` screens requests with a guard policy, which reads bodies of at most "
+        f"{limit} bytes: send a shorter conversation.",
+        "invalid_request_error",
+        "request_too_large",
         retryable=False,
     )
 

@@ -77,6 +77,19 @@ _CATEGORY = re.compile(r"^S\d{1,3}$")
 # vLLM's ``documents`` and ``chat_template_kwargs``, and ``reasoning_effort`` (gpt-oss's
 # template writes it into the system prompt: "Reasoning: {effort}").
 _RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs", "reasoning_effort")
+# Request fields that force the model's output (structured outputs): a JSON schema's
+# property names, enum values and descriptions, a choice, a regex or a grammar are
+# text the model is made to write, so the judge reads them as the client's. vLLM
+# 0.11.0's ChatCompletionRequest and CompletionRequest (vllm/entrypoints/openai/
+# protocol.py) take response_format, structured_outputs and the guided_* fields;
+# 0.34.0 keeps response_format and structured_outputs (json, regex, choice, grammar,
+# structural_tag: StructuredOutputsParams in vllm/sampling_params.py); SGLang 0.5.23's
+# ChatCompletionRequest adds regex and ebnf (sglang/srt/entrypoints/openai/protocol.py).
+# A Responses request's text.format arrives here as response_format.
+_OUTPUT_CONSTRAINT_FIELDS = (
+    "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "guided_whitespace_pattern", "regex", "ebnf",
+)  # fmt: skip
 # ``chat_template_kwargs`` keys that are parameters of the tokenizer's
 # ``apply_chat_template`` (transformers), not template variables: SGLang passes the
 # kwargs through as they are, so these replace the template or truncate the prompt.
@@ -96,6 +109,10 @@ _KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "f
 # ``exceed_context_size_error`` ("exceeds the available context size"); OpenAI's code.
 _TOO_LONG_WORDS = ("context length", "maximum model length", "context size")
 _TOO_LONG_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+# A guarded body larger than this is read in a worker thread: under it, the reading
+# costs less than the thread's hand-off (tens of microseconds), over it it may cost
+# milliseconds of CPU (a 64 KiB body of one-letter turns: about 1 ms here).
+_SCREEN_ON_LOOP_BYTES = 64 * 1024
 # A text piece shorter than this is not split again: a judge that cannot read it
 # cannot judge anything.
 _MIN_SPLIT_CHARS = 64
@@ -146,11 +163,15 @@ def judge_messages(call: ApiCall, *, images: bool = False) -> list[dict[str, obj
 
 def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
     if call.api is routing.Api.MESSAGES:
-        return _judge_turns(_as_chat_call(call), images)
+        # A native engine gets the Messages body itself: what the translation leaves out
+        # or carries where the chat screen does not look is read too.
+        unread = Turn("user", "\n".join(_strings(_untranslated_strings(call.body))))
+        return _merged([*_judge_turns(_as_chat_call(call), images), unread])
     turns: list[Turn] = []
     if call.api is routing.Api.CHAT:
         _refuse_request_template(call)
-        turns.append(Turn("user", "\n".join(_strings([call.body.get(name) for name in _RENDERED_FIELDS]))))
+        rendered = (*_RENDERED_FIELDS, *_OUTPUT_CONSTRAINT_FIELDS)
+        turns.append(Turn("user", "\n".join(_strings([call.body.get(name) for name in rendered]))))
         messages = call.body.get("messages")
         for message in messages if isinstance(messages, list) else []:
             if not isinstance(message, Mapping):
@@ -170,6 +191,8 @@ def _judge_turns(call: ApiCall, images: bool) -> list[Turn]:
         suffix = call.body.get("suffix")
         if isinstance(suffix, str):
             turns.append(Turn("user", suffix))
+        constraints = _strings([call.body.get(name) for name in _OUTPUT_CONSTRAINT_FIELDS])
+        turns.append(Turn("user", "\n".join(constraints)))
     return _merged(turns)
 
 
@@ -188,6 +211,31 @@ def _as_chat_call(call: ApiCall) -> ApiCall:
             param=exc.param,
         ) from None
     return replace(call, api=routing.Api.CHAT, body=chat, raw=None)
+
+
+def _untranslated_strings(body: Mapping[str, object]) -> list[object]:
+    """The parts of a Messages body that reach a native engine but not the chat screen:
+    ``stop_sequences`` and ``metadata`` (carried as ``stop`` and ``user``, which no
+    template renders), and each block's and tool's ``cache_control``, ``citations``
+    (their ``cited_text`` is text) and a thinking block's ``signature`` (accepted and
+    not carried)."""
+    found: list[object] = [body.get("stop_sequences"), body.get("metadata")]
+    blocks: list[object] = []
+    system = body.get("system")
+    if isinstance(system, list):
+        blocks.extend(system)
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            blocks.extend(content)
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        blocks.extend(tools)
+    for block in blocks:
+        if isinstance(block, Mapping):
+            found.extend(block.get(name) for name in ("cache_control", "citations", "signature"))
+    return found
 
 
 def _refuse_request_template(call: ApiCall) -> None:
@@ -221,18 +269,30 @@ def _template_refusal(call: ApiCall, param: str, shown: str) -> ApiError:
 
 
 def _merged(turns: Iterable[Turn]) -> list[Turn]:
-    """Empty turns dropped, neighbours of one role joined, the first one the user's."""
+    """Empty turns dropped, neighbours of one role joined, the first one the user's.
+    Each run of one role is joined once, at its end: linear in the text, where joining
+    turn by turn copied the run so far each time (200,000 one-letter turns held the
+    event loop seconds)."""
     merged: list[Turn] = []
+    role = ""
+    texts: list[str] = []
+    images: list[Mapping[str, object]] = []
+
+    def close_run() -> None:
+        if texts or images:
+            merged.append(Turn(role, "\n\n".join(texts), tuple(images)))
+
     for turn in turns:
         if not turn.text and not turn.images:
             continue
-        role = turn.role if merged else "user"
-        if merged and merged[-1].role == role:
-            last = merged[-1]
-            text = last.text + "\n\n" + turn.text if last.text and turn.text else last.text or turn.text
-            merged[-1] = Turn(role, text, last.images + turn.images)
-        else:
-            merged.append(Turn(role, turn.text, turn.images))
+        turn_role = turn.role if merged or texts or images else "user"
+        if turn_role != role:
+            close_run()
+            role, texts, images = turn_role, [], []
+        if turn.text:
+            texts.append(turn.text)
+        images.extend(turn.images)
+    close_run()
     return merged
 
 
@@ -242,12 +302,15 @@ def _as_messages(turns: Sequence[Turn]) -> list[dict[str, object]]:
 
 def split_in_two(turns: Sequence[Turn]) -> tuple[list[Turn], list[Turn]] | None:
     """Two smaller pieces of a conversation its judge could not read whole, or None
-    when it cannot be made smaller. Between turns when there are several; else the
-    images apart from the text, then the images in halves; else the text in halves
-    that overlap by a sixteenth of it on each side of a cut at the space nearest the
-    middle, so that words at the cut are read whole in one piece. Each piece is at
-    most five eighths of the whole."""
+    when it cannot be made smaller. Several turns are cut at the middle of their text
+    with an overlap (``_cut_with_overlap``), or between turns when their text is short;
+    one turn: its images apart from its text, then the images in halves; else the text
+    in halves that overlap by a sixteenth of it on each side of a cut at the space
+    nearest the middle, so that words at the cut are read whole in one piece. Each
+    piece's text is at most five eighths of the whole's."""
     if len(turns) > 1:
+        if sum(len(turn.text) for turn in turns) >= _MIN_SPLIT_CHARS:
+            return _cut_with_overlap(turns)
         middle = len(turns) // 2
         return _merged(turns[:middle]), _merged(turns[middle:])
     if not turns:
@@ -261,13 +324,46 @@ def split_in_two(turns: Sequence[Turn]) -> tuple[list[Turn], list[Turn]] | None:
     text = turn.text
     if turn.images or len(text) < _MIN_SPLIT_CHARS:
         return None
+    cut, overlap = _cut_point(text)
+    return [Turn(turn.role, text[: cut + overlap])], [Turn(turn.role, text[cut - overlap :])]
+
+
+def _cut_point(text: str) -> tuple[int, int]:
+    """Where ``text`` is cut in two (the space nearest its middle, within a sixteenth of it)
+    and how far each piece reaches past the cut (that sixteenth)."""
     overlap = len(text) // 16
     middle = len(text) // 2
     before = text.rfind(" ", middle - overlap, middle + 1)
     after = text.find(" ", middle, middle + overlap)
     spaces = [space for space in (before, after) if space > 0]
-    cut = min(spaces, key=lambda space: abs(space - middle)) if spaces else middle
-    return [Turn(turn.role, text[: cut + overlap])], [Turn(turn.role, text[cut - overlap :])]
+    return (min(spaces, key=lambda space: abs(space - middle)) if spaces else middle), overlap
+
+
+def _cut_with_overlap(turns: Sequence[Turn]) -> tuple[list[Turn], list[Turn]]:
+    """Several turns cut in two at the middle of their text (at the space nearest it),
+    the pieces overlapping by a sixteenth of the text on each side of the cut, whether
+    the cut falls inside a turn or between two: words on either side of a turn's
+    boundary are read together in one piece, as the whole conversation read them.
+    A turn cut in two keeps its images in its first part."""
+    starts: list[int] = []
+    offset = 0
+    for turn in turns:
+        starts.append(offset)
+        offset += len(turn.text)
+    text = "".join(turn.text for turn in turns)
+    cut, overlap = _cut_point(text)
+    end, begin = cut + overlap, cut - overlap
+    first: list[Turn] = []
+    second: list[Turn] = []
+    for turn, start in zip(turns, starts, strict=True):
+        stop = start + len(turn.text)
+        if start < end or (start == end and not turn.text):
+            first.append(Turn(turn.role, turn.text[: end - start], turn.images))
+        if stop > begin:
+            second.append(
+                Turn(turn.role, turn.text[max(0, begin - start) :], () if start < begin else turn.images)
+            )
+    return _merged(first), _merged(second)
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,18 +450,25 @@ def _content(content: object, model: str, images: bool) -> tuple[str, tuple[Mapp
 
 def _strings(value: object) -> list[str]:
     """Every string in a JSON value, object keys included (a parameter's name is text
-    the model reads too), in document order."""
-    if isinstance(value, str):
-        return [value] if value else []
+    the model reads too), in document order. Linear in the value: one list is filled,
+    not a list per level copied into its parent's (the door bounds the depth:
+    ``calls.json_object``)."""
     found: list[str] = []
-    if isinstance(value, Mapping):
+    _collect_strings(value, found)
+    return found
+
+
+def _collect_strings(value: object, found: list[str]) -> None:
+    if isinstance(value, str):
+        if value:
+            found.append(value)
+    elif isinstance(value, Mapping):
         for key, item in value.items():
-            found.extend(_strings(key))
-            found.extend(_strings(item))
+            _collect_strings(key, found)
+            _collect_strings(item, found)
     elif isinstance(value, list):
         for item in value:
-            found.extend(_strings(item))
-    return found
+            _collect_strings(item, found)
 
 
 def _answer_text(body: bytes) -> str:
@@ -419,6 +522,7 @@ class _Judged:
     reading: _Reading
     categories: tuple[str, ...] = ()
     detail: str = ""  # for the log
+    judge_refusal: routing.Refusal | None = None  # the router's own answer for the judge
 
 
 class Guard:
@@ -434,6 +538,8 @@ class Guard:
         if call.api is routing.Api.EMBEDDINGS:
             return call  # embeddings produce no text to misuse; their inputs are not screened
         policies = policies_for(catalog, chain)
+        if policies and call.size > self._settings.guard_max_body_bytes:
+            raise ApiError(errors.guarded_body_too_large(call.model, self._settings.guard_max_body_bytes))
         for name, policy in policies:
             await self._screen_one(call, name, policy, catalog, request_id)
         return replace(call, raw=None) if policies else call
@@ -444,7 +550,15 @@ class Guard:
         """Returns when the policy lets the call through; raises its refusal otherwise.
         Under ``on_too_long: split`` a conversation the judge finds too long is judged
         again in two pieces, and so on, each piece within ``guard_max_pieces`` calls."""
-        turns = _judge_turns(call, policy.judge_reads_images)
+        if call.size > _SCREEN_ON_LOOP_BYTES:
+            # Reading a large body's every turn is CPU the loop must not spend in one go:
+            # in a worker thread, the interpreter switches back to the loop every few
+            # milliseconds (sys.getswitchinterval), so /health and the streams of
+            # others go on. The body is this request's alone and nobody changes it
+            # while the handler waits here.
+            turns = await asyncio.to_thread(_judge_turns, call, policy.judge_reads_images)
+        else:
+            turns = _judge_turns(call, policy.judge_reads_images)
         if not turns:
             return  # the client wrote no text at all
         judge = catalog.resolve(policy.judge)
@@ -487,7 +601,7 @@ class Guard:
             async with asyncio.timeout(self._settings.guard_timeout):
                 answer = await self._dispatcher.complete(judge, catalog, body, request_id)
         except ApiError as exc:  # the router's own refusal: no replica, a failed connection...
-            judged = _Judged(_Reading.ERROR, detail=exc.refusal.message)
+            judged = _Judged(_Reading.ERROR, detail=exc.refusal.message, judge_refusal=exc.refusal)
         except TimeoutError:
             judged = _Judged(_Reading.ERROR, detail="timed out")
         else:
@@ -524,7 +638,7 @@ class Guard:
                 name,
                 judged.detail,
             )
-            raise errors.guard_unavailable(model)
+            raise errors.guard_unavailable(model, judged.judge_refusal)
         if reading is _Reading.TOO_LONG:
             log.info(
                 "guard %s: blocked a request for %s: longer than its judge reads (%s; on_too_long: %s)",

@@ -70,35 +70,42 @@ async def serve_call(
     route = resolved_route(request, call.model, call.api)
     model = route.model
     served = request[SERVED]
-    chain, per_model = translate(catalog, route.chain) if translate is not None else (route.chain, None)
+    walk = tool_calling_chain(catalog, call.model, route, call.body)
+    chain, per_model = translate(catalog, walk) if translate is not None else (walk, None)
     key = request.get(API_KEY)
-    if hold_tokens is None and key is not None and key.tokens_per_minute is not None:
-        # Only a token limit holds tokens: no estimate for a request that holds none.
-        hold_tokens = call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
-    hold = hold_for(request, hold_tokens or 0)
-    request_id = request[REQUEST_ID]
-    gates = context.gates
+    if key is not None:
+        context.limiter.enter(key)  # the key's requests in progress: 429 past its limit
     try:
-        if not gates.enter_now(model):
-            await gates.enter(model)
+        if hold_tokens is None and key is not None and key.tokens_per_minute is not None:
+            # Only a token limit holds tokens: no estimate for a request that holds none.
+            hold_tokens = call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
+        hold = hold_for(request, hold_tokens or 0, unbounded=bool(hold_tokens) and call.unbounded)
+        request_id = request[REQUEST_ID]
+        gates = context.gates
         try:
-            if route.guarded and screen:
-                call = await context.guard.screen(call, chain, catalog, request_id)
-            return await context.dispatcher.serve(
-                request,
-                call,
-                chain,
-                catalog,
-                served,
-                request_id,
-                started=request[STARTED],
-                on_usage=hold.settle if hold is not None else None,
-                translate=per_model,
-            )
+            if not gates.enter_now(model):
+                await gates.enter(model)
+            try:
+                if route.guarded and screen:
+                    call = await context.guard.screen(call, chain, catalog, request_id)
+                return await context.dispatcher.serve(
+                    request,
+                    call,
+                    chain,
+                    catalog,
+                    served,
+                    request_id,
+                    started=request[STARTED],
+                    on_usage=hold.settle if hold is not None else None,
+                    translate=per_model,
+                )
+            finally:
+                gates.release(model)
         finally:
-            gates.release(model)
+            close_hold(hold, served)
     finally:
-        close_hold(hold, served)
+        if key is not None:
+            context.limiter.leave(key)
 
 
 def resolved_route(request: web.Request, name: str, api: Api) -> CatalogRoute:
@@ -116,12 +123,25 @@ def resolved_route(request: web.Request, name: str, api: Api) -> CatalogRoute:
     return route
 
 
-def hold_for(request: web.Request, tokens: int) -> TokenHold | None:
-    """The tokens held from the request's key (None without a token limit), or its 429."""
+def tool_calling_chain(
+    catalog: Catalog, requested: str, route: CatalogRoute, body: Mapping[str, object]
+) -> tuple[str, ...]:
+    """The chain a request walks, or the 400 of a model that cannot call tools for one that
+    needs them (``routing.tools_refusal``, on the client's body, in the client's API)."""
+    refused = routing.tools_refusal(catalog, requested, route.chain, body)
+    if refused is not None:
+        raise ApiError(refused)
+    return routing.tool_calling_chain(catalog, route.chain, body)
+
+
+def hold_for(request: web.Request, tokens: int, *, unbounded: bool = False) -> TokenHold | None:
+    """The tokens held from the request's key (None without a token limit), or its 429;
+    ``unbounded``: an answer nothing bounds, which holds all the key has left."""
     key = request.get(API_KEY)
     if key is None:
         return None
-    return request.app[CONTEXT].limiter.admit(key, asyncio.get_running_loop().time(), tokens)
+    loop = asyncio.get_running_loop()
+    return request.app[CONTEXT].limiter.admit(key, loop.time(), tokens, unbounded=unbounded)
 
 
 def close_hold(hold: TokenHold | None, served: Served) -> None:
@@ -173,12 +193,19 @@ def _visible(key: ApiKeyRecord | None, name: str, model: str) -> bool:
 
 
 def _guard_object(
-    context: RouterContext, catalog: Catalog, model_name: str, unavailable: Mapping[str, UnavailableModel]
+    context: RouterContext,
+    catalog: Catalog,
+    model_name: str,
+    unavailable: Mapping[str, UnavailableModel],
+    key: ApiKeyRecord | None,
 ) -> dict[str, object] | None:
     """The guard policies that screen requests for ``model_name`` (those of any model of
     its fallback chain, as the guard applies them), and whether each judge answers now.
     ``available`` is false when a request would get 503 ``guard_unavailable``: a judge
-    whose own chain neither serves nor loads on demand, under ``on_error: block``."""
+    whose own chain neither serves nor loads on demand, under ``on_error: block``. A
+    judge the key may not use is not named (``model`` null): which model screens is
+    the operator's to know, and a key scoped to the guarded model is told only
+    whether its requests can be screened now."""
     model = catalog.models[model_name]
     api = next((a for a in (Api.CHAT, Api.COMPLETIONS) if routing.serves_api(model, a)), None)
     if api is None:
@@ -200,7 +227,9 @@ def _guard_object(
         judges.append(
             {
                 "policy": policy_name,
-                "model": judge or policy.judge,
+                "model": (judge or policy.judge)
+                if _visible(key, policy.judge, judge or policy.judge)
+                else None,
                 "state": None if state is None else str(state),
                 "on_error": str(policy.on_error),
             }
@@ -233,7 +262,7 @@ def _model_object(
             else {"why": str(why.why), "reason": why.reason, "since": why.since, "until": why.until},
             "description": model.description,
             # The guard that screens its requests and whether its judges answer now, else null.
-            "guard": _guard_object(context, catalog, model_name, unavailable),
+            "guard": _guard_object(context, catalog, model_name, unavailable, request.get(API_KEY)),
         },
     }
 
@@ -311,8 +340,42 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
+# The chat page's headers, on the page and every file it loads. It holds an API key and
+# writes model output into itself (as text): no other site may frame it (clickjacking a
+# key form), no script but its own module may run in it (script-src 'self', no inline,
+# no eval), it connects only to this router, and no file of it is read as another type.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "; ".join(
+        (
+            "default-src 'self'",
+            "script-src 'self'",
+            "style-src 'self'",
+            "img-src 'self' data: blob:",  # the images a user attaches, shown before sending
+            "connect-src 'self'",
+            "object-src 'none'",
+            "base-uri 'none'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+        )
+    ),
+    "X-Frame-Options": "DENY",  # frame-ancestors for browsers that predate CSP 2
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+# What /static/ serves: the page's own files, nothing else in the directory.
+STATIC_FILES = {"chat.js": "text/javascript", "chat.css": "text/css"}
+
+
 async def index(request: web.Request) -> web.StreamResponse:
-    return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+    return web.FileResponse(STATIC_DIR / "index.html", headers={**PAGE_HEADERS, "Cache-Control": "no-cache"})
+
+
+async def static_file(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["name"]
+    kind = STATIC_FILES.get(name)
+    if kind is None:
+        raise web.HTTPNotFound()
+    return web.FileResponse(STATIC_DIR / name, headers={**PAGE_HEADERS, "Content-Type": kind})
 
 
 # Browsers ask for /favicon.ico on their own; the file never changes between releases.
@@ -322,5 +385,5 @@ FAVICON_CACHE = "public, max-age=604800"
 async def favicon(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(
         STATIC_DIR / "favicon.ico",
-        headers={"Content-Type": "image/x-icon", "Cache-Control": FAVICON_CACHE},
+        headers={**PAGE_HEADERS, "Content-Type": "image/x-icon", "Cache-Control": FAVICON_CACHE},
     )

@@ -193,13 +193,35 @@ class RateLimiter:
     held from the token budget at admission; ``TokenHold`` settles them once the
     answer's ``usage`` is known."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_concurrent: int = 64) -> None:
         self._requests: dict[str, _Bucket] = {}
         self._tokens: dict[str, _Bucket] = {}
+        self._max_concurrent = max_concurrent
+        self._in_progress: dict[str, int] = {}
 
-    def admit(self, record: ApiKeyRecord, now: float, tokens: int = 0) -> TokenHold | None:
+    def enter(self, record: ApiKeyRecord) -> None:
+        """One more request of the key in progress, or the 429 when it has
+        ``max_concurrent`` already; every ``enter`` that returns is paired with a ``leave``."""
+        running = self._in_progress.get(record.key_id, 0)
+        if running >= self._max_concurrent:
+            raise errors.too_many_at_once(self._max_concurrent)
+        self._in_progress[record.key_id] = running + 1
+
+    def leave(self, record: ApiKeyRecord) -> None:
+        running = self._in_progress.pop(record.key_id, 0) - 1
+        if running > 0:
+            self._in_progress[record.key_id] = running
+
+    def admit(
+        self, record: ApiKeyRecord, now: float, tokens: int = 0, *, unbounded: bool = False
+    ) -> TokenHold | None:
         """Take one request and hold ``tokens`` (None for a key without a token limit),
-        or raise the 429 to answer (with Retry-After); a refused request takes nothing."""
+        or raise the 429 to answer (with Retry-After); a refused request takes nothing.
+        An ``unbounded`` request (no max_tokens: its answer is as long as the model
+        makes it) needs ``tokens`` to be admitted and holds all the key has left: the
+        key's other requests wait for its usage, so together they cannot overshoot
+        the budget by more than that one answer's excess (they all started on one
+        balance and each held 1,024 tokens: 12,004 tokens served on a 5,000 key)."""
         hold_from: _Bucket | None = None
         held = 0
         if record.tokens_per_minute is not None:
@@ -218,6 +240,8 @@ class RateLimiter:
             bucket.level -= 1
         if hold_from is None:
             return None
+        if unbounded:
+            held = max(held, int(hold_from.level))
         hold_from.level -= held
         return TokenHold(hold_from, held)
 

@@ -5,8 +5,9 @@ model of a request's chain, how its engine is asked: as it is, on ``/v1/messages
 when every profile of the model runs an engine that serves it (``NATIVE_ENGINES``),
 else translated to a chat completion (``llmgw.core.anthropic``: the documented subset,
 a 400 naming any field it cannot carry) and the answer translated back. Token counts
-go to the engine's ``/v1/messages/count_tokens``, or vLLM's ``/tokenize``
-(``TOKENIZE_ENGINES``); a model whose engine has neither is answered 400.
+go to the engine's ``/v1/messages/count_tokens`` (the sim's, llama-server's:
+``COUNT_TOKENS_ENGINES``), or vLLM's ``/tokenize`` (``TOKENIZE_ENGINES``); a model
+whose engine has neither is answered 400.
 
 Everything else is chat completions' (``handlers.serve_call``): model resolution,
 aliases, the key's model list, limits, the guard, fallbacks, loading on demand,
@@ -46,6 +47,11 @@ NATIVE_ENGINES = frozenset({Engine.SIM})
 # Engines whose pinned release counts a chat's tokens on /tokenize ({"messages"} in,
 # {"count"} out): vLLM's TokenizeChatRequest (vllm/entrypoints/openai/protocol.py).
 TOKENIZE_ENGINES = frozenset({Engine.VLLM})
+# Engines that answer /v1/messages/count_tokens themselves though their Messages are
+# translated: llama.cpp's llama-server (b11434, tools/server/server.cpp's route, and
+# server-context.cpp's handle_count_tokens: the Anthropic body converted to a chat, its
+# template applied and tokenized, as /apply-template then /tokenize would, in one call).
+COUNT_TOKENS_ENGINES = frozenset({Engine.LLAMACPP})
 
 
 def is_messages_path(path: str) -> bool:
@@ -58,8 +64,17 @@ def native(catalog: Catalog, model: str) -> bool:
 
 
 def counts_tokens(catalog: Catalog, model: str) -> bool:
-    return native(catalog, model) or all(
-        profile.engine in TOKENIZE_ENGINES for profile in catalog.models[model].profiles
+    return (
+        native(catalog, model)
+        or all(profile.engine in TOKENIZE_ENGINES for profile in catalog.models[model].profiles)
+        or _counts_natively(catalog, model)
+    )
+
+
+def _counts_natively(catalog: Catalog, model: str) -> bool:
+    """Whether every profile's engine answers /v1/messages/count_tokens itself."""
+    return all(
+        profile.engine in NATIVE_ENGINES | COUNT_TOKENS_ENGINES for profile in catalog.models[model].profiles
     )
 
 
@@ -73,8 +88,14 @@ async def create_message(request: web.Request) -> web.StreamResponse:
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:
     call = await _parse(request, count=True)
+    # A count is the engine's work (it tokenizes the whole prompt): a token-limited key
+    # holds the prompt's estimate and, its answer carrying no usage, pays it.
     return await handlers.serve_call(
-        request, call, translate=lambda c, chain: _for_count(call, c, chain), hold_tokens=0, screen=False
+        request,
+        call,
+        translate=lambda c, chain: _for_count(call, c, chain),
+        hold_tokens=call.tokens_to_hold(0),
+        screen=False,
     )
 
 
@@ -134,7 +155,7 @@ def _for_count(call: ApiCall, catalog: Catalog, chain: tuple[str, ...]) -> Trans
     able, chat = _translated(call, catalog, tuple(model for model in chain if counts_tokens(catalog, model)))
 
     def per_model(model: str) -> Translation | None:
-        if native(catalog, model) or chat is None:
+        if _counts_natively(catalog, model) or chat is None:
             return _NativeCount(call.body)
         return _TokenizeTranslation(chat, model)
 
@@ -149,16 +170,9 @@ def _json(value: object) -> bytes:
 
 
 def _engine_error(status: int, body: bytes, model: str) -> bytes:
-    """An engine's OpenAI-shaped error answer, in Anthropic's shape (its message kept)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        data = None
-    error = data.get("error") if isinstance(data, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    if not isinstance(message, str):
-        message = f"The model `{model}` answered with HTTP {status}."
-    return _json(anthropic.error_body(status, message))
+    """An engine's error answer, any engine's shape, in Anthropic's (a context overflow
+    in Anthropic's words: ``anthropic.engine_error_body``)."""
+    return _json(anthropic.engine_error_body(status, body, model))
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from aiohttp import web
 
 from llmgw.core.addresses import host_of_header, is_allowed_host
 from llmgw.core.routing import Api, Refusal
+from llmgw.core.tracing import SpanFacts, operation_of
 from llmgw.gateway import errors, keys
 from llmgw.gateway.aiohttp_private import SentDirectly
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED
@@ -46,6 +47,7 @@ from llmgw.gateway.dispatch import Served
 from llmgw.gateway.errors import ApiError, response_for
 from llmgw.gateway.messages import is_messages_path
 from llmgw.gateway.metrics import RouterMetrics, rejection_reason
+from llmgw.gateway.tracing import NO_TRACE
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -75,6 +77,9 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     refusal: Refusal | None = None  # the router's own error answer, if it gave one
     # Anthropic's Messages paths answer errors in Anthropic's shape.
     api = Api.MESSAGES if is_messages_path(request.path) else None
+    operation = operation_of(request.path)
+    trace = NO_TRACE if operation is None else context.deps.tracing.begin(request.headers)
+    served.trace_headers = trace.headers
     try:
         authenticate(request, context.keys, context.settings.allowed_hosts)
         response = await handler(request)
@@ -109,6 +114,20 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             # aiohttp sends the answer when this returns: the counting runs right after
             # (the next loop step), not while the client waits.
             loop.call_soon(_count, context.metrics, served, status, refusal, started, loop)
+        if trace is not NO_TRACE and operation is not None:
+            loop.call_soon(trace.end, _span_facts(operation, served, status))
+
+
+def _span_facts(operation: str, served: Served, status: int) -> SpanFacts:
+    return SpanFacts(
+        operation=operation,
+        requested=served.resolved,
+        answered=served.model,
+        status=status,
+        stream=served.stream,
+        usage=served.usage,
+        time_to_first_token=served.time_to_first_token,
+    )
 
 
 def _already_answered(served: Served, request_id: str, exc: Exception) -> web.StreamResponse:

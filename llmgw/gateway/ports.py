@@ -37,6 +37,7 @@ from llmgw.core.records import (
     UnavailableModels,
 )
 from llmgw.core.routing import NomadView
+from llmgw.gateway.tracing import Tracing
 
 T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")
@@ -213,6 +214,9 @@ class RouterDeps:
     # The engines' API keys (derived per replica from the cluster secret the control plane
     # shares, llmgw.core.engine_keys), sent to each engine as Authorization: Bearer.
     # None: the engines run without keys.
+    # Where a request's trace goes: the client's trace context on to the engines, and a span
+    # per request when OpenTelemetry's OTLP variables name a collector (``gateway/tracing.py``).
+    tracing: Tracing = field(default_factory=Tracing)
     engine_keys: EngineKeys | None = None
     # The Responses API's stored conversations (``store``, ``previous_response_id``):
     # ``llmgw serve`` gives Consul KV, which every router reads; the default is this

@@ -22,6 +22,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from aiohttp import web
 
@@ -29,14 +30,18 @@ from llmgw.core import responses
 from llmgw.core.responses import ResponsesInvalid, StoredConversation
 from llmgw.core.routing import Api, Refusal
 from llmgw.gateway import errors, handlers
-from llmgw.gateway.calls import json_object, parse_call
+from llmgw.gateway.calls import ApiCall, json_object, parse_call
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
 from llmgw.gateway.dispatch import SSE_HEADERS, Exchange, RefusedMidStream, Served
 from llmgw.gateway.errors import ApiError
 from llmgw.gateway.guard import says_too_long
 from llmgw.gateway.transport import BodyBroken
+from llmgw.gateway.upstream import ClientStalled, PumpEnd, write_within
 
 log = logging.getLogger("llmgw.gateway.responses")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 def _new_id(prefix: str) -> str:
@@ -78,56 +83,95 @@ def _store_unavailable() -> Refusal:
     )
 
 
-async def create_response(request: web.Request) -> web.StreamResponse:
-    context = request.app[CONTEXT]
-    body = json_object(await handlers.read_request_body(request, context.settings))
+# A body larger than this is read and translated in a worker thread: every input item
+# costs Python work (980,000 one-letter items held the loop seconds); under it the work
+# costs less than the hand-off to the thread.
+_TRANSLATE_ON_LOOP_BYTES = 64 * 1024
+
+
+async def _off_the_loop_if(size: int, work: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """``work`` run here when the body is small, else in a worker thread, where the
+    interpreter hands the loop back every few milliseconds (``sys.getswitchinterval``):
+    the body is this request's alone, and nothing else touches it meanwhile."""
+    if size <= _TRANSLATE_ON_LOOP_BYTES:
+        return work(*args, **kwargs)
+    return await asyncio.to_thread(work, *args, **kwargs)
+
+
+def _parsed(raw: bytes) -> responses.ResponsesRequest:
     try:
-        parsed = responses.parse_request(body)
+        return responses.parse_request(json_object(raw))
     except ResponsesInvalid as exc:
         raise errors.bad_request(exc.message, param=exc.param, code=exc.code) from None
+
+
+def _chat_call(
+    parsed: responses.ResponsesRequest, history: tuple[dict[str, object], ...], max_stored: int
+) -> ApiCall:
+    """The chat request ``parsed`` stands for after ``history``; the 400 for a
+    conversation to store that is over ``max_stored`` bytes."""
+    if parsed.store:
+        size = len(json.dumps(responses.conversation_after(history, parsed.body, [])).encode())
+        if size > max_stored:
+            raise ApiError(_too_large(size, max_stored, "store"))
+    chat = responses.chat_after(parsed, history)
+    return parse_call(Api.CHAT, json.dumps(chat, ensure_ascii=False).encode())
+
+
+async def create_response(request: web.Request) -> web.StreamResponse:
+    context = request.app[CONTEXT]
+    raw = await handlers.read_request_body(request, context.settings)
+    parsed = await _off_the_loop_if(len(raw), _parsed, raw)
     catalog = handlers.catalog_of(context)
     route = handlers.resolved_route(request, parsed.model, Api.RESPONSES)
+    chain = handlers.tool_calling_chain(catalog, parsed.model, route, parsed.body)
     served = request[SERVED]
     key = request.get(API_KEY)
     owner = key.key_id if key is not None else ""
     history: tuple[dict[str, object], ...] = ()
     if parsed.previous_response_id is not None:
         history = await _history(context, parsed.previous_response_id, owner)
-    try:
-        chat = responses.to_chat_body(body, history, parsed.model)
-    except ResponsesInvalid as exc:
-        raise errors.bad_request(exc.message, param=exc.param, code=exc.code) from None
-    if parsed.store:
-        size = len(json.dumps(responses.conversation_after(history, body, [])).encode())
-        if size > context.settings.responses_max_bytes:
-            raise ApiError(_too_large(size, context.settings.responses_max_bytes, "store"))
-    call = parse_call(Api.CHAT, json.dumps(chat, ensure_ascii=False).encode())
+    call = await _off_the_loop_if(len(raw), _chat_call, parsed, history, context.settings.responses_max_bytes)
 
-    hold = handlers.hold_for(request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer))
-    request_id = request[REQUEST_ID]
-    gates = context.gates
+    if key is not None:
+        context.limiter.enter(key)  # the key's requests in progress: 429 past its limit
     try:
-        if not gates.enter_now(route.model):
-            await gates.enter(route.model)
+        hold = handlers.hold_for(
+            request, call.tokens_to_hold(context.settings.hold_for_unbounded_answer), unbounded=call.unbounded
+        )
+        request_id = request[REQUEST_ID]
+        gates = context.gates
         try:
-            if route.guarded:
-                call = await context.guard.screen(call, route.chain, catalog, request_id)
-            turn = _Turn(
-                context, parsed, history, owner, served, request_id, hold.settle if hold is not None else None
-            )
+            if not gates.enter_now(route.model):
+                await gates.enter(route.model)
             try:
-                async with context.dispatcher.exchange(
-                    request, call, route.chain, catalog, served, request_id
-                ) as exchange:
-                    if parsed.stream and exchange.response.status == 200:
-                        return await turn.stream(request, exchange)
-                    return await turn.whole(exchange)
-            except RefusedMidStream as exc:
-                return await _end_with_error(exc.response, exc.refusal)
+                if route.guarded:
+                    call = await context.guard.screen(call, chain, catalog, request_id)
+                turn = _Turn(
+                    context,
+                    parsed,
+                    history,
+                    owner,
+                    served,
+                    request_id,
+                    hold.settle if hold is not None else None,
+                )
+                try:
+                    async with context.dispatcher.exchange(
+                        request, call, chain, catalog, served, request_id
+                    ) as exchange:
+                        if parsed.stream and exchange.response.status == 200:
+                            return await turn.stream(request, exchange)
+                        return await turn.whole(exchange)
+                except RefusedMidStream as exc:
+                    return await _end_with_error(exc.response, exc.refusal)
+            finally:
+                gates.release(route.model)
         finally:
-            gates.release(route.model)
+            handlers.close_hold(hold, served)  # as chat's
     finally:
-        handlers.close_hold(hold, served)  # as chat's
+        if key is not None:
+            context.limiter.leave(key)
 
 
 class _Turn:
@@ -183,48 +227,62 @@ class _Turn:
 
     async def stream(self, request: web.Request, exchange: Exchange) -> web.StreamResponse:
         context = self._context
-        loop = asyncio.get_running_loop()
-        translation = responses.StreamTranslation(
-            self._parsed.body, self.response_id, exchange.model, self.created_at, _new_id
-        )
         response = exchange.loading
         if response is None:
             response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._headers(exchange)})
             await response.prepare(request)
-        await response.write(translation.feed(exchange.head))
+        try:
+            await self._relay(request, exchange, response)
+        except ClientStalled:
+            # The client's own stream rule, as chat's and Messages' (``pump``): dropped,
+            # and the engine's stream closed with the exchange.
+            context.metrics.stream_errors.labels(exchange.model, str(PumpEnd.CLIENT_STALLED)).inc()
+            context.metrics.client_disconnects.labels(exchange.model).inc()
+            log.info("client stalled mid-stream model=%s (Responses)", exchange.model)
+            if request.transport is not None:
+                request.transport.abort()
+        return response
+
+    async def _relay(self, request: web.Request, exchange: Exchange, response: web.StreamResponse) -> None:
+        """The engine's chat stream as Responses events, each write under the client
+        write rule (``write_within``); the conversation counted and stored at its end."""
+        context = self._context
+        settings = context.settings
+        loop = asyncio.get_running_loop()
+        translation = responses.StreamTranslation(
+            self._parsed.body, self.response_id, exchange.model, self.created_at, _new_id
+        )
+        await write_within(response, translation.feed(exchange.head), settings)
         context.metrics.histogram(context.metrics.ttft, exchange.model).observe(
             loop.time() - request[STARTED]
         )
         upstream = exchange.response
         while translation.final is None:
             try:
-                async with asyncio.timeout(context.settings.upstream_idle_timeout):
+                async with asyncio.timeout(settings.upstream_idle_timeout):
                     chunk = await upstream.read()
             except TimeoutError:
                 context.metrics.stream_errors.labels(exchange.model, "upstream-idle").inc()
-                await response.write(
-                    translation.fail("upstream_timeout", errors.stream_timeout(exchange.model).message)
-                )
+                failed = translation.fail("upstream_timeout", errors.stream_timeout(exchange.model).message)
+                await write_within(response, failed, settings)
                 break
             except BodyBroken:
                 context.metrics.stream_errors.labels(exchange.model, "upstream-broken").inc()
-                await response.write(
-                    translation.fail("upstream_error", errors.stream_broken(exchange.model).message)
-                )
+                failed = translation.fail("upstream_error", errors.stream_broken(exchange.model).message)
+                await write_within(response, failed, settings)
                 break
             if not chunk:
-                await response.write(translation.finish())  # ended without [DONE]
+                await write_within(response, translation.finish(), settings)  # ended without [DONE]
                 break
             out = translation.feed(chunk)
             if out:
-                await response.write(out)
+                await write_within(response, out, settings)
         final = translation.final
         assert final is not None
         self._count(exchange.model, final)
         if final["status"] in ("completed", "incomplete"):
             await self._store(final)
         await response.write_eof()
-        return response
 
     def _count(self, model: str, result: dict[str, object]) -> None:
         usage = result.get("usage")

@@ -142,6 +142,10 @@ class RouterSettings:
     # --- limits --------------------------------------------------------------------------------
     # Requests one router forwards to one model at once; more wait in the model's queue.
     max_concurrency_per_model: int = field(default=1024, metadata=_help("concurrent requests per model"))
+    # Requests of one API key this router serves at once (streams included); beyond this
+    # the key gets 429 at once: one key holding every slot of a model starves the others
+    # (one key held 20 streams). Per router, as the rate limits.
+    max_concurrent_per_key: int = field(default=64, metadata=_help("concurrent requests per API key"))
     # Requests waiting for a slot; beyond this a request gets 429 at once.
     max_queue_per_model: int = field(default=1024, metadata=_help("requests queued per model"))
     # A queued request that gets no slot in this long gets 429.
@@ -150,9 +154,10 @@ class RouterSettings:
     queue_retry_after: int = field(default=1, metadata=_help("Retry-After seconds when a queue is full"))
 
     # A key with a tokens-per-minute limit holds its request's prompt estimate plus
-    # max_tokens until the usage comes; a request without max_tokens holds this much.
+    # max_tokens until the usage comes; a request without max_tokens needs this much
+    # left to be admitted, and then holds all the key has left (RateLimiter.admit).
     hold_for_unbounded_answer: int = field(
-        default=1024, metadata=_help("tokens a token-limited key holds for an answer without max_tokens")
+        default=1024, metadata=_help("tokens a token-limited key needs for an answer without max_tokens")
     )
 
     # --- Responses API state (/v1/responses with store, previous_response_id) ---------------------
@@ -182,6 +187,15 @@ class RouterSettings:
     guard_max_pieces: int = field(
         default=16,
         metadata=_help("most judge calls one request's split screen may take (on_too_long: split)"),
+    )
+
+    # A guarded request's body is read whole by the guard (every turn, every field a
+    # template renders) and sent on serialized again: past this size it is refused
+    # (413) before any of that. A judge reads at most guard_max_pieces pieces of its
+    # context: 16 pieces of a 128k-token judge (Llama Guard 3) are about 8 MiB of
+    # English text, and under on_too_long: block (the default) one piece, about 512 KiB.
+    guard_max_body_bytes: int = field(
+        default=8 * 1024 * 1024, metadata=_help("largest request body a guarded model takes, bytes")
     )
 
     # --- demand reporting ----------------------------------------------------------------------
@@ -266,8 +280,10 @@ def validate(settings: RouterSettings) -> list[str]:
             problems.append(f"{flag(name)} must be >= 0, got {getattr(settings, name)}")
     for name in (
         "backlog", "max_body_bytes", "max_response_bytes", "attempts_per_model", "attempts_total",
-        "max_concurrency_per_model", "loading_retry_after", "unavailable_retry_after", "queue_retry_after",
-        "guard_max_tokens", "guard_max_pieces", "unplaceable_retry_after", "responses_max_bytes",
+        "max_concurrency_per_model", "max_concurrent_per_key", "loading_retry_after",
+        "unavailable_retry_after", "queue_retry_after",
+        "guard_max_tokens", "guard_max_pieces", "guard_max_body_bytes", "unplaceable_retry_after",
+        "responses_max_bytes",
     ):  # fmt: skip
         if getattr(settings, name) < 1:
             problems.append(f"{flag(name)} must be >= 1, got {getattr(settings, name)}")

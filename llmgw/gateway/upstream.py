@@ -107,11 +107,13 @@ class Upstream:
         request_id: str,
         *,
         on_head: Callable[[EngineResponse], None] | None = None,
+        trace: tuple[tuple[str, str], ...] = (),
     ) -> EngineResponse:
         """POST ``body`` and return once the response head arrived (any status);
-        ``on_head`` as ``EnginePool.post``'s."""
+        ``on_head`` as ``EnginePool.post``'s; ``trace``, the request's checked trace context
+        headers (``gateway/tracing.py``)."""
         assert self._session is not None, "Upstream.start() was not awaited"
-        headers: tuple[tuple[str, str], ...] = (("Content-Type", _JSON), ("x-request-id", request_id))
+        headers: tuple[tuple[str, str], ...] = (("Content-Type", _JSON), ("x-request-id", request_id), *trace)
         if self._engine_keys is not None:
             # The replica's own key (its job id is the endpoint's replica): an engine port
             # reached any other way answers 401.
@@ -210,6 +212,24 @@ class PumpEnd(StrEnum):
     UPSTREAM_IDLE = "upstream-idle"
     CLIENT_GONE = "client-gone"
     CLIENT_STALLED = "client-stalled"
+
+
+class ClientStalled(Exception):
+    """A client took none of a write for ``client_write_timeout`` seconds."""
+
+
+async def write_within(client: web.StreamResponse, data: bytes, settings: RouterSettings) -> None:
+    """``data`` to the client through aiohttp under the one write rule every stream
+    keeps (``pump``'s watchdog keeps it for the relay): a client that takes none of it
+    for ``client_write_timeout`` seconds raises ``ClientStalled``. aiohttp's ``write``
+    waits for the client's socket to drain past 64 KiB unsent, with no limit of its own:
+    a client that stops reading would otherwise hold the handler, its model slot and
+    the engine's stream until it closed."""
+    try:
+        async with asyncio.timeout(settings.client_write_timeout):
+            await client.write(data)
+    except TimeoutError:
+        raise ClientStalled(f"the client took nothing for {settings.client_write_timeout:g} s") from None
 
 
 @dataclass

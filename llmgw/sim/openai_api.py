@@ -132,14 +132,20 @@ class GenerationRequest:
     # decides a tool call by.
     tools: tuple[str, ...] = ()
     after_tool_result: bool = False
+    # A chat request that sets no max_tokens: its budget is the rest of the context (as
+    # vLLM's), so the answer ends at the model's own stop, never at that budget.
+    open_ended: bool = False
 
     @property
     def finish_reason(self) -> str:
         """The simulator never emits a stop token unless told to: it runs to max_tokens."""
         return "stop" if self.stops else "length"
 
-    def answered(self, answer_tokens: int) -> GenerationRequest:
-        """This request as a model that says ``answer_tokens`` (0: no limit) and stops."""
+    def answered(self, answer_tokens: int, open_answer_tokens: int) -> GenerationRequest:
+        """This request as a model that says ``answer_tokens`` (0: no limit) and stops; an
+        open-ended request (no max_tokens) with no such limit stops after ``open_answer_tokens``."""
+        if not answer_tokens and self.open_ended:
+            answer_tokens = open_answer_tokens
         if not answer_tokens or answer_tokens >= self.max_tokens:
             return self
         return dataclasses.replace(self, max_tokens=answer_tokens, stops=True)
@@ -349,12 +355,19 @@ def parse_chat(body: Mapping[str, Any], limits: Limits) -> GenerationRequest:
     chosen = max_completion if max_completion is not None else max_tokens
     stream, include_usage = _stream_flags(body)
     prompt_tokens = vocabulary.count_tokens(prompt)
-    budget = chosen if chosen is not None else limits.default_max_tokens
-    check_context(prompt_tokens, budget, limits)
+    if chosen is None:
+        # vLLM's chat default (get_max_tokens, vllm/entrypoints/serve/utils/api_utils.py,
+        # 0.34.0): the rest of the context, never the completions' 16.
+        check_context(prompt_tokens, 0, limits)
+        budget = limits.max_model_len - prompt_tokens
+    else:
+        budget = chosen
+        check_context(prompt_tokens, budget, limits)
     last = messages[-1]
     return GenerationRequest(
         Endpoint.CHAT, model, prompt, prompt_tokens, budget, stream, include_usage,
         tools=_function_tools(body), after_tool_result=isinstance(last, dict) and last.get("role") == "tool",
+        open_ended=chosen is None,
     )  # fmt: skip
 
 

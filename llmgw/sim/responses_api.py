@@ -57,7 +57,7 @@ def handler(admit: Admit, pieces: Pieces) -> Handler:
                 404, f"Response with id '{parsed.previous_response_id[:100]}' not found.", param="response_id"
             )
         chat = responses.to_chat_body(body, (), parsed.model)
-        generation = openai_api.parse_chat(chat, state.limits).answered(state.settings.answer_tokens)
+        generation = openai_api.parse_chat(chat, state.limits).answered(*state.answer_lengths)
         failure = state.faults.draw_failure()
         if failure is not None:
             raise failure

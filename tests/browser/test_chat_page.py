@@ -196,6 +196,9 @@ async def test_errors_are_shown_not_swallowed(router: RouterServer, page: Page) 
     await page.press("#prompt", "Enter")
     error = page.locator(".message.assistant.error")
     await expect(error).to_contain_text("has no healthy replica")
+    # The wait is over: the status no longer says the model is coming.
+    await expect(page.locator("#status")).to_have_text("")
+    await expect(page.locator("#send")).to_be_enabled()
 
 
 async def test_a_real_model_that_serves_now_is_preselected_over_one_that_cannot(page: Page) -> None:
@@ -336,9 +339,10 @@ async def test_a_first_run_on_the_example_catalog_answers(tmp_path: Path, page: 
         await expect(page.locator("#status")).to_have_text("")
         preselected = await page.locator("#model").input_value()
         # llama-3.1-405b serves there, but its fallbacks' judge cannot run: not that one.
-        # sim-chat, or sim-guarded when it serves first: its judge counts as answering
-        # while it loads (a request waits for it), so the page need not wait for sim-chat.
-        assert preselected in ("sim-chat", "sim-guarded")
+        # sim-chat, sim-agent or sim-guarded, whichever serves first: sim-guarded's judge
+        # counts as answering while it loads (a request waits for it), so the page need not
+        # wait for sim-chat.
+        assert preselected in ("sim-chat", "sim-agent", "sim-guarded")
 
         await page.fill("#prompt", "hello")
         await page.click("#send")

@@ -11,7 +11,6 @@ import inspect
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -80,12 +79,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     stalls = item.stash.get(_STALLS, None)
     if stalls is not None and report.failed and report.when in ("call", "teardown"):
         report.sections.append(("event loop stalls", stalls.report()))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def alive(pid: int) -> bool:
@@ -184,7 +177,10 @@ def _all_ints(value: Any) -> Iterator[int]:
 
 
 def start_dev(tmp_path: Path, *args: str, ready_within: float = 60) -> RunningDev:
-    port = free_port()
+    """``llmgw dev`` on ports the kernel picks as it binds them (0): a port probed free and
+    handed over would be free only until another test's process (under pytest-xdist, another
+    worker's) took it in the seconds ``llmgw dev`` takes to start. The router's is read back
+    from ``dev.json``."""
     state_dir = tmp_path / "dev"
     log = tmp_path / "dev.log"
     process = subprocess.Popen(
@@ -194,11 +190,11 @@ def start_dev(tmp_path: Path, *args: str, ready_within: float = 60) -> RunningDe
             "llmgw",
             "dev",
             "--port",
-            str(port),
+            "0",
             "--admin-port",
-            str(free_port()),
+            "0",
             "--metrics-port",
-            str(free_port()),
+            "0",
             "--state-dir",
             str(state_dir),
             # The routers' retries and the control plane's stops, in dev.log, for the
@@ -222,6 +218,8 @@ def start_dev(tmp_path: Path, *args: str, ready_within: float = 60) -> RunningDe
             break
         banner.append(line)
         if line.startswith("Ctrl-C stops everything"):
+            router_url = json.loads((state_dir / "dev.json").read_text())["router_url"]
+            port = int(router_url.rstrip("/").rsplit(":", 1)[1])
             return RunningDev(process, state_dir, port, log, "".join(banner))
     process.kill()
     raise AssertionError(f"llmgw dev did not start: {''.join(banner)}\n{log.read_text()[-3000:]}")

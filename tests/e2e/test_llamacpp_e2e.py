@@ -523,10 +523,14 @@ def test_messages_on_a_real_engine_whole_streamed_and_counted(
     )
     [block] = whole.content
     assert block.type == "text" and block.text == reference["choices"][0]["message"]["content"]
-    assert (whole.usage.input_tokens, whole.usage.output_tokens) == (
-        usage["prompt_tokens"],
-        usage["completion_tokens"],
-    )
+    # The prompt the engine just answered is in its slot's cache: the part it read
+    # from there is cache_read_input_tokens, as Anthropic counts it (its usage's
+    # prompt_tokens_details.cached_tokens), the rest input_tokens.
+    assert whole.usage.cache_read_input_tokens
+    assert (
+        whole.usage.input_tokens + whole.usage.cache_read_input_tokens,
+        whole.usage.output_tokens,
+    ) == (usage["prompt_tokens"], usage["completion_tokens"])
 
     cut = messages_client.messages.create(model="tiny-llama", max_tokens=3, messages=user, extra_body=GREEDY)
     assert (cut.stop_reason, cut.usage.output_tokens) == ("max_tokens", 3)
@@ -550,19 +554,16 @@ def test_messages_on_a_real_engine_whole_streamed_and_counted(
     delta = events[-2]
     assert delta.type == "message_delta"
     assert delta.delta.stop_reason == "end_turn"
-    assert (delta.usage.input_tokens, delta.usage.output_tokens) == (
-        usage["prompt_tokens"],
-        usage["completion_tokens"],
-    )
+    assert delta.usage.cache_read_input_tokens
+    assert (
+        (delta.usage.input_tokens or 0) + delta.usage.cache_read_input_tokens,
+        delta.usage.output_tokens,
+    ) == (usage["prompt_tokens"], usage["completion_tokens"])
 
-    # llama.cpp's pinned release (b6795) counts no chat's tokens: refused, saying so.
-    with pytest.raises(anthropic.BadRequestError) as refused:
-        messages_client.messages.count_tokens(model="tiny-llama", messages=user)
-    assert refused.value.body == {
-        "type": "error",
-        "error": {"type": "invalid_request_error", "message": refused.value.body["error"]["message"]},
-    }
-    assert "cannot count tokens" in refused.value.body["error"]["message"]
+    # llama-server counts the tokens itself (/v1/messages/count_tokens: the chat's
+    # template applied and tokenized): as many as its chat completion's prompt had.
+    counted = messages_client.messages.count_tokens(model="tiny-llama", messages=user)
+    assert counted.input_tokens == usage["prompt_tokens"]
 
 
 def test_a_prompt_longer_than_the_engines_context_is_refused_in_each_apis_shape(
@@ -588,7 +589,15 @@ def test_a_prompt_longer_than_the_engines_context_is_refused_in_each_apis_shape(
             messages_client.messages.create(
                 model="tiny-llama", max_tokens=4, messages=[{"role": "user", "content": long}], stream=stream
             )
+        # Anthropic's words with the engine's numbers (its n_prompt_tokens and n_ctx), the
+        # ones Claude Code 2.1.332 knows ("^prompt is too long: \\d+ tokens > \\d+ maximum$")
+        # and compacts the conversation on.
         assert rejected.value.body == {
             "type": "error",
-            "error": {"type": "invalid_request_error", "message": engine_error["message"]},
+            "error": {
+                "type": "invalid_request_error",
+                "message": f"prompt is too long: {engine_error['n_prompt_tokens']} tokens > "
+                f"{engine_error['n_ctx']} maximum",
+            },
         }
+        assert engine_error["n_prompt_tokens"] > engine_error["n_ctx"] > 0

@@ -42,7 +42,6 @@ from llmgw.mirror.server import create_app
 from llmgw.mirror.store import DirectoryStore
 from tests.support.mirror import put_version
 
-from .conftest import free_port
 from .harness import Stack, eventually
 from .test_llamacpp_e2e import llama_server
 from .tinygguf import write_llama
@@ -70,8 +69,8 @@ async def mirror(tmp_path: Path) -> AsyncIterator[Mirrored]:
         put_version(store, ref, {"model.gguf": data})
     runner = web.AppRunner(create_app(store))
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()  # the kernel's free port, taken as it binds
+    port = runner.addresses[0][1]
     try:
         yield Mirrored(f"http://127.0.0.1:{port}", files)
     finally:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import urllib.request
 from pathlib import Path
 
 import openai
 import pytest
+import yaml
 
 from tests.support.waiting import eventually_sync
 
-from .conftest import RunningDev, alive, start_dev
+from .conftest import REPO, RunningDev, alive, start_dev
 
 pytestmark = pytest.mark.e2e
 
@@ -74,6 +77,39 @@ def node_names(dev: RunningDev) -> dict[str, str]:
     return {node["ID"]: node["Name"] for node in dev.nomad("/v1/nodes")}
 
 
+def scrape_as_prometheus_finds_them(dev: RunningDev) -> None:
+    """Every target ops/prometheus/prometheus.yml names, found as Prometheus's Consul
+    discovery finds it (discovery/consul/consul.go: /v1/health/service/NAME?dc=, a target at
+    Service.Address, else Node.Address, and Service.Port; a Bearer token), answers /metrics
+    with llmgw's metrics. Debian builds Prometheus without Consul discovery, so this walks
+    its requests by hand (tests/component/ops/test_prometheus.py says so where it skips)."""
+    config = yaml.safe_load((REPO / "ops" / "prometheus" / "prometheus.yml").read_text())
+    token = (dev.state_dir / "consul.token").read_text()
+    prefixes = {"llmgw-router": "llmgw_router_", "llmgw-control": "llmgw_control_", "llmgw-engine": "vllm:"}
+    for job in config["scrape_configs"]:
+        (sd,) = job["consul_sd_configs"]
+        (service,) = sd["services"]
+
+        def targets(service: str = service, dc: str = sd["datacenter"]) -> list[str] | None:
+            request = urllib.request.Request(
+                f"{dev.state['consul_addr']}/v1/health/service/{service}?dc={dc}",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            with urllib.request.urlopen(request, timeout=5) as response:
+                entries = json.load(response)
+            found = [
+                f"{e['Service']['Address'] or e['Node']['Address']}:{e['Service']['Port']}"
+                for e in entries
+                if all(check["Status"] == "passing" for check in e["Checks"])
+            ]
+            return found or None
+
+        for target in wait_for(targets, 30, f"{service} passing in Consul"):
+            with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as response:
+                text = response.read().decode()
+            assert f"\n{prefixes[job['job_name']]}" in text, f"{job['job_name']} at {target}"
+
+
 def test_llmgw_dev_serves_streams_survives_a_node_and_stops_clean(
     tmp_path: Path, dev_runner: list[RunningDev]
 ) -> None:
@@ -99,6 +135,7 @@ def test_llmgw_dev_serves_streams_survives_a_node_and_stops_clean(
     assert "event loop: uvloop" in dev.log.read_text()  # as llmgw serve runs, by default
     models = {m.id: m.owned_by for m in client.models.list()}
     assert models["sim-chat"] == "llmgw-sim"
+    scrape_as_prometheus_finds_them(dev)
 
     # Two replicas of the two-node model, each on two nodes.
     prefix = "llmgw-sim-two-node-"

@@ -125,6 +125,17 @@ def test_responses_whole_streamed_and_followed_up_on_another_replica(keyed: Keye
     assert caught.value.code == "previous_response_not_found"
 
 
+def test_a_response_without_max_output_tokens_completes_as_codex_reads_it(keyed: Keyed) -> None:
+    """Codex CLI and the SDK's responses.stream() ask no max_output_tokens: the chat turn
+    then has the rest of the context (as vLLM's) and the sim ends it with its own stop, so
+    the stream ends with response.completed (a cut at 16 tokens ended it incomplete and
+    get_final_response raised "Didn't receive a `response.completed` event")."""
+    with keyed.client().responses.stream(model="sim-chat", input="tell me a long story") as stream:
+        final = stream.get_final_response()
+    assert final.status == "completed" and final.usage is not None
+    assert final.output_text and final.usage.output_tokens == len(final.output_text.split())
+
+
 def test_the_guard_blocks_a_response_whole_streamed_and_in_a_follow_up(keyed: Keyed) -> None:
     client = keyed.client()
     fine = client.responses.create(model="sim-guarded", input="how do I bake bread?", max_output_tokens=2)

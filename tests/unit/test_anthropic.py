@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
+from anthropic.types import Message
 
 from llmgw.core import anthropic
 from llmgw.core.routing import Api
@@ -86,7 +88,7 @@ def test_a_request_becomes_the_chat_completion_that_asks_the_same() -> None:
 @pytest.mark.parametrize(
     ("change", "param"),
     [
-        ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking.type"),
         ({"container": "c"}, "container"),
         ({"mcp_servers": []}, "mcp_servers"),
         (
@@ -156,7 +158,7 @@ def test_a_request_becomes_the_chat_completion_that_asks_the_same() -> None:
         ),
         ({"context_management": {"edits": []}, "x": 1}, "x"),
         ({"context_management": "all"}, "context_management"),
-        ({"output_config": {"effort": "max"}}, "output_config.effort"),
+        ({"output_config": {"effort": "extreme"}}, "output_config.effort"),
         ({"output_config": {"format": {"type": "json_schema"}}}, "output_config.format"),
         ({"output_config": "high"}, "output_config"),
         ({"tools": [{"name": "f", "input_schema": {}, "defer_loading": "yes"}]}, "tools.0.defer_loading"),
@@ -224,7 +226,12 @@ def test_a_chat_answer_becomes_a_message() -> None:
         ],
         "stop_reason": "stop_sequence",
         "stop_sequence": "END",
-        "usage": {"input_tokens": 5, "output_tokens": 7},
+        "usage": {
+            "input_tokens": 5,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": 7,
+        },
     }
     assert anthropic.from_chat({"choices": [{"finish_reason": "length"}]}, "m")["stop_reason"] == "max_tokens"
 
@@ -341,7 +348,12 @@ def test_a_chat_stream_becomes_messages_events_however_it_is_cut(piece: int) -> 
     }
     assert events[6]["delta"] == {"type": "input_json_delta", "partial_json": "{}"}
     assert events[8]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
-    assert events[8]["usage"] == {"input_tokens": 3, "output_tokens": 4}
+    assert events[8]["usage"] == {
+        "input_tokens": 3,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": 4,
+    }
     assert translation.usage == {"prompt_tokens": 3, "completion_tokens": 4}
 
 
@@ -597,4 +609,137 @@ def test_claude_code_s_follow_up_after_a_tool_call_is_carried() -> None:
         },
         # No "Error: " prefix: is_error false is a result as any other.
         {"role": "tool", "tool_call_id": "chatcmpl-tool-5775", "content": "llmgw-tool-ok"},
+    ]
+
+
+# --- what Claude Code 2.1.332 recovers from (its cli.js's own tests of an API error's message) ---
+
+# ``FLi``: the thinking type a model refused, on which it retries with the other type.
+_CLAUDE_CODE_THINKING_TYPE = re.compile(
+    r"thinking\.type[^a-z]{1,8}(enabled|adaptive)[\s\S]*?not supported", re.I
+)
+
+
+def _claude_code_drops_effort(message: str) -> bool:
+    # ``she``: resend without output_config.effort.
+    lowered = message.lower()
+    return ("effort parameter" in lowered and "not support" in lowered) or (
+        "output_config" in lowered and "effort" in lowered and "extra inputs are not permitted" in lowered
+    )
+
+
+def _refusal(change: dict[str, Any]) -> str:
+    """The message the router answers (``messages._translated``: ``param: message``)."""
+    body = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}], **change}
+    with pytest.raises(anthropic.Untranslatable) as caught:
+        anthropic.to_chat(body)
+    return f"{caught.value.param}: {caught.value}"
+
+
+def test_thinking_enabled_is_refused_in_the_words_claude_code_retries_adaptive_on() -> None:
+    message = _refusal({"thinking": {"type": "enabled", "budget_tokens": 1024}})
+    found = _CLAUDE_CODE_THINKING_TYPE.search(message)
+    assert found is not None and found[1] == "enabled", message
+
+
+def test_an_effort_the_engines_lack_is_refused_in_the_words_claude_code_drops_it_on() -> None:
+    assert _claude_code_drops_effort(_refusal({"output_config": {"effort": "extreme"}}))
+    # Structured output: Claude Code's ``$Li`` ("output_config.format: extra inputs are not permitted").
+    message = _refusal({"output_config": {"format": {"type": "json_schema"}}})
+    assert "output_config.format: extra inputs are not permitted" in message.lower()
+
+
+@pytest.mark.parametrize(
+    ("effort", "sent"), [("low", "low"), ("medium", "medium"), ("high", "high"), ("max", "high")]
+)
+def test_effort_is_what_every_engine_takes(effort: str, sent: str) -> None:
+    body = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+    assert anthropic.to_chat({**body, "output_config": {"effort": effort}})["reasoning_effort"] == sent
+
+
+@pytest.mark.parametrize(
+    ("answer", "cached"),
+    [
+        # vLLM and SGLang: prompt_tokens_details.cached_tokens; llama-server 11434 too.
+        (
+            {
+                "usage": {
+                    "prompt_tokens": 10,
+                    "completion_tokens": 2,
+                    "prompt_tokens_details": {"cached_tokens": 8},
+                }
+            },
+            8,
+        ),
+        # llama-server's timings (its older builds' only count).
+        ({"usage": {"prompt_tokens": 10, "completion_tokens": 2}, "timings": {"cache_n": 6}}, 6),
+        ({"usage": {"prompt_tokens": 10, "completion_tokens": 2}}, 0),
+    ],
+)
+def test_cached_input_is_cache_read_input_tokens(answer: dict[str, Any], cached: int) -> None:
+    message = anthropic.from_chat(
+        {"id": "chatcmpl-1", "choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], **answer},
+        "m",
+    )
+    assert message["usage"] == {
+        "input_tokens": 10 - cached,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+        "output_tokens": 2,
+    }
+    assert anthropic.token_counts(message["usage"]) == (10, 2)  # the router still counts the whole prompt
+    Message.model_validate(message)  # the anthropic SDK's own type
+
+
+def test_a_stream_s_cached_input_comes_in_its_message_delta() -> None:
+    translation = anthropic.StreamTranslation("m")
+    raw = translation.feed(
+        b'data: {"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}, '
+        b'"finish_reason": "stop"}]}\n\n'
+        b'data: {"id": "c", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1}, '
+        b'"timings": {"cache_n": 4}}\n\ndata: [DONE]\n\n'
+    )
+    delta = next(e for e in _events(raw) if e["type"] == "message_delta")
+    assert delta["usage"] == {
+        "input_tokens": 5,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 4,
+        "output_tokens": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "message"),
+    [
+        # SGLang 0.5.3: its validation after the 200 (create_streaming_error_response).
+        (
+            {"object": "error", "type": "BadRequestError", "param": None, "code": 400,
+             "message": "The input (9000 tokens) is longer than the model's context length (8192 tokens)."},
+            400,
+            "prompt is too long: 9000 tokens > 8192 maximum",
+        ),
+        # SGLang 0.5.23: a scheduler's abort, its type an HTTP status name.
+        (
+            {"object": "error", "message": "Input length (8190 tokens) exceeds the maximum allowed length "
+             "(8186 tokens). Use a shorter input or enable --allow-auto-truncate.", "type": "BAD_REQUEST",
+             "param": None, "code": 400},
+            400,
+            "prompt is too long: 8190 tokens > 8186 maximum",
+        ),
+        # Any other in-stream error keeps the engine's words.
+        (
+            {"message": "CUDA out of memory", "type": "INTERNAL_SERVER_ERROR", "code": 500},
+            500,
+            "CUDA out of memory",
+        ),
+        ({"type": "BAD_REQUEST"}, 400, "The engine failed midway."),
+    ],
+)  # fmt: skip
+def test_an_engine_s_error_after_its_200_is_anthropic_s_error_event(
+    error: dict[str, Any], status: int, message: str
+) -> None:
+    translation = anthropic.StreamTranslation("m")
+    raw = translation.feed(b"data: " + json.dumps({"error": error}).encode() + b"\n\ndata: [DONE]\n\n")
+    assert _events(raw) == [
+        {"type": "error", "error": {"type": anthropic.error_type(status), "message": message}}
     ]

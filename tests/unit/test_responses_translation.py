@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from openai.types.responses import ResponseOutputItem, ResponseStreamEvent
+from openai.types.responses import ResponseOutputItem, ResponseStreamEvent, ResponseUsage
 from pydantic import TypeAdapter
 
 from llmgw.core import responses
@@ -250,7 +250,7 @@ def test_content_parts_and_formats() -> None:
             ],
         },
         {"role": "assistant", "content": "a cat"},
-        {"role": "developer", "content": "ab"},
+        {"role": "system", "content": "ab"},  # developer, as every engine takes it
     ]
     assert chat["response_format"] == {
         "type": "json_schema",
@@ -298,7 +298,7 @@ def test_a_chat_answer_as_a_response() -> None:
     ]
     assert result["usage"] == {
         "input_tokens": 7,
-        "input_tokens_details": {"cached_tokens": 4},
+        "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0},
         "output_tokens": 3,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 10,
@@ -823,7 +823,8 @@ def test_codex_cli_s_request_is_carried_and_its_hosted_tools_are_refused_by_name
     assert (parsed.stream, parsed.store) == (True, False)
     assert responses.to_chat_body(codex, (), "m") == {
         "model": "m",
-        "messages": [{"role": "developer", "content": "rules"}, {"role": "user", "content": "say hi"}],
+        # Its developer message as system: SGLang 0.5.3 refuses the role.
+        "messages": [{"role": "system", "content": "rules"}, {"role": "user", "content": "say hi"}],
         "parallel_tool_calls": True,
         "tools": [
             {"type": "function", "function": {"name": "exec_command", "description": "run", "strict": False,
@@ -891,3 +892,159 @@ def test_codex_clis_follow_up_after_a_tool_call_is_carried() -> None:
             "content": "Process exited with code 0\nOutput:\nllmgw-tool-ok\n",
         },
     ]
+
+
+# --- what the engines and the clients take ----------------------------------------------------
+
+
+def test_developer_messages_are_system_and_the_leading_ones_one_message() -> None:
+    body = {
+        "model": "m",
+        "instructions": "You are Codex.",
+        "input": [
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "sandbox: on"}],
+            },
+            {"type": "message", "role": "user", "content": "hi"},
+            {"type": "message", "role": "developer", "content": "later rules"},
+        ],
+    }
+    assert responses.to_chat_body(body, (), "m")["messages"] == [
+        # Llama 3.1's template takes only messages[0] as its system prompt.
+        {"role": "system", "content": "You are Codex.\n\nsandbox: on"},
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": "later rules"},  # in place, as a mid-conversation system message
+    ]
+
+
+@pytest.mark.parametrize(
+    ("effort", "sent"),
+    [
+        ("none", "low"),
+        ("minimal", "low"),
+        ("low", "low"),
+        ("medium", "medium"),
+        ("high", "high"),
+        ("xhigh", "high"),
+    ],
+)
+def test_every_openai_effort_reaches_the_engine_as_one_every_release_takes(effort: str, sent: str) -> None:
+    body = {"model": "m", "input": "hi", "reasoning": {"effort": effort}}
+    responses.parse_request(body)
+    assert responses.to_chat_body(body, (), "m")["reasoning_effort"] == sent
+    # The Response says what the client asked for.
+    answer = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}
+    result = responses.from_chat_answer(body, answer, "resp_x", "m", 100, _ids())
+    assert result["reasoning"] == {"effort": effort}
+
+
+@pytest.mark.parametrize("retention", ["in_memory", "24h"])
+def test_prompt_cache_fields_are_accepted_and_not_passed_on(retention: str) -> None:
+    body = {
+        "model": "m",
+        "input": "hi",
+        "prompt_cache_key": "session-1",
+        "prompt_cache_retention": retention,
+        "prompt_cache_options": {"ttl": "30m"},
+    }
+    responses.parse_request(body)
+    chat = responses.to_chat_body(body, (), "m")
+    assert not {"prompt_cache_key", "prompt_cache_retention", "prompt_cache_options"} & set(chat)
+
+
+@pytest.mark.parametrize(
+    ("change", "param"),
+    [
+        ({"prompt_cache_retention": "forever"}, "prompt_cache_retention"),
+        ({"prompt_cache_retention": 24}, "prompt_cache_retention"),
+        ({"prompt_cache_options": "30m"}, "prompt_cache_options"),
+        ({"prompt_cache_key": 1}, "prompt_cache_key"),
+    ],
+)
+def test_a_bad_prompt_cache_field_is_refused_by_name(change: dict[str, Any], param: str) -> None:
+    with pytest.raises(ResponsesInvalid) as caught:
+        responses.parse_request({"model": "m", "input": "hi", **change})
+    assert caught.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("answer", "cached"),
+    [
+        (
+            {
+                "usage": {
+                    "prompt_tokens": 10,
+                    "completion_tokens": 2,
+                    "prompt_tokens_details": {"cached_tokens": 8},
+                }
+            },
+            8,
+        ),
+        (
+            {"usage": {"prompt_tokens": 10, "completion_tokens": 2}, "timings": {"cache_n": 6}},
+            6,
+        ),  # llama-server
+        ({"usage": {"prompt_tokens": 10, "completion_tokens": 2}}, 0),
+    ],
+)
+def test_cached_tokens_are_carried_and_the_usage_is_what_openai_python_validates(
+    answer: dict[str, Any], cached: int
+) -> None:
+    whole = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], **answer}
+    result = responses.from_chat_answer({"model": "m", "input": "hi"}, whole, "resp_x", "m", 100, _ids())
+    usage = ResponseUsage.model_validate(result["usage"])  # cache_write_tokens is required (openai 3.57+)
+    assert (usage.input_tokens, usage.input_tokens_details.cached_tokens) == (10, cached)
+    assert usage.input_tokens_details.cache_write_tokens == 0
+
+
+_SGLANG_OVERFLOW = {
+    "object": "error",
+    "message": "The input (9000 tokens) is longer than the model's context length (8192 tokens).",
+    "type": "BadRequestError",
+    "param": None,
+    "code": 400,
+}
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _SGLANG_OVERFLOW,  # SGLang 0.5.3: its validation after the 200
+        {**_SGLANG_OVERFLOW, "type": "BAD_REQUEST",  # SGLang 0.5.23: a scheduler's abort
+         "message": "Input length (8190 tokens) exceeds the maximum allowed length (8186 tokens). Use a "
+         "shorter input or enable --allow-auto-truncate."},
+        {"code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": 9000, "n_ctx": 8192,
+         "message": "request (9000 tokens) exceeds the available context size (8192 tokens), try "
+                    "increasing it"},
+    ],
+)  # fmt: skip
+def test_an_overflow_in_the_engine_s_stream_fails_the_response_with_context_length_exceeded(
+    error: dict[str, Any],
+) -> None:
+    translation = StreamTranslation({"model": "m", "input": "hi"}, "resp_x", "m", 100, _ids())
+    raw = translation.feed(b"data: " + json.dumps({"error": error}).encode() + b"\n\ndata: [DONE]\n\n")
+    events = _events(raw)
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "error",
+        "response.failed",
+    ]
+    assert (events[2]["code"], events[2]["message"]) == ("context_length_exceeded", error["message"])
+    failed = events[3]["response"]
+    assert failed["status"] == "failed"
+    # Codex CLI ends the turn on this code (ContextWindowExceeded) and retries on any
+    # other (openai/codex, codex-rs/codex-api/src/sse/responses.rs). openai-python's
+    # ResponseError.code lists no such code, but the SDK builds stream events unvalidated.
+    assert failed["error"] == {"code": "context_length_exceeded", "message": error["message"]}
+    for event in events[:3]:
+        _STREAM_EVENT.validate_python(event)  # the openai SDK's own event types
+
+
+def test_another_in_stream_error_is_a_server_error() -> None:
+    translation = StreamTranslation({"model": "m", "input": "hi"}, "resp_x", "m", 100, _ids())
+    error = {"object": "error", "message": "CUDA out of memory", "type": "INTERNAL_SERVER_ERROR", "code": 500}
+    events = _events(translation.feed(b"data: " + json.dumps({"error": error}).encode() + b"\n\n"))
+    assert events[-1]["response"]["error"] == {"code": "server_error", "message": "CUDA out of memory"}

@@ -18,16 +18,21 @@ Loads without allowlists (the reconciler's and the routers' of the applied catal
 leave them to the renderer, so tightening a setting makes the affected models
 unplaceable (said in the status) rather than the whole applied catalog unreadable.
 
+The same value carries what the cluster's engines are (``engines``: the release each
+default image pins and every vendored release's parser registry), so a profile's
+``tool_call_parser`` and ``reasoning_parser`` are checked at the same doors against the
+release its image runs (``llmgw.core.catalog.tool_calling.parser_refusals``).
+
 Must not: read the environment (``llmgw.render.settings`` does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from llmgw.core.catalog.images import image_refusal, release_refusal
-from llmgw.core.catalog.model import Profile
+from llmgw.core.catalog.images import Release, image_refusal, image_release, release_refusal
+from llmgw.core.catalog.model import Engine, Profile, Role
 from llmgw.core.catalog.sources import (
     FileUrlSource,
     IpNetwork,
@@ -35,6 +40,7 @@ from llmgw.core.catalog.sources import (
     parse_source,
     source_address_refusal,
 )
+from llmgw.core.catalog.tool_calling import ParserRegistry, parser_refusals
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +51,29 @@ class ClusterAllowlists:
     source_networks: tuple[IpNetwork, ...] = ()
     # Image digests the operator vouches for, whatever release their tag names (images.release_refusal).
     trusted_image_digests: tuple[str, ...] = ()
+    # The engines this cluster runs: their parser registries, and the default images.
+    engines: ClusterEngines | None = None
 
 
-def allowlist_refusals(profile: Profile, allowlists: ClusterAllowlists) -> Iterator[tuple[str, str]]:
-    """``(key, why)`` for each key of ``profile`` naming what this cluster does not allow."""
+@dataclass(frozen=True, slots=True)
+class ClusterEngines:
+    default_images: Mapping[Engine, str]
+    parsers: ParserRegistry
+
+    def release(self, profile: Profile) -> Release | None:
+        """The engine release the profile's image (or the default one) names, if any."""
+        image = profile.image or self.default_images.get(profile.engine)
+        return None if image is None else image_release(profile.engine, image)
+
+
+def allowlist_refusals(
+    profile: Profile, allowlists: ClusterAllowlists, roles: Sequence[Role] = (Role.CHAT,)
+) -> Iterator[tuple[str, str]]:
+    """``(key, why)`` for each key of ``profile`` naming what this cluster does not allow
+    (or, its parsers, what the engine release it runs does not have)."""
+    if allowlists.engines is not None:
+        engines = allowlists.engines
+        yield from parser_refusals(profile, roles, engines.release(profile), engines.parsers)
     if profile.image is not None:
         refusal = image_refusal(profile.image, allowlists.images) or release_refusal(
             profile.image, profile.engine, allowlists.trusted_image_digests

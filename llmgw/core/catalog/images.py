@@ -230,6 +230,14 @@ def tag_release(engine: Engine, tag: str | None) -> Release | None:
     return Release((major, minor, patch, post), f"{major}.{minor}.{patch}" + (f".post{post}" if post else ""))
 
 
+def image_release(engine: Engine, image: str) -> Release | None:
+    """The release ``image``'s tag names for ``engine``, or None (no release tag, not an image)."""
+    try:
+        return tag_release(engine, parse_image(image).tag)
+    except ImageError:
+        return None
+
+
 def parse_trusted_digests(text: str) -> tuple[str, ...]:
     """``LLMGW_TRUSTED_IMAGE_DIGESTS``: comma-separated ``sha256:<64 hex>`` the operator vouches for."""
     digests = tuple(part.strip() for part in text.split(",") if part.strip())

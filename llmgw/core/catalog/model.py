@@ -207,6 +207,17 @@ class Profile(_Strict):
         description="how long the replica may take to become healthy once its engine or its model fetch "
         "starts, the download of its weights included (default per engine)",
     )
+    tool_call_parser: CatalogText | None = Field(
+        None,
+        description="vllm, sglang: the engine release's tool-call parser for the model's format "
+        "(--tool-call-parser; default by the source's model family, see `llmgw catalog check`); "
+        '"none": the model cannot call tools, and a request with tools is answered 400',
+    )
+    reasoning_parser: CatalogText | None = Field(
+        None,
+        description="vllm, sglang: the release's reasoning parser (--reasoning-parser); llamacpp: "
+        '--reasoning-format; default by model family; "none": the model does not reason',
+    )
     simulate_gpus: StrictBool | None = Field(
         None,
         description="engine sim: ask Nomad for the GPUs of the simulated shape (default true); "

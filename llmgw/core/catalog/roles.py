@@ -10,9 +10,13 @@ nothing else, and one started without its embedding flag answers no
 - llama.cpp: ``/v1/embeddings`` answers 501 unless ``--embeddings``
   (``tools/server/server.cpp``), and with it the completion endpoints refuse
   ("This server does not support completions. Start it without `--embeddings`").
-- SGLang 0.5.3: ``--is-embedding`` (``server_args.py``) makes the server an embedding
+  At b11434 ``/v1/embeddings`` still refuses without it (``server-context.cpp``:
+  "This server does not support embeddings. Start it with `--embeddings`"); the
+  completion refusal is gone, but an embedding server's batches are sized for one
+  output per sequence (``server_output_limits``), so the roles stay apart.
+- SGLang 0.5.3 and 0.5.23: ``--is-embedding`` (``server_args.py``) makes the server an embedding
   server; embedding models built on causal LMs need it, and it disables generation.
-- vLLM 0.10.2 and 0.11.0: ``--runner pooling`` (``vllm/config/model.py``, ``RunnerOption``);
+- vLLM 0.10.2, 0.11.0 and 0.34.0: ``--runner pooling`` (``vllm/config/model.py``, ``RunnerOption``);
   ``--convert auto`` then adapts a causal LM to embeddings, and a model with a pooling
   architecture or a sentence-transformers config (BAAI/bge-m3) is what ``--runner auto``
   would pick anyway, so the flag is right for both. ``--task`` is the deprecated spelling.

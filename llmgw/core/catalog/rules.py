@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from llmgw.core.catalog.allowlists import ClusterAllowlists, allowlist_refusals
@@ -32,6 +32,7 @@ from llmgw.core.catalog.sources import (
     SourceError,
     parse_source,
 )
+from llmgw.core.catalog.tool_calling import parser_refusals, tool_calling_note
 from llmgw.core.diagnostics import Severity, YamlPath
 from llmgw.core.names import NAME_PATTERN, is_valid_name
 
@@ -113,14 +114,21 @@ def _check_model(
             yield error((*path, "roles", index), f"role {role} is listed twice")
         seen_roles.add(role)
     for index, profile in enumerate(model.profiles):
-        yield from check_profile_rules((*path, "profiles", index), profile, policy, allowlists)
+        yield from check_profile_rules((*path, "profiles", index), profile, policy, allowlists, model.roles)
         yield from _check_roles((*path, "profiles", index), model, profile)
+        note = tool_calling_note(profile, model.roles)
+        if note is not None:
+            yield Finding(Severity.NOTE, (*path, "profiles", index, "engine"), note)
     if model.scaling is not None:
         yield from _check_scaling((*path, "scaling"), model.scaling)
 
 
 def check_profile_rules(
-    path: YamlPath, profile: Profile, policy: SecurityPolicy, allowlists: ClusterAllowlists | None = None
+    path: YamlPath,
+    profile: Profile,
+    policy: SecurityPolicy,
+    allowlists: ClusterAllowlists | None = None,
+    roles: Sequence[Role] = (Role.CHAT,),
 ) -> Iterator[Finding]:
     """The rules of one profile (also run on the valid profiles of a model whose shape failed)."""
     yield from _check_source(path, profile)
@@ -137,7 +145,12 @@ def check_profile_rules(
     for violation in check_env(policy, engine, profile.env):
         yield error((*path, "env", violation.subject), violation.message, at_key=True)
     if allowlists is not None:
-        for key, refusal in allowlist_refusals(profile, allowlists):
+        for key, refusal in allowlist_refusals(profile, allowlists, roles):
+            yield error((*path, key), refusal)
+    if allowlists is None or allowlists.engines is None:
+        # Without the cluster's engines, what any release would refuse (llama.cpp's and the
+        # sim's parsers); the renderer checks the rest against the image's release.
+        for key, refusal in parser_refusals(profile, roles, None, {}):
             yield error((*path, key), refusal)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from llmgw.core.catalog.images import Release
 from llmgw.core.catalog.model import Engine, Role
 
 
@@ -161,8 +162,11 @@ class LaunchContext:
     roles: tuple[Role, ...] = (Role.CHAT,)
     # How a node runs llmgw itself (the simulator, rendezvous waits, mirror fetches).
     llmgw_command: tuple[Word, ...] = ("llmgw",)
-    # Where a worker's head address appears (HeadAddress.ENV: this variable; FILE: this path).
+    # Where a worker's head address appears (HeadAddress.ENV: this variable, as host:port,
+    # and its two halves in the next two; FILE: this path).
     head_address_env: str = "LLMGW_HEAD_ADDR"
+    head_ip_env: str = "LLMGW_HEAD_IP"
+    head_port_env: str = "LLMGW_HEAD_PORT"
     head_address_file: Runtime = Runtime("${NOMAD_TASK_DIR}/llmgw-head")
     # In the container, the engine listens on all interfaces of the host network
     # namespace; the simulator binds the address Nomad gave its port.
@@ -171,6 +175,13 @@ class LaunchContext:
     # from the job's Variable where the engine's ``key_intake`` says it reads it (see
     # llmgw.core.engine_keys).
     requires_api_key: bool = False
+    # The engine release the replica's image names (``images.tag_release``), for the flags
+    # that differ by release (llama.cpp's --jinja); None: not known (a trusted digest).
+    release: Release | None = None
+    # How long the control plane waits for the replica to load (its placement and its load
+    # timeout, the longer): a multi-node engine's own rendezvous waits as long
+    # (SGLang's --dist-timeout, ``sglang.dist_timeout_args``).
+    load_wait_s: int | None = None
 
 
 def numbers(*values: int) -> tuple[str, ...]:

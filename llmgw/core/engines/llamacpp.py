@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmgw.core.catalog.model import Engine, Profile
 from llmgw.core.catalog.roles import role_args
+from llmgw.core.catalog.tool_calling import tool_call_args
 from llmgw.core.engines.base import KeyFromEnv, Launch, LaunchContext, RankLaunch, Step, Word, port
 
 HEALTH_PATH = "/health"
@@ -39,6 +40,7 @@ def launch_llamacpp(profile: Profile, context: LaunchContext) -> Launch:
         # /slots shows every slot's prompt to any client by default.
         "--no-slots",
         *role_args(Engine.LLAMACPP, context.roles),
+        *tool_call_args(profile, context.roles, context.release),
         *profile.args,
     )
     rank = RankLaunch(0, Step("engine", argv), ports=("http",))

@@ -37,6 +37,7 @@ from typing import Any
 
 from llmgw.core.catalog.model import Engine, Profile
 from llmgw.core.catalog.roles import role_args
+from llmgw.core.catalog.tool_calling import tool_call_args
 from llmgw.core.engines.base import (
     HeadAddress,
     KeyFromConfigFile,
@@ -146,6 +147,27 @@ def health_answer_within_s(profile: Profile) -> int:
     return engine_timeout + HEALTH_VERDICT_SLACK_S
 
 
+def dist_timeout_args(profile: Profile, context: LaunchContext) -> tuple[str, ...]:
+    """``--dist-timeout`` for a replica across nodes: as long as the control plane waits.
+
+    Unset (``dist_timeout: None``, ``srt/arg_groups/fields/parallel.py`` in 0.5.23,
+    ``server_args.py`` in 0.5.3), ``init_distributed_environment`` passes no timeout to
+    ``torch.distributed.init_process_group``, whose default for NCCL is 10 minutes. Rank 0
+    starts when its own allocation runs and then waits in torch's rendezvous for ranks whose
+    nodes may still be pulling a multi-GB image (the control plane waits for them up to its
+    placement timeout, 15 min by default) and at the barriers of a load the control plane
+    waits for up to the profile's load timeout (30 min for SGLang, 1 h for a 405B). torch
+    giving up sooner fails a replica the control plane would still wait for; longer is moot,
+    as the control plane stops the replica then. So the wait is the longer of the two. A
+    profile's own ``--dist-timeout`` wins (argparse takes the last, and it comes later).
+    """
+    if context.load_wait_s is None or any(
+        word == "--dist-timeout" or word.startswith("--dist-timeout=") for word in profile.args
+    ):
+        return ()
+    return ("--dist-timeout", str(context.load_wait_s))
+
+
 def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
     nodes = profile.node_count
     answer_within = health_answer_within_s(profile)
@@ -162,6 +184,7 @@ def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
         "--pp-size",
         *numbers(profile.pipeline_parallel),
         *role_args(Engine.SGLANG, context.roles),
+        *tool_call_args(profile, context.roles, context.release),
     )
     serve_api: tuple[Word, ...] = ("--host", context.container_listen_host, "--port", port("http"))
     if nodes == 1:
@@ -179,7 +202,15 @@ def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
         )
 
     def distributed(rank: int, init_address: Word) -> tuple[Word, ...]:
-        return ("--nnodes", *numbers(nodes), "--node-rank", *numbers(rank), "--dist-init-addr", init_address)
+        return (
+            "--nnodes",
+            *numbers(nodes),
+            "--node-rank",
+            *numbers(rank),
+            "--dist-init-addr",
+            init_address,
+            *dist_timeout_args(profile, context),
+        )
 
     head = RankLaunch(
         rank=0,

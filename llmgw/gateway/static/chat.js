@@ -15,7 +15,7 @@ let history = []; // [{role, content}]
 let busy = false;
 
 function apiKey() {
-  return localStorage.getItem(KEY_STORAGE) || "";
+  return sessionStorage.getItem(KEY_STORAGE) || ""; // the tab's only: never on disk, gone with it
 }
 
 function headers() {
@@ -250,11 +250,13 @@ async function send(text) {
     } else {
       history.push({ role: "assistant", content: state.text });
     }
-    setStatus("");
   } catch (error) {
     fail(el, `The request failed: ${error}`);
     history.pop();
   } finally {
+    // Every way out (an answer, an HTTP error, a failed fetch) ends the wait: the
+    // message itself says what happened.
+    setStatus("");
     busy = false;
     $("send").disabled = false;
   }
@@ -281,7 +283,7 @@ function start() {
   });
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    localStorage.setItem(KEY_STORAGE, $("key").value.trim());
+    sessionStorage.setItem(KEY_STORAGE, $("key").value.trim());
     $("key").value = "";
     loadModels();
   });

@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import pytest
+
 from llmgw.admin import AdminListener
 from llmgw.core.catalog import SecurityPolicy, load_catalog
 from llmgw.core.catalog_diff import Effect, diff_from_dict
@@ -126,7 +128,8 @@ async def test_an_image_or_source_the_cluster_does_not_allow_is_422_at_diff_and_
             reply = await client.call(method, path, {"catalog": text, "filename": "ci.yaml"})
             assert reply.status == 422, (profile, reply.body)
             assert reply.body["error"]["code"] == "invalid_catalog"
-            [diagnostic] = reply.body["diagnostics"]
+            # Notes (a profile's tool-call parser) come beside the one error.
+            [diagnostic] = [d for d in reply.body["diagnostics"] if d["severity"] == "error"]
             assert (diagnostic["file"], diagnostic["line"], diagnostic["path"]) == (
                 "ci.yaml",
                 3,
@@ -278,6 +281,23 @@ async def test_key_requests_are_checked(client: Client, stores: Stores) -> None:
     ):
         reply = await client.call("POST", "/admin/v1/keys", body)
         assert reply.status == 400, body
+    assert await stores.keys.list() == {}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"name": "\\ud800"}',  # a lone surrogate: valid JSON syntax, no text (was a 500)
+        b'{"name": "x", "models": ["\\udfff"]}',
+        b'{"name": "x", "models": ' + b"[" * 100 + b"]" * 100 + b"}",  # past the door's depth
+        b'{"name": ' + b"[" * 5000 + b"]" * 5000 + b"}",  # past the parser's own limit
+    ],
+)
+async def test_a_key_request_that_is_no_text_or_too_deep_is_a_400(
+    client: Client, stores: Stores, raw: bytes
+) -> None:
+    reply = await client.call("POST", "/admin/v1/keys", raw=raw)
+    assert reply.status == 400 and reply.body["error"]["code"] == "invalid_json", reply.body
     assert await stores.keys.list() == {}
 
 

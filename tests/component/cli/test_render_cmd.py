@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -70,6 +71,19 @@ async def test_plan_answers_in_words(tmp_path: Path) -> None:
         assert "missing drivers" in lines[0]  # no docker on this cluster
         assert "needs Docker running on the node" in lines[0]
         assert "does not place" in lines[1] and "1 other group(s) would place" in lines[1]
+
+
+async def test_plan_with_nomad_unreachable_says_so_and_exits_3() -> None:
+    # A port nothing listens on: bound, then closed.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    code, out, err = await llmgw(
+        "render", EXAMPLE, "--model", "sim-chat", "--plan", env={"NOMAD_ADDR": address}
+    )
+    assert code == 3, out + err  # the README's "the other side cannot be reached", not 1 (a job refused)
+    assert "refused" not in out + err
+    assert "cannot ask Nomad whether the jobs place" in err and address in err
 
 
 async def test_plan_shows_what_nomad_warns_about(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import nomad
 
-from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.acl import ops_policies
+from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
 from llmgw.devcluster.consul import ConsulSettings
 from llmgw.devcluster.nomad.config import DockerPlugin, NodeSpec
 from llmgw.devcluster.partition import TcpProxy

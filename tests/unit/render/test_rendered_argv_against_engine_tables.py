@@ -24,8 +24,10 @@ import yaml
 
 from llmgw.apispec.engine_flags import ProgramTable, check_argv, ray_start_table, tables_for_image
 from llmgw.core.catalog import Catalog, SecurityPolicy, load_catalog
+from llmgw.core.catalog.images import parse_image, tag_release
 from llmgw.core.catalog.model import ENGINES_SPANNING_NODES, Engine, Role
-from llmgw.render import DEFAULT_IMAGES, Renderer, RenderSettings, ReplicaRequest
+from llmgw.core.engines.vllm import NATIVE_MULTI_NODE
+from llmgw.render import DEFAULT_CPU_IMAGES, DEFAULT_IMAGES, Renderer, RenderSettings, ReplicaRequest
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -36,10 +38,16 @@ PROGRAMS: dict[Engine, tuple[str, ...]] = {
     Engine.LLAMACPP: ("/app/llama-server",),
 }
 RAY_START = ("ray", "start")
-# Images whose release tables are vendored, beside the defaults. vLLM 0.10.2's table stays
-# vendored (the audit read it), but its image is below vLLM's minimum release and renders
-# nothing (llmgw/core/catalog/images.py).
-EXTRA_IMAGES: dict[Engine, tuple[str, ...]] = {}
+# Older supported releases, each rendered against its own vendored table beside the
+# defaults (every release at or above the engine's minimum that has a table), and
+# llama.cpp's CPU server image. vLLM 0.10.2's table stays vendored (the audit read it), but
+# its image is below vLLM's minimum release and renders nothing
+# (llmgw/core/catalog/images.py).
+EXTRA_IMAGES: dict[Engine, tuple[str, ...]] = {
+    Engine.VLLM: ("vllm/vllm-openai:v0.11.0",),
+    Engine.SGLANG: ("lmsysorg/sglang:v0.5.3-cu129",),
+    Engine.LLAMACPP: ("ghcr.io/ggml-org/llama.cpp:server-cuda-b6795", DEFAULT_CPU_IMAGES[Engine.LLAMACPP]),
+}
 
 
 @dataclass(frozen=True)
@@ -148,8 +156,59 @@ def test_every_rendered_engine_argv_is_known_to_the_pinned_release(
     job = _render(shipped_policy, loaded.catalog, "m", 0)
     found = invocations(job, engine, image)
     if engine is Engine.VLLM and nodes > 1:
-        assert {i.table.program for i in found} == {"vllm serve", "ray start"}
+        release = tag_release(engine, parse_image(image).tag)
+        assert release is not None
+        # 0.34.0 on: a vllm serve on every rank; before: Ray workers and a Ray head.
+        native = release >= NATIVE_MULTI_NODE
+        assert {i.table.program for i in found} == ({"vllm serve"} if native else {"vllm serve", "ray start"})
+        assert len([i for i in found if i.table.program == "vllm serve"]) == (nodes if native else 1)
+    assert {i.table.release for i in found if i.table.program != "ray start"} <= {
+        t.release for t in tables_for_image(engine, image)
+    }
     assert_known_to_the_engine(found)
+
+
+@pytest.mark.parametrize(
+    ("engine", "old_image", "old_release"),
+    [
+        (Engine.VLLM, "vllm/vllm-openai:v0.11.0", "0.11.0"),
+        (Engine.SGLANG, "lmsysorg/sglang:v0.5.3-cu129", "0.5.3"),
+        (Engine.LLAMACPP, "ghcr.io/ggml-org/llama.cpp:server-cuda-b6795", "4227c9be"),
+    ],
+)
+def test_an_old_release_renders_against_its_own_table_and_the_default_against_the_new(
+    shipped_policy: SecurityPolicy, engine: Engine, old_image: str, old_release: str
+) -> None:
+    new_release = {Engine.VLLM: "0.34.0", Engine.SGLANG: "0.5.23", Engine.LLAMACPP: "b11434"}[engine]
+    nodes = 2 if engine in ENGINES_SPANNING_NODES else 1
+    for image, release in ((old_image, old_release), (DEFAULT_IMAGES[engine], new_release)):
+        catalog = load_catalog(
+            _profile_lines(engine, nodes, image, Role.CHAT), filename="c", policy=shipped_policy
+        ).catalog
+        assert catalog is not None
+        job = _render(shipped_policy, catalog, "m", 0)
+        assert {
+            t["Config"]["image"] for g in job["TaskGroups"] for t in g["Tasks"] if t["Name"] == "engine"
+        } == {image}
+        found = [i for i in invocations(job, engine, image) if i.table.program != "ray start"]
+        assert release in {i.table.release for i in found}
+        assert_known_to_the_engine(found)
+    if engine is Engine.VLLM:
+        # The two releases launch differently across nodes, and each table says why: 0.11.0
+        # has no --nnodes, so the argv rendered for 0.34.0 would not parse there.
+        catalog = load_catalog(
+            _profile_lines(engine, 2, DEFAULT_IMAGES[engine], Role.CHAT), filename="c", policy=shipped_policy
+        ).catalog
+        assert catalog is not None
+        new_job = _render(shipped_policy, catalog, "m", 0)
+        [old_table] = tables_for_image(engine, old_image)
+        rendered_for_new = [
+            Invocation(i.where, old_table, i.argv)
+            for i in invocations(new_job, engine, DEFAULT_IMAGES[engine])
+            if i.table.program == "vllm serve"
+        ]
+        with pytest.raises(AssertionError, match="--nnodes"):
+            assert_known_to_the_engine(rendered_for_new)
 
 
 def test_every_profile_of_the_example_catalog_renders_argv_its_image_knows(

@@ -84,8 +84,12 @@ def test_two_node_sglang_replica_is_one_job_of_two_groups_on_one_fabric(
 def test_vllm_two_nodes_serves_inside_the_ray_heads_container_with_one_gpu_request_per_node(
     renderer: Renderer, shipped_policy: SecurityPolicy
 ) -> None:
-    # vLLM's run_cluster.sh: `vllm serve` in the head's container, workers `ray start --address`.
-    text = "models:\n  big:\n    profiles: [{engine: vllm, source: org/m, tp: 8, pp: 2, nodes: 2}]\n"
+    # vLLM's run_cluster.sh: `vllm serve` in the head's container, workers `ray start --address`
+    # (0.11.0, which has no --nnodes).
+    text = (
+        "models:\n  big:\n    profiles: [{engine: vllm, image: 'vllm/vllm-openai:v0.11.0', "
+        "source: org/m, tp: 8, pp: 2, nodes: 2}]\n"
+    )
     catalog = load_catalog(text, filename="c", policy=shipped_policy).catalog
     assert catalog is not None
     rank0, rank1 = job(renderer, catalog, "big", fabric="f")["TaskGroups"]
@@ -99,6 +103,50 @@ def test_vllm_two_nodes_serves_inside_the_ray_heads_container_with_one_gpu_reque
     assert engine["Env"]["VLLM_HOST_IP"] == "${NOMAD_IP_ray}"
     assert [t["Name"] for t in rank1["Tasks"]] == ["await-head", "engine"]
     assert rank1["Tasks"][1]["Config"]["entrypoint"] == ["ray"]
+    for group in (rank0, rank1):
+        gpu_requests = [d for t in group["Tasks"] for d in (t["Resources"].get("Devices") or [])]
+        assert [d["Count"] for d in gpu_requests] == [8], group["Name"]
+
+
+def test_vllm_two_nodes_from_0_34_runs_vllm_serve_on_every_rank_without_ray(
+    renderer: Renderer, shipped_policy: SecurityPolicy
+) -> None:
+    # vLLM 0.34.0 (the default image): --nnodes/--node-rank/--master-addr/--master-port with
+    # the mp executor, --headless on the worker (vllm/entrypoints/cli/serve.py run_headless).
+    text = "models:\n  big:\n    profiles: [{engine: vllm, source: org/m, tp: 8, pp: 2, nodes: 2}]\n"
+    catalog = load_catalog(text, filename="c", policy=shipped_policy).catalog
+    assert catalog is not None
+    rank0, rank1 = job(renderer, catalog, "big", fabric="f")["TaskGroups"]
+    [head] = rank0["Tasks"]
+    assert head["Config"]["entrypoint"] == ["vllm"]
+    args = head["Config"]["args"]
+
+    def value(argv: list[str], flag: str) -> str:
+        return argv[argv.index(flag) + 1]
+
+    assert args[0] == "serve" and "ray" not in " ".join(args)
+    assert value(args, "--distributed-executor-backend") == "mp"
+    assert (value(args, "--nnodes"), value(args, "--node-rank")) == ("2", "0")
+    assert (value(args, "--master-addr"), value(args, "--master-port")) == (
+        "${NOMAD_IP_dist}",
+        "${NOMAD_PORT_dist}",
+    )
+    assert "--headless" not in args and value(args, "--port") == "${NOMAD_PORT_http}"
+    assert head["Env"]["VLLM_HOST_IP"] == "${NOMAD_IP_dist}"
+    assert [t["Name"] for t in rank1["Tasks"]] == ["await-head", "engine"]
+    worker = rank1["Tasks"][1]
+    wargs = worker["Config"]["args"]
+    assert worker["Config"]["entrypoint"] == ["vllm"] and wargs[0] == "serve"
+    assert (value(wargs, "--nnodes"), value(wargs, "--node-rank")) == ("2", "1")
+    # The head's address, each half rendered from Consul into the worker's environment.
+    assert (value(wargs, "--master-addr"), value(wargs, "--master-port")) == (
+        "${LLMGW_HEAD_IP}",
+        "${LLMGW_HEAD_PORT}",
+    )
+    assert "--headless" in wargs and "--port" not in wargs and "--host" not in wargs
+    [head_env] = [t for t in worker["Templates"] if t["DestPath"].endswith(".env")]
+    assert "LLMGW_HEAD_IP={{ range service" in head_env["EmbeddedTmpl"]
+    assert "{{ .Address }}{{ end }}\nLLMGW_HEAD_PORT=" in head_env["EmbeddedTmpl"]
     for group in (rank0, rank1):
         gpu_requests = [d for t in group["Tasks"] for d in (t["Resources"].get("Devices") or [])]
         assert [d["Count"] for d in gpu_requests] == [8], group["Name"]

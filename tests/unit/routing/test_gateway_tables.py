@@ -461,3 +461,17 @@ def test_the_upstream_body_names_the_serving_model_and_may_ask_for_usage() -> No
     body = json.loads(call.upstream_body("real", force_usage=True))
     assert body["model"] == "real" and body["stream_options"] == {"include_usage": True} and body["n"] == 1
     assert "stream_options" not in json.loads(call.upstream_body("real", force_usage=False))
+
+
+def test_a_long_conversation_is_cut_with_an_overlap_where_the_cut_falls_between_two_turns() -> None:
+    # Two long turns whose words at the boundary make one phrase: one piece of the cut
+    # must read the boundary whole, as the whole conversation did (#28: neither did).
+    before = " ".join(f"u{i:03d}" for i in range(100)) + " how to build a"
+    after = "bomb " + " ".join(f"a{i:03d}" for i in range(100))
+    first, second = split_in_two(_turns(before, after)) or ([], [])
+    total = len(before) + len(after)
+    for piece in (first, second):
+        assert sum(len(t.text) for t in piece) <= total * 5 // 8  # smaller each time
+        assert piece[0].role == "user"
+    assert [p for p in (first, second) if "how to build a" in p[0].text and p[-1].text.startswith("bomb")]
+    assert first[0].text.startswith("u000") and second[-1].text.endswith("a099")  # nothing left out

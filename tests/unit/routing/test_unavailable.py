@@ -101,7 +101,11 @@ def test_unserved_reason(
 def test_unplaceable_answer_says_why_and_since_when_and_when_to_retry() -> None:
     refusal = refusal_for(Unserved.UNAVAILABLE, "on-demand", retry_after=30, unavailable=UNPLACEABLE)
     assert (refusal.status, refusal.code, refusal.type) == (503, "model_unavailable", "server_error")
-    assert refusal.retry_after == 30 and refusal.retryable
+    # No place says nothing of when there will be one: the SDKs are told not to retry
+    # (x-should-retry: false), and Retry-After says when a person might.
+    assert refusal.retry_after == 30 and not refusal.retryable
+    # Without the control plane's word a retry may find a replica.
+    assert refusal_for(Unserved.UNAVAILABLE, "on-demand", retry_after=30).retryable
     assert refusal.message == (
         "The model `on-demand` cannot be served now: the cluster has no place for it "
         "(no profile fits: profile 0: missing drivers (docker)) since 2026-11-30T00:53:20Z. "

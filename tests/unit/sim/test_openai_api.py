@@ -21,7 +21,8 @@ def _chat(**extra: Any) -> dict[str, Any]:
 def test_chat_defaults_and_prompt_tokens() -> None:
     request = openai_api.parse_chat(_chat(), LIMITS)
     assert request.endpoint is Endpoint.CHAT
-    assert request.max_tokens == 16
+    # vLLM's chat default is the rest of the context, not the completions' 16.
+    assert request.max_tokens == LIMITS.max_model_len - 3
     assert request.prompt_tokens == 3
     assert request.stream is False and request.include_usage is False
 
