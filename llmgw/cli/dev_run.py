@@ -253,12 +253,19 @@ async def _dev(
         print(f"llmgw dev: {exc}", file=sys.stderr)
         return EXIT_USAGE
     async with DevCluster(DevClusterConfig(nomad=nomad_config, state_dir=state_dir / "nomad")) as cluster:
+        # The control plane and the router each run with a token of exactly their ops/acl
+        # policy, never the management token (which is the operator's, in the token files).
+        def consul_as(who: str) -> ConsulConnection:
+            return ConsulConnection.from_env(
+                {"CONSUL_HTTP_ADDR": cluster.consul_addr, "CONSUL_HTTP_TOKEN": cluster.consul_tokens[who]}
+            )
+
         settings = ServiceSettings(
             role=Role.ALL,
-            nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token),
-            consul=ConsulConnection.from_env(
-                {"CONSUL_HTTP_ADDR": cluster.consul_addr, "CONSUL_HTTP_TOKEN": cluster.consul_token}
-            ),
+            nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_tokens["control-plane"]),
+            consul=consul_as("control-plane"),
+            router_nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_tokens["router"]),
+            router_consul=consul_as("router"),
             policy=policy,
             # Every replica's engine requires its own key, as in a cluster with
             # LLMGW_ENGINE_KEY_SECRET set: the control plane and the router share this one.
@@ -293,7 +300,9 @@ async def _dev(
             assert services.router is not None and services.admin is not None
             assert services.control_metrics is not None
             router_url = services.router.url
-            await _register_own_services(settings.consul, router_url, services.control_metrics.url)
+            # On a cluster Nomad registers these from the llmgw job's service blocks, with
+            # its agents' Consul token: here too (ops/acl/consul-nomad-agent.policy.hcl).
+            await _register_own_services(consul_as("nomad-agent"), router_url, services.control_metrics.url)
             state = {
                 "pid": os.getpid(),
                 "nomad_addr": cluster.nomad_addr,
