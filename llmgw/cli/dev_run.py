@@ -26,7 +26,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from llmgw.bundled import bundled_path, read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, event_loop
 from llmgw.cli.catalog_cmd import catalog_from_file
 from llmgw.cli.dev_cmd import EXIT_NOT_RUNNING, FAULT_TIMEOUT
+from llmgw.cli.output import SHORT_ID
 from llmgw.cli.serve_run import configure_logging
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.control import ControlSettings
@@ -46,7 +47,7 @@ from llmgw.control.metrics_server import MetricsListenerSettings
 from llmgw.core import routing
 from llmgw.core.catalog import Catalog, Engine, GuardErrorPolicy, Model, ScalingMode
 from llmgw.core.catalog import Role as ModelRole
-from llmgw.core.conventions import CONTROL_METRICS_SERVICE, ROUTER_SERVICE, SERVICE_TAG
+from llmgw.core.conventions import CONTROL_METRICS_SERVICE, JOB_META_MODEL, ROUTER_SERVICE, SERVICE_TAG
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
@@ -435,6 +436,52 @@ def run_fault(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@dataclass(frozen=True, slots=True)
+class StandingAlloc:
+    """An allocation ``llmgw dev crash`` may name: by id, replica (its job) or model."""
+
+    alloc_id: str
+    job_id: str
+    model: str
+    group: str
+    node: str
+    running: bool  # Nomad wants it running and it has not ended
+
+    def describe(self) -> str:
+        return f"{self.alloc_id[:SHORT_ID]} ({self.job_id}, group {self.group} on {self.node})"
+
+
+def _standing(raw: Mapping[str, Any], models: Mapping[str, str]) -> StandingAlloc:
+    job_id = str(raw["JobID"])
+    return StandingAlloc(
+        alloc_id=str(raw["ID"]),
+        job_id=job_id,
+        model=models.get(job_id, ""),
+        group=str(raw.get("TaskGroup", "")),
+        node=str(raw.get("NodeName") or raw.get("NodeID", "")),
+        running=raw.get("DesiredStatus", "run") == "run"
+        and raw.get("ClientStatus") in ("pending", "running"),
+    )
+
+
+def choose_allocation(name: str, allocs: list[StandingAlloc]) -> StandingAlloc:
+    """The one allocation ``name`` means: an allocation id or a prefix of it (as Nomad's CLI
+    takes one, any allocation), else a replica (its job id, as `llmgw status` shows it) or a
+    model, whose running allocations are the candidates. ``LookupError`` when none or
+    several match, naming the candidates so the next try can name one."""
+    by_id = [a for a in allocs if a.alloc_id == name] or [a for a in allocs if a.alloc_id.startswith(name)]
+    if not by_id:
+        by_id = [a for a in allocs if a.running and name in (a.job_id, a.model)]
+    if len(by_id) == 1:
+        return by_id[0]
+    if not by_id:
+        replicas = sorted({a.job_id for a in allocs if a.running})
+        known = f" (running replicas: {', '.join(replicas)})" if replicas else " (nothing runs)"
+        raise LookupError(f"no allocation, replica or model {name!r}{known}")
+    listed = "; ".join(a.describe() for a in sorted(by_id, key=lambda a: (a.job_id, a.group, a.alloc_id)))
+    raise LookupError(f"{name!r} matches {len(by_id)} allocations, name one by its id: {listed}")
+
+
 async def _refused(response: aiohttp.ClientResponse) -> None:
     """A stand-in's error answer, in its words (``LookupError``: exit 1)."""
     if response.status >= 400:
@@ -467,18 +514,20 @@ async def _apply_fault(
                 await http.post(f"{nomad}/_dev/node/{await node_id(args.node)}/restore", headers=as_nomad)
                 return f"node {args.node} restored (empty)"
             case "crash":
-                async with http.get(
-                    f"{nomad}/v1/allocations", params={"prefix": args.alloc}, headers=as_nomad
-                ) as response:
+                async with http.get(f"{nomad}/v1/allocations", headers=as_nomad) as response:
                     allocs = await response.json()
-                if len(allocs) != 1:
-                    raise LookupError(f"{len(allocs)} allocations match {args.alloc!r}")
+                models: dict[str, str] = {}
+                for job_id in sorted({str(a["JobID"]) for a in allocs}):
+                    async with http.get(f"{nomad}/v1/job/{job_id}", headers=as_nomad) as response:
+                        meta = (await response.json()).get("Meta") or {}
+                    models[job_id] = str(meta.get(JOB_META_MODEL, ""))
+                chosen = choose_allocation(args.alloc, [_standing(a, models) for a in allocs])
                 await http.post(
-                    f"{nomad}/_dev/alloc/{allocs[0]['ID']}/crash",
+                    f"{nomad}/_dev/alloc/{chosen.alloc_id}/crash",
                     params={"task": args.task},
                     headers=as_nomad,
                 )
-                return f"task {args.task} of allocation {allocs[0]['ID'][:8]} killed"
+                return f"task {args.task} of allocation {chosen.describe()} killed"
             case "consul-outage":
                 await http.put(
                     f"{consul}/_dev/outage",
