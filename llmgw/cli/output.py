@@ -201,8 +201,8 @@ def print_status(
     stream = out or sys.stdout
     catalog = (report.catalog_hash or "-")[:12]
     heading = f"leader {report.leader or '-'}, catalog {catalog}, {status_age(report, now)}"
-    for paragraph in (heading, report.note):
-        for line in [paragraph] if width is None or not paragraph else textwrap.wrap(paragraph, width):
+    for paragraph in filter(None, (heading, report.note)):
+        for line in [paragraph] if width is None else textwrap.wrap(paragraph, width):
             print(line, file=stream)
     if not report.models:
         print("\nno models", file=stream)
