@@ -140,10 +140,7 @@ def check_profile_rules(
                 yield error((*path, key), f"{key} applies to engine sim only, not {engine}", at_key=True)
     elif profile.image is not None:
         yield error((*path, "image"), "engine sim runs llmgw's own simulator; it takes no image", at_key=True)
-    for violation in check_args(policy, engine, profile.args):
-        yield error((*path, "args", violation.index if violation.index is not None else 0), violation.message)
-    for violation in check_env(policy, engine, profile.env):
-        yield error((*path, "env", violation.subject), violation.message, at_key=True)
+    yield from check_profile_policy(path, profile, policy)
     if allowlists is not None:
         for key, refusal in allowlist_refusals(profile, allowlists, roles):
             yield error((*path, key), refusal)
@@ -152,6 +149,15 @@ def check_profile_rules(
         # sim's parsers); the renderer checks the rest against the image's release.
         for key, refusal in parser_refusals(profile, roles, None, {}):
             yield error((*path, key), refusal)
+
+
+def check_profile_policy(path: YamlPath, profile: Profile, policy: SecurityPolicy) -> Iterator[Finding]:
+    """The security policy over a profile's args and env: it needs only its engine, args
+    and env, so it also runs on a profile whose other keys have the wrong shape."""
+    for violation in check_args(policy, profile.engine, profile.args):
+        yield error((*path, "args", violation.index if violation.index is not None else 0), violation.message)
+    for violation in check_env(policy, profile.engine, profile.env):
+        yield error((*path, "env", violation.subject), violation.message, at_key=True)
 
 
 def _check_roles(path: YamlPath, model: Model, profile: Profile) -> Iterator[Finding]:
