@@ -25,7 +25,7 @@ import secrets
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from llmgw.control.metrics_server import MetricsListenerSettings
 from llmgw.core import routing
 from llmgw.core.catalog import Catalog, Engine, GuardErrorPolicy, Model, ScalingMode
 from llmgw.core.catalog import Role as ModelRole
+from llmgw.core.catalog.node_shapes import NodeGpus
 from llmgw.core.conventions import CONTROL_METRICS_SERVICE, JOB_META_MODEL, ROUTER_SERVICE, SERVICE_TAG
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.planning import PlanningSettings
@@ -145,6 +146,14 @@ def dev_render_settings() -> RenderSettings:
         # stops a lost replica before Nomad would replace one shard of it alone.
         lost_after_s=60,
     )
+
+
+def node_gpus_of(nodes: Sequence[NodeSpec]) -> tuple[NodeGpus, ...]:
+    """The most GPUs one stand-in node has, per GPU model (a CPU node's 0 included)."""
+    largest: dict[str, int] = {}
+    for node in nodes:
+        largest[node.gpu_model] = max(largest.get(node.gpu_model, 0), node.gpus)
+    return tuple(NodeGpus(model, count) for model, count in sorted(largest.items()))
 
 
 def dev_control_settings() -> ControlSettings:
@@ -255,7 +264,11 @@ async def _dev(
             policy=policy,
             # Every replica's engine requires its own key, as in a cluster with
             # LLMGW_ENGINE_KEY_SECRET set: the control plane and the router share this one.
-            render=replace(dev_render_settings(), engine_api_keys=True),
+            # Its nodes' shapes, as an operator states a cluster's (LLMGW_NODE_GPUS): `llmgw ctl
+            # apply` refuses a shape none of them can hold.
+            render=replace(
+                dev_render_settings(), engine_api_keys=True, node_gpus=node_gpus_of(nomad_config.nodes)
+            ),
             engine_keys=EngineKeys(secrets.token_hex(32)),
             control=dev_control_settings(),
             # LLMGW_ROUTER_* tune the router as for serve; dev listens on loopback without
