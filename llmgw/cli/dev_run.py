@@ -11,7 +11,8 @@ reach loopback could otherwise run a command through Nomad or redirect prompts
 through Consul. Their tokens are in ``nomad.token`` and ``consul.token`` in the
 state folder while it runs, readable by this user only; the banner's ``export``
 lines read them from there (the secrets are never printed), and the fault
-subcommands send them.
+subcommands send them. The tokens, the stand-ins' ports and the engines' key secret
+stay the same across restarts of one state folder (``dev_stable``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import shlex
 import shutil
 import sys
@@ -39,6 +39,7 @@ from llmgw.bundled import bundled_path, read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, event_loop
 from llmgw.cli.catalog_cmd import catalog_from_file
 from llmgw.cli.dev_cmd import EXIT_NOT_RUNNING, FAULT_TIMEOUT
+from llmgw.cli.dev_stable import load_stable, save_stable, write_secret
 from llmgw.cli.output import SHORT_ID
 from llmgw.cli.serve_run import configure_logging
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
@@ -52,6 +53,7 @@ from llmgw.core.conventions import CONTROL_METRICS_SERVICE, JOB_META_MODEL, ROUT
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
+from llmgw.devcluster.consul import ConsulSettings
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
 from llmgw.devcluster.nomad.config import DockerPlugin
 from llmgw.flags import LLAMA_SERVER, LOG_LEVEL, SettingError, flag_or_variable
@@ -64,19 +66,8 @@ NOMAD_TOKEN_FILE = "nomad.token"  # noqa: S105 (a file name, not a token)
 CONSUL_TOKEN_FILE = "consul.token"  # noqa: S105 (a file name, not a token)
 
 
-def write_secret(path: Path, secret: str) -> None:
-    """``secret`` in ``path``, readable and writable by this user only (mode 0600).
-
-    The file is created 0600 under a temporary name before anything is written
-    to it, then renamed over ``path``: no other user can open it at any moment,
-    and a file an earlier run left (whatever its mode) is replaced, not reused.
-    """
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.unlink(missing_ok=True)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(secret)
-    os.replace(temporary, path)
+def _port(address: str) -> int:
+    return URL(address if "://" in address else f"http://{address}").port or 0
 
 
 def local_llama_server(environ: Mapping[str, str] = os.environ) -> str | None:
@@ -254,7 +245,19 @@ async def _dev(
 ) -> int:
     state_dir: Path = args.state_dir
     logging.getLogger("llmgw").info("event loop: %s", event_loop.running_loop_name())
-    async with DevCluster(DevClusterConfig(nomad=nomad_config, state_dir=state_dir / "nomad")) as cluster:
+    stable = load_stable(state_dir)
+    config = DevClusterConfig(
+        nomad=replace(nomad_config, acl_token=stable.nomad_token),
+        consul=ConsulSettings(acl_token=stable.consul_token),
+        state_dir=state_dir / "nomad",
+        nomad_port=stable.nomad_port,
+        consul_port=stable.consul_port,
+    )
+    async with DevCluster(config) as cluster:
+        save_stable(
+            state_dir,
+            replace(stable, nomad_port=_port(cluster.nomad_addr), consul_port=_port(cluster.consul_addr)),
+        )
         settings = ServiceSettings(
             role=Role.ALL,
             nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token),
@@ -269,7 +272,7 @@ async def _dev(
             render=replace(
                 dev_render_settings(), engine_api_keys=True, node_gpus=node_gpus_of(nomad_config.nodes)
             ),
-            engine_keys=EngineKeys(secrets.token_hex(32)),
+            engine_keys=EngineKeys(stable.engine_key_secret),
             control=dev_control_settings(),
             # LLMGW_ROUTER_* tune the router as for serve; dev listens on loopback without
             # keys unless asked to check them (the keys the admin API issues, in Consul KV).
