@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar
 from llmgw.core.catalog.images import parse_allowed_images as parse_images
 from llmgw.core.catalog.images import parse_trusted_digests as parse_digests
 from llmgw.core.catalog.model import Engine
+from llmgw.core.catalog.node_shapes import parse_node_gpus
 from llmgw.core.catalog.sources import parse_allowed_networks as parse_networks
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.sealing import parse_sealing_keys
@@ -277,6 +278,7 @@ TRUSTED_IMAGE_DIGESTS = Variable("LLMGW_TRUSTED_IMAGE_DIGESTS", "sha256:<64 hex>
                                  parse_digests)
 SOURCE_ALLOWED_NETWORKS = Variable("LLMGW_SOURCE_ALLOWED_NETWORKS", "networks, comma-separated",
                                    parse_networks)
+NODE_GPUS = Variable("LLMGW_NODE_GPUS", "MODEL=COUNT or COUNT, comma-separated", parse_node_gpus)
 IMAGE_VLLM = Variable("LLMGW_IMAGE_VLLM", "an image reference", parse_text)
 IMAGE_SGLANG = Variable("LLMGW_IMAGE_SGLANG", "an image reference", parse_text)
 IMAGE_LLAMACPP = Variable("LLMGW_IMAGE_LLAMACPP", "an image reference", parse_text)
@@ -309,7 +311,7 @@ VARIABLES: tuple[Variable[Any], ...] = (
     LLAMA_SERVER,
     DATACENTERS, NODE_POOL, NODE_COMMAND, TEMPLATES, MIRROR_URL, MODEL_CACHE_DIR, MODEL_CACHE_VOLUME,
     HF_TOKEN_VARIABLE, ALLOWED_IMAGES, TRUSTED_IMAGE_DIGESTS, SOURCE_ALLOWED_NETWORKS, *IMAGES.values(),
-    *CPU_IMAGES.values(),
+    *CPU_IMAGES.values(), NODE_GPUS,
     ADMIN_TOKEN, ADMIN_URL, ACTOR,
     MIRROR_STORE, MIRROR_HF_ENDPOINT, MIRROR_CONCURRENCY, MIRROR_BANDWIDTH_LIMIT, MIRROR_CONNECT_TIMEOUT,
     MIRROR_READ_TIMEOUT, MIRROR_RETRIES, MIRROR_BACKOFF_INITIAL, MIRROR_BACKOFF_MAX, MIRROR_LOCK_WAIT,

@@ -434,7 +434,7 @@ def _status(args: argparse.Namespace) -> int:
 def _print_status(raw: dict[str, Any]) -> None:
     import time
 
-    from llmgw.cli.output import print_status
+    from llmgw.cli.output import output_width, print_status
     from llmgw.core.planning.status import StatusDecodeError, from_json
 
     try:
@@ -446,7 +446,7 @@ def _print_status(raw: dict[str, Any]) -> None:
         )
         _print_json(raw)
         return
-    print_status(report, now=time.time())
+    print_status(report, now=time.time(), width=output_width(sys.stdout))
 
 
 # --- the catalog -----------------------------------------------------------------------------------

@@ -140,10 +140,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "crash",
         help="SIGKILL one task of an allocation",
         description="SIGKILL one task of an allocation; Nomad's restart policy then applies. "
-        'Allocation ids: curl -H "X-Nomad-Token: $NOMAD_TOKEN" $NOMAD_ADDR/v1/allocations. '
+        "ALLOC is an allocation id or its prefix (`llmgw status` shows them, 8 characters), a "
+        "replica or a model as `llmgw status` names them; one that runs several allocations (a "
+        "multi-node replica, a model with replicas) is refused with their ids. "
         + _fault_exits("no allocation, or several, match ALLOC; no such task"),
     )
-    crash.add_argument("alloc", help="allocation id (or a unique prefix)")
+    crash.add_argument(
+        "alloc", metavar="ALLOC", help="allocation id or prefix, replica, or model (as `llmgw status` shows)"
+    )
     crash.add_argument("--task", default="engine", help="the task to kill (default engine)")
     crash.set_defaults(handler=_fault, fault="crash")
     outage = commands.add_parser(

@@ -11,7 +11,8 @@ reach loopback could otherwise run a command through Nomad or redirect prompts
 through Consul. Their tokens are in ``nomad.token`` and ``consul.token`` in the
 state folder while it runs, readable by this user only; the banner's ``export``
 lines read them from there (the secrets are never printed), and the fault
-subcommands send them.
+subcommands send them. The tokens, the stand-ins' ports and the engines' key secret
+stay the same across restarts of one state folder (``dev_stable``).
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ from llmgw.bundled import bundled_path, read_security_policy
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, event_loop
 from llmgw.cli.catalog_cmd import catalog_from_file
 from llmgw.cli.dev_cmd import EXIT_NOT_RUNNING, FAULT_TIMEOUT
+from llmgw.cli.dev_stable import load_stable, save_stable, write_secret
+from llmgw.cli.output import SHORT_ID
 from llmgw.cli.serve_run import configure_logging
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
 from llmgw.control import ControlSettings
@@ -46,10 +48,12 @@ from llmgw.control.metrics_server import MetricsListenerSettings
 from llmgw.core import routing
 from llmgw.core.catalog import Catalog, Engine, GuardErrorPolicy, Model, ScalingMode
 from llmgw.core.catalog import Role as ModelRole
-from llmgw.core.conventions import CONTROL_METRICS_SERVICE, ROUTER_SERVICE, SERVICE_TAG
+from llmgw.core.catalog.node_shapes import NodeGpus
+from llmgw.core.conventions import CONTROL_METRICS_SERVICE, JOB_META_MODEL, ROUTER_SERVICE, SERVICE_TAG
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.planning import PlanningSettings
 from llmgw.devcluster.cluster import DevCluster, DevClusterConfig
+from llmgw.devcluster.consul import ConsulSettings
 from llmgw.devcluster.nomad import NodeSpec, StandInConfig, config_from_yaml
 from llmgw.devcluster.nomad.config import DockerPlugin
 from llmgw.flags import ENGINE_KEY_SECRET, LLAMA_SERVER, LOG_LEVEL, SettingError, flag_or_variable
@@ -63,19 +67,8 @@ NOMAD_TOKEN_FILE = "nomad.token"  # noqa: S105 (a file name, not a token)
 CONSUL_TOKEN_FILE = "consul.token"  # noqa: S105 (a file name, not a token)
 
 
-def write_secret(path: Path, secret: str) -> None:
-    """``secret`` in ``path``, readable and writable by this user only (mode 0600).
-
-    The file is created 0600 under a temporary name before anything is written
-    to it, then renamed over ``path``: no other user can open it at any moment,
-    and a file an earlier run left (whatever its mode) is replaced, not reused.
-    """
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.unlink(missing_ok=True)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(secret)
-    os.replace(temporary, path)
+def _port(address: str) -> int:
+    return URL(address if "://" in address else f"http://{address}").port or 0
 
 
 def local_llama_server(environ: Mapping[str, str] = os.environ) -> str | None:
@@ -145,6 +138,14 @@ def dev_render_settings() -> RenderSettings:
         # stops a lost replica before Nomad would replace one shard of it alone.
         lost_after_s=60,
     )
+
+
+def node_gpus_of(nodes: Sequence[NodeSpec]) -> tuple[NodeGpus, ...]:
+    """The most GPUs one stand-in node has, per GPU model (a CPU node's 0 included)."""
+    largest: dict[str, int] = {}
+    for node in nodes:
+        largest[node.gpu_model] = max(largest.get(node.gpu_model, 0), node.gpus)
+    return tuple(NodeGpus(model, count) for model, count in sorted(largest.items()))
 
 
 def dev_control_settings() -> ControlSettings:
@@ -247,12 +248,25 @@ async def _dev(
     logging.getLogger("llmgw").info("event loop: %s", event_loop.running_loop_name())
     try:
         # Set: the secret a second router needs to reach dev's engines (llmgw serve --role
-        # router with the same LLMGW_ENGINE_KEY_SECRET); unset: one drawn for this run only.
+        # router with the same LLMGW_ENGINE_KEY_SECRET); unset: the one kept in the state dir.
         chosen_secret = ENGINE_KEY_SECRET.read(os.environ)
     except SettingError as exc:
         print(f"llmgw dev: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    async with DevCluster(DevClusterConfig(nomad=nomad_config, state_dir=state_dir / "nomad")) as cluster:
+    stable = load_stable(state_dir)
+    config = DevClusterConfig(
+        nomad=replace(nomad_config, acl_token=stable.nomad_token),
+        consul=ConsulSettings(acl_token=stable.consul_token),
+        state_dir=state_dir / "nomad",
+        nomad_port=stable.nomad_port,
+        consul_port=stable.consul_port,
+    )
+    async with DevCluster(config) as cluster:
+        save_stable(
+            state_dir,
+            replace(stable, nomad_port=_port(cluster.nomad_addr), consul_port=_port(cluster.consul_addr)),
+        )
+
         # The control plane and the router each run with a token of exactly their ops/acl
         # policy, never the management token (which is the operator's, in the token files).
         def consul_as(who: str) -> ConsulConnection:
@@ -269,8 +283,12 @@ async def _dev(
             policy=policy,
             # Every replica's engine requires its own key, as in a cluster with
             # LLMGW_ENGINE_KEY_SECRET set: the control plane and the router share this one.
-            render=replace(dev_render_settings(), engine_api_keys=True),
-            engine_keys=chosen_secret or EngineKeys(secrets.token_hex(32)),
+            # Its nodes' shapes, as an operator states a cluster's (LLMGW_NODE_GPUS): `llmgw ctl
+            # apply` refuses a shape none of them can hold.
+            render=replace(
+                dev_render_settings(), engine_api_keys=True, node_gpus=node_gpus_of(nomad_config.nodes)
+            ),
+            engine_keys=chosen_secret or EngineKeys(stable.engine_key_secret),
             # Stored responses sealed as with LLMGW_RESPONSES_KEYS set, with a key of this
             # run: dev's Consul lives and dies with it.
             response_keys=process_sealing_keys(),
@@ -470,6 +488,52 @@ def run_fault(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@dataclass(frozen=True, slots=True)
+class StandingAlloc:
+    """An allocation ``llmgw dev crash`` may name: by id, replica (its job) or model."""
+
+    alloc_id: str
+    job_id: str
+    model: str
+    group: str
+    node: str
+    running: bool  # Nomad wants it running and it has not ended
+
+    def describe(self) -> str:
+        return f"{self.alloc_id[:SHORT_ID]} ({self.job_id}, group {self.group} on {self.node})"
+
+
+def _standing(raw: Mapping[str, Any], models: Mapping[str, str]) -> StandingAlloc:
+    job_id = str(raw["JobID"])
+    return StandingAlloc(
+        alloc_id=str(raw["ID"]),
+        job_id=job_id,
+        model=models.get(job_id, ""),
+        group=str(raw.get("TaskGroup", "")),
+        node=str(raw.get("NodeName") or raw.get("NodeID", "")),
+        running=raw.get("DesiredStatus", "run") == "run"
+        and raw.get("ClientStatus") in ("pending", "running"),
+    )
+
+
+def choose_allocation(name: str, allocs: list[StandingAlloc]) -> StandingAlloc:
+    """The one allocation ``name`` means: an allocation id or a prefix of it (as Nomad's CLI
+    takes one, any allocation), else a replica (its job id, as `llmgw status` shows it) or a
+    model, whose running allocations are the candidates. ``LookupError`` when none or
+    several match, naming the candidates so the next try can name one."""
+    by_id = [a for a in allocs if a.alloc_id == name] or [a for a in allocs if a.alloc_id.startswith(name)]
+    if not by_id:
+        by_id = [a for a in allocs if a.running and name in (a.job_id, a.model)]
+    if len(by_id) == 1:
+        return by_id[0]
+    if not by_id:
+        replicas = sorted({a.job_id for a in allocs if a.running})
+        known = f" (running replicas: {', '.join(replicas)})" if replicas else " (nothing runs)"
+        raise LookupError(f"no allocation, replica or model {name!r}{known}")
+    listed = "; ".join(a.describe() for a in sorted(by_id, key=lambda a: (a.job_id, a.group, a.alloc_id)))
+    raise LookupError(f"{name!r} matches {len(by_id)} allocations, name one by its id: {listed}")
+
+
 async def _refused(response: aiohttp.ClientResponse) -> None:
     """A stand-in's error answer, in its words (``LookupError``: exit 1)."""
     if response.status >= 400:
@@ -502,18 +566,20 @@ async def _apply_fault(
                 await http.post(f"{nomad}/_dev/node/{await node_id(args.node)}/restore", headers=as_nomad)
                 return f"node {args.node} restored (empty)"
             case "crash":
-                async with http.get(
-                    f"{nomad}/v1/allocations", params={"prefix": args.alloc}, headers=as_nomad
-                ) as response:
+                async with http.get(f"{nomad}/v1/allocations", headers=as_nomad) as response:
                     allocs = await response.json()
-                if len(allocs) != 1:
-                    raise LookupError(f"{len(allocs)} allocations match {args.alloc!r}")
+                models: dict[str, str] = {}
+                for job_id in sorted({str(a["JobID"]) for a in allocs}):
+                    async with http.get(f"{nomad}/v1/job/{job_id}", headers=as_nomad) as response:
+                        meta = (await response.json()).get("Meta") or {}
+                    models[job_id] = str(meta.get(JOB_META_MODEL, ""))
+                chosen = choose_allocation(args.alloc, [_standing(a, models) for a in allocs])
                 await http.post(
-                    f"{nomad}/_dev/alloc/{allocs[0]['ID']}/crash",
+                    f"{nomad}/_dev/alloc/{chosen.alloc_id}/crash",
                     params={"task": args.task},
                     headers=as_nomad,
                 )
-                return f"task {args.task} of allocation {allocs[0]['ID'][:8]} killed"
+                return f"task {args.task} of allocation {chosen.describe()} killed"
             case "consul-outage":
                 await http.put(
                     f"{consul}/_dev/outage",

@@ -11,7 +11,10 @@ modules to build its parser, so this module stays at the standard library.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -65,18 +68,83 @@ def format_age(seconds: float) -> str:
     return f"{days}d{hours}h"
 
 
-def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None:
-    """Columns padded to their widest cell, two spaces apart; the last column is not padded."""
+# The last column of a table is free text (why, a reason); narrower than this, a table
+# would be a column of fragments, so its rows are stacked instead.
+MIN_TEXT_COLUMN = 24
+
+
+def output_width(out: TextIO) -> int | None:
+    """The columns to lay a table out in: ``COLUMNS`` when set, else the terminal's width when
+    ``out`` is one; None (no limit) for a pipe or a file, so scripts reading lines get whole
+    rows (as ``ps`` does: unlimited width when its output is not a terminal)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.strip().isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if out.isatty():
+            return shutil.get_terminal_size().columns
+    except (AttributeError, ValueError, OSError):
+        pass
+    return None
+
+
+def print_table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    out: TextIO | None = None,
+    *,
+    width: int | None = None,
+) -> None:
+    """Columns padded to their widest cell, two spaces apart; the last column is not padded.
+
+    Within ``width``: a last column (free text) that would run past it wraps inside its
+    own column; when the other columns leave it less than ``MIN_TEXT_COLUMN``, each row is
+    stacked instead (its first cell; then ``header value`` pairs, as many to a line as
+    fit; then its free text). No line is longer
+    than ``width``, so a terminal never wraps a row into the next one."""
     stream = out or sys.stdout
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
-    for row in (header, *rows):
-        print(
-            "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip(),
-            file=stream,
-        )
+    lines = [
+        "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip()
+        for row in (header, *rows)
+    ]
+    if width is None or all(len(line) <= width for line in lines):
+        for line in lines:
+            print(line, file=stream)
+        return
+    lead = sum(widths[:-1]) + 2 * (len(widths) - 1)
+    if width - lead >= MIN_TEXT_COLUMN:
+        for row in (header, *rows):
+            cells = [str(cell).ljust(w) for cell, w in zip(row[:-1], widths, strict=False)]
+            text = textwrap.wrap(str(row[-1]), width - lead, break_on_hyphens=False) or [""]
+            print(("  ".join([*cells, text[0]])).rstrip(), file=stream)
+            for more in text[1:]:
+                print(" " * lead + more, file=stream)
+        return
+    for row in rows:
+        print(_fit(str(row[0]), width), file=stream)
+        pairs: list[str] = []
+        for name, cell in zip(header[1:-1], row[1:-1], strict=False):
+            item = _fit(f"{name.lower()} {cell}", width - 2)
+            if pairs and len("  ".join([*pairs, item])) > width - 2:
+                print("  " + "  ".join(pairs), file=stream)
+                pairs = []
+            pairs.append(item)
+        if pairs:
+            print("  " + "  ".join(pairs), file=stream)
+        for piece in textwrap.wrap(str(row[-1]), width, initial_indent="  ", subsequent_indent="  "):
+            print(piece, file=stream)
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "\u2026"
 
 
 # --- the status report -----------------------------------------------------------------------------
+
+# Nomad's CLI shows ids by their first 8 characters (command/meta.go, shortId) unless
+# -verbose; `llmgw dev crash` takes such a prefix.
+SHORT_ID = 8
 
 # A status older than this is called stale. The leader republishes at least every
 # ControlSettings.status_refresh (30 s) and passes at least every idle_pass_interval
@@ -125,13 +193,17 @@ def replica_flags(replica: ReplicaStatus) -> str:
     return ",".join(flags) or "-"
 
 
-def print_status(report: StatusReport, *, now: float, out: TextIO | None = None) -> None:
-    """The status for people: a header, one row per model, then one row per replica."""
+def print_status(
+    report: StatusReport, *, now: float, out: TextIO | None = None, width: int | None = None
+) -> None:
+    """The status for people: a header, one row per model, then one row per replica (its
+    allocations as Nomad's CLI shortens them, 8 characters), laid out within ``width``."""
     stream = out or sys.stdout
     catalog = (report.catalog_hash or "-")[:12]
-    print(f"leader {report.leader or '-'}, catalog {catalog}, {status_age(report, now)}", file=stream)
-    if report.note:
-        print(report.note, file=stream)
+    heading = f"leader {report.leader or '-'}, catalog {catalog}, {status_age(report, now)}"
+    for paragraph in filter(None, (heading, report.note)):
+        for line in [paragraph] if width is None else textwrap.wrap(paragraph, width):
+            print(line, file=stream)
     if not report.models:
         print("\nno models", file=stream)
         return
@@ -147,7 +219,7 @@ def print_status(report: StatusReport, *, now: float, out: TextIO | None = None)
         for m in report.models
     ]
     print(file=stream)
-    print_table(["MODEL", "MODE", "DESIRED", "HEALTHY", "REPLICAS", "WHY"], models, stream)
+    print_table(["MODEL", "MODE", "DESIRED", "HEALTHY", "REPLICAS", "WHY"], models, stream, width=width)
     replicas = [
         [
             r.job_id,
@@ -157,6 +229,7 @@ def print_status(report: StatusReport, *, now: float, out: TextIO | None = None)
             ",".join(r.nodes) or "-",
             str(len(r.gpus)),
             replica_flags(r),
+            ",".join(a[:SHORT_ID] for a in r.allocations) or "-",
             r.reason,
         ]
         for m in report.models
@@ -165,7 +238,10 @@ def print_status(report: StatusReport, *, now: float, out: TextIO | None = None)
     if replicas:
         print(file=stream)
         print_table(
-            ["REPLICA", "MODEL", "PHASE", "HEALTH", "NODES", "GPUS", "FLAGS", "REASON"], replicas, stream
+            ["REPLICA", "MODEL", "PHASE", "HEALTH", "NODES", "GPUS", "FLAGS", "ALLOCS", "REASON"],
+            replicas,
+            stream,
+            width=width,
         )
     shared = [(m.model, m.spread) for m in report.models if m.spread]
     if shared:

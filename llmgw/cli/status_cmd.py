@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from llmgw.cli.output import print_json, print_status
+from llmgw.cli.output import output_width, print_json, print_status
 
 if TYPE_CHECKING:
     from llmgw.adapters.consul import ConsulClient
@@ -183,5 +183,5 @@ def _show(args: argparse.Namespace, doc: dict[str, Any], out: TextIO) -> int:
         )
         print_json(doc, out)
         return EXIT_OK
-    print_status(report, now=time.time(), out=out)
+    print_status(report, now=time.time(), out=out, width=output_width(out))
     return EXIT_OK

@@ -21,6 +21,7 @@ from llmgw.core.catalog.images import (
     release_refusal,
 )
 from llmgw.core.catalog.model import Engine
+from llmgw.core.catalog.node_shapes import NodeGpus
 from llmgw.core.catalog.sources import IpNetwork
 from llmgw.settings import nomad_namespace, nomad_region
 
@@ -97,6 +98,9 @@ class RenderSettings:
     # Networks a file URL source may name although they are not global (a private file
     # server); none by default (see llmgw.core.catalog.sources).
     source_allowed_networks: tuple[IpNetwork, ...] = ()
+    # The most GPUs one node has, per GPU model (LLMGW_NODE_GPUS): a shape no node holds is
+    # refused at the catalog's doors (llmgw.core.catalog.node_shapes); none: not checked.
+    node_gpus: tuple[NodeGpus, ...] = ()
     # How a node runs llmgw (the simulator, rendezvous waits, mirror fetches).
     # Operator configuration, trusted: ${...} here is Nomad interpolation
     # (`llmgw dev` uses ${attr.driver.raw_exec.python} -m llmgw).
@@ -157,6 +161,7 @@ class RenderSettings:
             self.source_allowed_networks,
             self.trusted_image_digests,
             ClusterEngines(self.images, parser_registry()),
+            self.node_gpus,
         )
 
     def default_image(self, engine: Engine, gpus_per_node: int) -> str | None:
@@ -236,6 +241,7 @@ def _render_settings(environ: Mapping[str, str]) -> RenderSettings:
         cpu_images=cpu_images,
         allowed_images=default_allowed_images({**images, **cpu_images}) if allowed is None else allowed,
         source_allowed_networks=flags.SOURCE_ALLOWED_NETWORKS.read(environ) or (),
+        node_gpus=flags.NODE_GPUS.read(environ) or (),
         llmgw_command=flags.NODE_COMMAND.read(environ) or ("llmgw",),
         mirror_url=flags.MIRROR_URL.read(environ) or None,
         model_cache_dir=flags.MODEL_CACHE_DIR.read(environ) or DEFAULT_MODEL_CACHE_DIR,

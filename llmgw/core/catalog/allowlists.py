@@ -23,6 +23,9 @@ default image pins and every vendored release's parser registry), so a profile's
 ``tool_call_parser`` and ``reasoning_parser`` are checked at the same doors against the
 release its image runs (``llmgw.core.catalog.tool_calling.parser_refusals``).
 
+It also carries the largest nodes per GPU model (``node_gpus``, ``LLMGW_NODE_GPUS``), so
+the same doors refuse a shape no node can hold (``node_shapes``).
+
 Must not: read the environment (``llmgw.render.settings`` does).
 """
 
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 
 from llmgw.core.catalog.images import Release, image_refusal, image_release, release_refusal
 from llmgw.core.catalog.model import Engine, Profile, Role
+from llmgw.core.catalog.node_shapes import NodeGpus
 from llmgw.core.catalog.sources import (
     FileUrlSource,
     IpNetwork,
@@ -53,6 +57,8 @@ class ClusterAllowlists:
     trusted_image_digests: tuple[str, ...] = ()
     # The engines this cluster runs: their parser registries, and the default images.
     engines: ClusterEngines | None = None
+    # The most GPUs one node has, per GPU model (LLMGW_NODE_GPUS; node_shapes.shape_refusal).
+    node_gpus: tuple[NodeGpus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import difflib
 import gc
 import types
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Annotated, Any, Union, get_args, get_origin
 
@@ -22,12 +22,14 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from llmgw.core.catalog.allowlists import ClusterAllowlists
 from llmgw.core.catalog.model import Catalog, Model, Profile
 from llmgw.core.catalog.repairs import Repair, apply_repairs
-from llmgw.core.catalog.rules import Finding, check_catalog, check_profile_rules
+from llmgw.core.catalog.rules import Finding, check_catalog, check_profile_policy, check_profile_rules
 from llmgw.core.catalog.security import SecurityPolicy
 from llmgw.core.catalog.yaml_source import DEFAULT_LIMITS, ReadLimits, SourceMap, read_yaml
 from llmgw.core.diagnostics import Diagnostic, Severity, YamlPath, has_errors, sort_diagnostics
 
 _MODELS = TypeAdapter(dict[str, Model])
+# Sections of named entries, each checked on its own.
+_ENTRY_SECTIONS = frozenset({"aliases", "fallbacks", "guard_policies"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,17 +128,40 @@ def _load(
                 diagnostics += _locate(
                     _rules_of_valid_profiles(name, model, policy, allowlists), read.source_map, filename
                 )
+    # The other sections likewise: each entry on its own, so a broken alias hides neither
+    # the other aliases' errors nor the fallbacks' and guard policies' (nor the models').
     sections = {key: value for key, value in data.items() if key != "models" or not isinstance(value, dict)}
-    try:
-        shell = Catalog.model_validate(sections)
-    except ValidationError as exc:
-        diagnostics += _translate(exc, read.source_map, filename)
+    valid_sections: dict[str, Any] = {}
+    models_readable = "models" not in data or isinstance(models, dict)
+    for key, value in sections.items():
+        try:
+            valid_sections[key] = getattr(Catalog.model_validate({key: value}), key)
+            continue
+        except ValidationError as exc:
+            if key not in _ENTRY_SECTIONS or not isinstance(value, dict):
+                diagnostics += _translate(exc, read.source_map, filename)
+                models_readable = models_readable and key != "models"
+                continue
+        entries: dict[str, Any] = {}
+        for entry, entry_value in value.items():
+            try:
+                entries[entry] = getattr(Catalog.model_validate({key: {entry: entry_value}}), key)[entry]
+            except ValidationError as exc:
+                diagnostics += _translate(exc, read.source_map, filename)
+                if key == "aliases" and isinstance(entry, str):
+                    invalid_models.add(entry)  # a name that stands: references to it are not unknown
+        valid_sections[key] = entries
+    if models_readable:
+        # References need the models: with no readable models: section, every one would
+        # read as unknown, so the cross-section rules wait for it to be fixed.
+        catalog = Catalog().model_copy(update={**valid_sections, "models": valid_models})
+        findings = check_catalog(
+            catalog, policy, unvalidated_models=frozenset(invalid_models), allowlists=allowlists
+        )
+        diagnostics += _locate(findings, read.source_map, filename)
+    if has_errors(diagnostics):
         return LoadResult(None, tuple(sort_diagnostics(diagnostics)), tuple(repairs))
-    catalog = shell.model_copy(update={"models": valid_models})
-    findings = check_catalog(
-        catalog, policy, unvalidated_models=frozenset(invalid_models), allowlists=allowlists
-    )
-    diagnostics += _locate(findings, read.source_map, filename)
+    catalog = Catalog().model_copy(update={**valid_sections, "models": valid_models})
     ordered = tuple(sort_diagnostics(diagnostics))
     if has_errors(ordered):
         return LoadResult(None, ordered, tuple(repairs))
@@ -151,11 +176,21 @@ def _rules_of_valid_profiles(
         return []
     findings: list[Finding] = []
     for index, raw in enumerate(profiles):
+        path = ("models", name, "profiles", index)
         try:
             profile = Profile.model_validate(raw)
         except ValidationError:
-            continue  # its shape errors are already reported with the model's
-        findings += check_profile_rules(("models", name, "profiles", index), profile, policy, allowlists)
+            # Its shape errors are already reported with the model's; the policy reads only
+            # the engine, args and env, so it still speaks when those are right.
+            policed = (
+                {key: raw[key] for key in ("engine", "args", "env") if key in raw}
+                if isinstance(raw, dict)
+                else {}
+            )
+            with suppress(ValidationError):
+                findings += check_profile_policy(path, Profile.model_validate(policed), policy)
+            continue
+        findings += check_profile_rules(path, profile, policy, allowlists)
     return findings
 
 

@@ -24,6 +24,7 @@ from llmgw.core.catalog.model import (
     Scaling,
     ScalingMode,
 )
+from llmgw.core.catalog.node_shapes import NodeGpus, shape_refusal
 from llmgw.core.catalog.roles import mixed_roles_problem, role_contradictions
 from llmgw.core.catalog.security import SecurityPolicy, check_args, check_env
 from llmgw.core.catalog.sources import (
@@ -113,6 +114,7 @@ def _check_model(
         if role in seen_roles:
             yield error((*path, "roles", index), f"role {role} is listed twice")
         seen_roles.add(role)
+    yield from _check_node_shapes(path, model, allowlists.node_gpus if allowlists is not None else ())
     for index, profile in enumerate(model.profiles):
         yield from check_profile_rules((*path, "profiles", index), profile, policy, allowlists, model.roles)
         yield from _check_roles((*path, "profiles", index), model, profile)
@@ -140,10 +142,7 @@ def check_profile_rules(
                 yield error((*path, key), f"{key} applies to engine sim only, not {engine}", at_key=True)
     elif profile.image is not None:
         yield error((*path, "image"), "engine sim runs llmgw's own simulator; it takes no image", at_key=True)
-    for violation in check_args(policy, engine, profile.args):
-        yield error((*path, "args", violation.index if violation.index is not None else 0), violation.message)
-    for violation in check_env(policy, engine, profile.env):
-        yield error((*path, "env", violation.subject), violation.message, at_key=True)
+    yield from check_profile_policy(path, profile, policy)
     if allowlists is not None:
         for key, refusal in allowlist_refusals(profile, allowlists, roles):
             yield error((*path, key), refusal)
@@ -152,6 +151,29 @@ def check_profile_rules(
         # sim's parsers); the renderer checks the rest against the image's release.
         for key, refusal in parser_refusals(profile, roles, None, {}):
             yield error((*path, key), refusal)
+
+
+def check_profile_policy(path: YamlPath, profile: Profile, policy: SecurityPolicy) -> Iterator[Finding]:
+    """The security policy over a profile's args and env: it needs only its engine, args
+    and env, so it also runs on a profile whose other keys have the wrong shape."""
+    for violation in check_args(policy, profile.engine, profile.args):
+        yield error((*path, "args", violation.index if violation.index is not None else 0), violation.message)
+    for violation in check_env(policy, profile.engine, profile.env):
+        yield error((*path, "env", violation.subject), violation.message, at_key=True)
+
+
+def _check_node_shapes(path: YamlPath, model: Model, shapes: Sequence[NodeGpus]) -> Iterator[Finding]:
+    """A profile no node can hold: an error when no profile of the model fits, else a warning
+    (profiles are in order of preference, and a portable one may name GPUs this cluster lacks)."""
+    refusals = [(index, shape_refusal(profile, shapes)) for index, profile in enumerate(model.profiles)]
+    none_fits = all(refusal is not None for _, refusal in refusals)
+    for index, refusal in refusals:
+        if refusal is not None:
+            key, why = refusal
+            if none_fits:
+                yield error((*path, "profiles", index, key), why)
+            else:
+                yield warning((*path, "profiles", index, key), f"never placed on this cluster: {why}")
 
 
 def _check_roles(path: YamlPath, model: Model, profile: Profile) -> Iterator[Finding]:

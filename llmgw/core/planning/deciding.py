@@ -902,7 +902,21 @@ class _Pass:
             outdated=r.outdated,
             reason=reason,
             warnings=r.memo.warnings,
+            allocations=_live_allocs(r.job),
         )
+
+
+def _live_allocs(job: ObservedJob | None) -> tuple[str, ...]:
+    """The ids of the job's allocations that stand, as ``_live_nodes`` counts them."""
+    if job is None:
+        return ()
+    return tuple(
+        sorted(
+            a.alloc_id
+            for a in job.allocs
+            if a.desired_run and (not a.client_status.terminal or a.client_status is AllocStatus.LOST)
+        )
+    )
 
 
 def _live_nodes(job: ObservedJob | None) -> tuple[NodeId, ...]:

@@ -48,6 +48,9 @@ class ReplicaStatus:
     reason: str  # in words: what it waits for, or why it is failed/draining/stopping
     # What Nomad warned about in its job when this leader registered it (Nomad's words).
     warnings: tuple[str, ...] = ()
+    # The ids of its allocations that stand (Nomad wants them running, not ended), whole;
+    # `llmgw status` shows them as Nomad's CLI does, 8 characters.
+    allocations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,7 @@ def to_dict(report: StatusReport) -> dict[str, Any]:
                         "outdated": r.outdated,
                         "reason": r.reason,
                         "warnings": list(r.warnings),
+                        "allocations": list(r.allocations),
                     }
                     for r in m.replicas
                 ],
@@ -226,4 +230,5 @@ def _replica(raw: Any) -> ReplicaStatus:
         outdated=_bool(raw["outdated"]),
         reason=_str(raw["reason"]),
         warnings=tuple(_str(w) for w in _list(raw.get("warnings", []))),
+        allocations=tuple(_str(a) for a in _list(raw.get("allocations", []))),
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -424,13 +425,32 @@ class TaskRunner:
                 if str(artifact.get("GetterMode") or "any") != "file":
                     dest = dest / Path(local).name
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(local, dest)
+                if not self._link_artifact(Path(local), dest):
+                    self.event(
+                        "Downloading Artifacts",
+                        f"{local} is on another filesystem than the allocation: copied, not linked",
+                    )
             except OSError as exc:
                 # client/allocrunner/taskrunner/artifact_hook.go: the hook's error and event.
                 message = f"failed to download artifact {source!r}: {exc}".replace("'", '"', 2)
                 self.event("Failed Artifact Download", message, DownloadError=message, FailsTask=True)
                 return False
         return True
+
+    @staticmethod
+    def _link_artifact(local: Path, dest: Path) -> bool:
+        """The local file hard-linked into the task (a multi-GB GGUF once on disk, however many
+        allocations load it; the engines only read it); True if linked, False if it had to be
+        copied (another filesystem, or one without hard links)."""
+        dest.unlink(missing_ok=True)  # a restart finds the last run's
+        try:
+            os.link(local, dest)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                raise
+        shutil.copyfile(local, dest)
+        return False
 
     # -- running --------------------------------------------------------
 

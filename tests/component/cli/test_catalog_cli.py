@@ -20,7 +20,12 @@ COMPILER_STYLE = re.compile(
 
 
 # The cluster's allowlists, which `catalog check` reads from its environment.
-ALLOWLIST_ENV = ("LLMGW_ALLOWED_IMAGES", "LLMGW_SOURCE_ALLOWED_NETWORKS", "LLMGW_IMAGE_VLLM")
+ALLOWLIST_ENV = (
+    "LLMGW_ALLOWED_IMAGES",
+    "LLMGW_SOURCE_ALLOWED_NETWORKS",
+    "LLMGW_IMAGE_VLLM",
+    "LLMGW_NODE_GPUS",
+)
 
 
 def llmgw(*args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
@@ -274,3 +279,29 @@ def test_upgrade_prints_a_diff_and_writes_only_when_asked(tmp_path: Path) -> Non
     assert "tp: 2 -> gpus_per_node: 2" in written.stderr
     assert legacy.read_text() == original.replace("tp: 2", "gpus_per_node: 2")
     assert llmgw("catalog", "check", str(legacy)).stdout == ""
+
+
+def test_a_shape_no_node_holds_fails_the_check_saying_what_to_write(tmp_path: Path) -> None:
+    catalog = tmp_path / "c.yaml"
+    catalog.write_text(
+        "models:\n"
+        "  big:\n"
+        "    profiles:\n"
+        "      - engine: vllm\n"
+        "        source: org/m\n"
+        "        tp: 12\n"
+        "        gpu: {model: H100}\n"
+    )
+    assert llmgw("catalog", "check", str(catalog)).returncode == 0  # no node shapes: not checked
+    result = llmgw("catalog", "check", str(catalog), LLMGW_NODE_GPUS="H100=8,L4=4")
+    assert result.returncode == 1, result.stdout + result.stderr
+    errors = [line for line in result.stdout.splitlines() if ": error: " in line]
+    assert errors == [
+        f"{catalog}:6:13: error: models.big.profiles[0].tp: tp × pp = 12 × 1 = 12 GPUs puts 12 on one "
+        "node, but the largest node with H100 has 8 GPUs (LLMGW_NODE_GPUS=H100=8, L4=4); the engine "
+        "runs tp × pp / nodes ranks on each node: write nodes: 2 (6 GPUs on each), or a tp × pp of at most 8"
+    ]
+    unusable = llmgw("catalog", "check", str(catalog), LLMGW_NODE_GPUS="H100")
+    assert (
+        unusable.returncode == 2 and "LLMGW_NODE_GPUS" in unusable.stderr and "MODEL=COUNT" in unusable.stderr
+    )

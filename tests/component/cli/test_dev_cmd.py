@@ -299,3 +299,75 @@ models:
     assert loaded.catalog is not None, [d.format() for d in loaded.diagnostics]
     assert answering_model(loaded.catalog, llama_server=True) == "mine"
     assert answering_model(loaded.catalog, llama_server=False) is None
+
+
+# Two replicas of one model, the first spanning two nodes, and an allocation that ended;
+# the fields as Nomad's /v1/allocations lists them (AllocListStub).
+ALLOCS = [
+    {"ID": "5d1b7c3e-0f4a-4e9b-9a7d-2c8e6f1a3b40", "JobID": "llmgw-big-r1", "TaskGroup": "rank-0",
+     "NodeName": "gpu-1", "DesiredStatus": "run", "ClientStatus": "running"},
+    {"ID": "a93e0d42-7b16-4c85-b3f9-e1d2c4a6b870", "JobID": "llmgw-big-r1", "TaskGroup": "rank-1",
+     "NodeName": "gpu-2", "DesiredStatus": "run", "ClientStatus": "running"},
+    {"ID": "c0ffee00-1111-4222-8333-444455556666", "JobID": "llmgw-small-r1", "TaskGroup": "rank-0",
+     "NodeName": "gpu-3", "DesiredStatus": "run", "ClientStatus": "running"},
+    {"ID": "c0ffee99-1111-4222-8333-444455556666", "JobID": "llmgw-small-r0", "TaskGroup": "rank-0",
+     "NodeName": "gpu-3", "DesiredStatus": "stop", "ClientStatus": "complete"},
+]  # fmt: skip
+MODELS = {"llmgw-big-r1": "big", "llmgw-small-r1": "small", "llmgw-small-r0": "small"}
+
+
+@pytest.fixture
+async def nomad_with_allocs() -> AsyncIterator[tuple[str, list[str]]]:
+    """A Nomad answering the reads `llmgw dev crash` makes; the allocations it was told to crash."""
+    crashed: list[str] = []
+
+    async def allocations(request: web.Request) -> web.Response:
+        return web.json_response(ALLOCS)
+
+    async def job(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"ID": request.match_info["id"], "Meta": {"llmgw_model": MODELS[request.match_info["id"]]}}
+        )
+
+    async def crash(request: web.Request) -> web.Response:
+        crashed.append(request.match_info["id"])
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_get("/v1/allocations", allocations)
+    app.router.add_get("/v1/job/{id}", job)
+    app.router.add_post("/_dev/alloc/{id}/crash", crash)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}", crashed
+    await runner.cleanup()
+
+
+async def test_crash_takes_a_model_or_replica_name_and_lists_the_candidates_when_ambiguous(
+    nomad_with_allocs: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nomad, crashed = nomad_with_allocs
+    point_at(tmp_path, nomad, NOBODY)
+    code, out, _ = await fault(capsys, tmp_path, "crash", "small")  # the model: one running allocation
+    assert (
+        code == 0
+        and out == "task engine of allocation c0ffee00 (llmgw-small-r1, group rank-0 on gpu-3) killed\n"
+    )
+    assert crashed == ["c0ffee00-1111-4222-8333-444455556666"]
+    code, out, err = await fault(capsys, tmp_path, "crash", "llmgw-big-r1")  # a replica on two nodes
+    assert code == 1 and "'llmgw-big-r1' matches 2 allocations, name one by its id" in err
+    assert "5d1b7c3e (llmgw-big-r1, group rank-0 on gpu-1)" in err
+    assert "a93e0d42 (llmgw-big-r1, group rank-1 on gpu-2)" in err
+    assert crashed == ["c0ffee00-1111-4222-8333-444455556666"], "nothing crashed"
+    code, out, _ = await fault(capsys, tmp_path, "crash", "a93e0d42")  # the id as `llmgw status` shows it
+    assert code == 0 and crashed[-1] == "a93e0d42-7b16-4c85-b3f9-e1d2c4a6b870"
+    code, out, _ = await fault(capsys, tmp_path, "crash", ALLOCS[0]["ID"], "--task", "fetch")  # the whole id
+    assert code == 0 and out.startswith("task fetch of allocation 5d1b7c3e ")
+    code, _, err = await fault(capsys, tmp_path, "crash", "c0ffee")  # a prefix of two ids
+    assert code == 1 and "matches 2 allocations" in err
+    code, _, err = await fault(capsys, tmp_path, "crash", "nope")
+    assert code == 1 and "no allocation, replica or model 'nope'" in err
+    assert "(running replicas: llmgw-big-r1, llmgw-small-r1)" in err
+    assert len(crashed) == 3

@@ -34,6 +34,8 @@ from llmgw.devcluster.consul import ConsulSettings, ConsulStandIn
 from llmgw.settings import ConsulConnection
 
 REPO = Path(__file__).resolve().parents[3]
+ALLOC_R1_RANK0 = "5d1b7c3e-0f4a-4e9b-9a7d-2c8e6f1a3b40"
+ALLOC_R1_RANK1 = "a93e0d42-7b16-4c85-b3f9-e1d2c4a6b870"
 
 
 @dataclass
@@ -80,7 +82,14 @@ def report(generated_at: float) -> StatusReport:
                 desired=2,
                 healthy=1,
                 replicas=(
-                    replica("llmgw-llama-70b-r1", Phase.HEALTHY, ("gpu-1", "gpu-2"), 8, "passing"),
+                    replica(
+                        "llmgw-llama-70b-r1",
+                        Phase.HEALTHY,
+                        ("gpu-1", "gpu-2"),
+                        8,
+                        "passing",
+                        allocations=(ALLOC_R1_RANK0, ALLOC_R1_RANK1),
+                    ),
                     replica(
                         "llmgw-llama-70b-r2",
                         Phase.HEALTHY,
@@ -136,6 +145,7 @@ def status(
         if name.startswith("CONSUL_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("CONSUL_HTTP_ADDR", consul.url)
+    monkeypatch.delenv("COLUMNS", raising=False)  # output to a pipe: no width, unless a test sets one
 
     async def run(*args: str) -> Ran:
         capsys.readouterr()
@@ -173,7 +183,7 @@ async def test_shows_each_model_and_replica_with_nodes_gpus_health_draining_and_
     assert "next try in 9m" in models["qwen-7b"]
 
     rows = {line.split()[0]: line.split() for line in ran.lines if line.startswith("llmgw-")}
-    assert rows["llmgw-llama-70b-r1"][:7] == [
+    assert rows["llmgw-llama-70b-r1"][:8] == [
         "llmgw-llama-70b-r1",
         "llama-70b",
         "healthy",
@@ -181,9 +191,35 @@ async def test_shows_each_model_and_replica_with_nodes_gpus_health_draining_and_
         "gpu-1,gpu-2",
         "8",
         "-",
+        "5d1b7c3e,a93e0d42",
     ]
-    assert rows["llmgw-llama-70b-r2"][4:7] == ["gpu-3", "4", "draining"]
-    assert " ".join(rows["llmgw-llama-70b-r2"][7:]) == "draining: 3 request(s) in flight"
+    assert rows["llmgw-llama-70b-r2"][4:8] == ["gpu-3", "4", "draining", "-"]
+    assert " ".join(rows["llmgw-llama-70b-r2"][8:]) == "draining: 3 request(s) in flight"
+
+
+async def test_at_80_columns_no_line_is_wider_and_nothing_is_lost(
+    status: StatusRunner, publisher: StatusPublisher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wide_document = to_json(report(time.time() - 5))
+    await publisher.publish(wide_document)
+    wide = await status()
+    monkeypatch.setenv("COLUMNS", "80")
+    narrow = await status()
+    assert narrow.code == 0, narrow.err
+    assert max(len(line) for line in wide.lines) > 80, "the test needs a status wider than 80"
+    assert all(len(line) <= 80 for line in narrow.lines), narrow.out
+
+    # Every word of the wide table is still there (the why wrapped, replicas stacked).
+    def words(text: str) -> set[str]:
+        return set(text.lower().split())
+
+    # Stacked, a block is a replica and its last lines its reason.
+    assert words(wide.out) - {"replica", "reason"} <= words(narrow.out)
+    assert "5d1b7c3e,a93e0d42" in narrow.out
+    # --json is the published document whatever the width.
+    monkeypatch.setenv("COLUMNS", "40")
+    as_json = await status("--json")
+    assert json.loads(as_json.out) == json.loads(wide_document)
 
 
 async def test_nomads_warnings_about_a_replicas_job_are_shown_and_round_trip(

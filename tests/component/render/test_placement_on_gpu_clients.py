@@ -223,6 +223,8 @@ async def test_a_gguf_artifact_is_copied_from_the_local_file_dev_names_else_its_
                 assert await _failed_engine_event(cluster, rendered.job_id) == pull_failure(image)
                 [copied] = (tmp_path / "1" / "nomad").rglob("local/model.gguf")
                 assert copied.read_bytes() == gguf.read_bytes()
+                # Hard-linked, not copied: one file on disk however many allocations load it.
+                assert copied.stat().st_ino == gguf.stat().st_ino and gguf.stat().st_nlink == 2
         finally:
             await cluster.stop()
 
@@ -337,3 +339,21 @@ async def test_a_replica_rebuilt_on_the_same_node_mounts_the_same_model_cache(
     first, rebuilt = mounted
     assert first == rebuilt
     assert first[1] == cache.path and first[3] == f"{first[2]}/hub"
+
+
+def test_an_artifact_on_another_filesystem_is_copied_and_said_to_be(tmp_path: Path) -> None:
+    from llmgw.devcluster.nomad.client import TaskRunner
+
+    elsewhere = Path("/dev/shm")
+    if not elsewhere.is_dir() or elsewhere.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs /dev/shm on another filesystem than the test's folder")
+    local = elsewhere / f"llmgw-test-{tmp_path.name}.gguf"
+    local.write_bytes(b"GGUF" + bytes(60))
+    try:
+        dest = tmp_path / "alloc" / "local" / "model.gguf"
+        dest.parent.mkdir(parents=True)
+        dest.write_bytes(b"the last run's")
+        assert TaskRunner._link_artifact(local, dest) is False  # copied: a link cannot cross
+        assert dest.read_bytes() == local.read_bytes() and local.stat().st_nlink == 1
+    finally:
+        local.unlink()

@@ -115,6 +115,11 @@ def test_multi_node_replicas_go_to_a_fabric_with_room_for_every_rank() -> None:
     sim.run(30)
     (replica,) = status_of(sim, "big").replicas
     assert replica.fabric == "fab-b" and replica.nodes == ("b0", "b1")
+    # One allocation a node, named in the status for `llmgw dev crash` and people.
+    assert replica.allocations == tuple(
+        sorted(a.alloc_id for a in c.allocs.values() if a.job_id == replica.job_id)
+    )
+    assert len(replica.allocations) == 2
     assert replica.phase is Phase.HEALTHY
 
 
