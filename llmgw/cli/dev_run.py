@@ -245,12 +245,19 @@ async def _dev(
     state_dir: Path = args.state_dir
     logging.getLogger("llmgw").info("event loop: %s", event_loop.running_loop_name())
     async with DevCluster(DevClusterConfig(nomad=nomad_config, state_dir=state_dir / "nomad")) as cluster:
+        # The control plane and the router each run with a token of exactly their ops/acl
+        # policy, never the management token (which is the operator's, in the token files).
+        def consul_as(who: str) -> ConsulConnection:
+            return ConsulConnection.from_env(
+                {"CONSUL_HTTP_ADDR": cluster.consul_addr, "CONSUL_HTTP_TOKEN": cluster.consul_tokens[who]}
+            )
+
         settings = ServiceSettings(
             role=Role.ALL,
-            nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token),
-            consul=ConsulConnection.from_env(
-                {"CONSUL_HTTP_ADDR": cluster.consul_addr, "CONSUL_HTTP_TOKEN": cluster.consul_token}
-            ),
+            nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_tokens["control-plane"]),
+            consul=consul_as("control-plane"),
+            router_nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_tokens["router"]),
+            router_consul=consul_as("router"),
             policy=policy,
             # Every replica's engine requires its own key, as in a cluster with
             # LLMGW_ENGINE_KEY_SECRET set: the control plane and the router share this one.

@@ -78,6 +78,10 @@ class ServiceSettings:
     engine_keys: EngineKeys | None = field(default=None, repr=False)
     # The router's traces (OpenTelemetry's OTEL_EXPORTER_OTLP_* variables: gateway/tracing.py).
     tracing: Tracing = field(default_factory=Tracing)
+    # The router's own connections when it runs beside the control plane (role all) with
+    # tokens of its own, as llmgw dev runs it (each with its ops/acl policy); None: the same.
+    router_nomad: NomadConnection | None = None
+    router_consul: ConsulConnection | None = None
 
 
 async def publish_catalog(consul: ConsulClient, text: str, *, applied_by: str) -> CatalogVersion | None:
@@ -200,8 +204,12 @@ class Services:
             router_settings = s.router
             # The router's own Nomad client: it follows allocations with a read token
             # (ops/README.md), and its stream must not share the control plane's fate.
-            router_nomad = NomadClient(s.nomad)
+            router_nomad = NomadClient(s.router_nomad or s.nomad)
             self._stack.push_async_callback(router_nomad.close)
+            if s.router_consul is not None:
+                consul = ConsulClient(s.router_consul, ClientSettings())
+                await consul.start()
+                self._stack.push_async_callback(consul.close)
             deps_router = RouterDeps(
                 endpoints=watch_endpoints(consul),
                 catalog=CatalogStore(consul).watch(),

@@ -481,11 +481,25 @@ class Stack:
             {"CONSUL_HTTP_ADDR": url, "CONSUL_HTTP_TOKEN": self.cluster.consul_token}
         )
 
+    # Each component runs with a token of exactly its ops/acl policy, never the management
+    # token (the test's own clients above keep that: they observe, they are no component).
+    def component_nomad(self, who: str) -> NomadConnection:
+        return NomadConnection(address=self.cluster.nomad_addr, token=self.cluster.nomad_tokens[who])
+
+    def component_consul(self, who: str, url: str | None = None) -> ConsulConnection:
+        return ConsulConnection.from_env(
+            {
+                "CONSUL_HTTP_ADDR": url or self.cluster.consul_addr,
+                "CONSUL_HTTP_TOKEN": self.cluster.consul_tokens[who],
+            }
+        )
+
     def service_settings(self, instance_id: str, role: Role, **overrides: Any) -> ServiceSettings:
+        who = "router" if role is Role.ROUTER else "control-plane"
         settings = ServiceSettings(
             role=role,
-            nomad=self._nomad_connection(),
-            consul=self._consul_connection(self.cluster.consul_addr),
+            nomad=self.component_nomad(who),
+            consul=self.component_consul(who),
             policy=self.policy,
             render=self.render_settings,
             control=self.control_settings,
@@ -518,9 +532,9 @@ class Stack:
             proxy = TcpProxy(host, int(port))
             await proxy.start()
             consul_url = proxy.url
-        consul = self._consul_client(consul_url)
+        consul = ConsulClient(self.component_consul("control-plane", consul_url), FAST_CLIENT)
         await consul.start()
-        nomad = NomadClient(self._nomad_connection())
+        nomad = NomadClient(self.component_nomad("control-plane"))
         deps = control_deps(
             nomad=nomad,
             renderer=Renderer(self.render_settings, self.policy),

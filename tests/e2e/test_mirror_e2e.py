@@ -105,9 +105,13 @@ async def running(tmp_path: Path, mirror: str) -> AsyncIterator[Running]:
     async with DevCluster(config) as cluster:
         settings = ServiceSettings(
             role=Role.CONTROL_PLANE,
-            nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_token),
+            # The control plane's own tokens (ops/acl), as llmgw dev runs it.
+            nomad=NomadConnection(address=cluster.nomad_addr, token=cluster.nomad_tokens["control-plane"]),
             consul=ConsulConnection.from_env(
-                {"CONSUL_HTTP_ADDR": cluster.consul_addr, "CONSUL_HTTP_TOKEN": cluster.consul_token}
+                {
+                    "CONSUL_HTTP_ADDR": cluster.consul_addr,
+                    "CONSUL_HTTP_TOKEN": cluster.consul_tokens["control-plane"],
+                }
             ),
             policy=read_security_policy(),
             render=replace(
@@ -130,7 +134,7 @@ async def running(tmp_path: Path, mirror: str) -> AsyncIterator[Running]:
                 cluster.nomad_addr,
                 cache,
                 StatusPublisher(services.consul),
-                cluster.consul_token,
+                cluster.consul_tokens["status"],  # llmgw status runs with the status reader's token
                 cluster.nomad_token,
             )
 

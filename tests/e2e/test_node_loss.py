@@ -52,7 +52,8 @@ async def llmgw_status(
         if name.startswith("CONSUL_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("CONSUL_HTTP_ADDR", stack.cluster.consul_addr)
-    monkeypatch.setenv("CONSUL_HTTP_TOKEN", stack.cluster.consul_token)
+    # The status reader's own token (ops/acl/consul-status.policy.hcl).
+    monkeypatch.setenv("CONSUL_HTTP_TOKEN", stack.cluster.consul_tokens["status"])
     capsys.readouterr()
     code = await asyncio.to_thread(main, ["status"])
     out = capsys.readouterr().out

@@ -17,13 +17,14 @@ from llmgw.devcluster.acl.policy_files import (
     ops_policies,
     policy_dir,
 )
-from llmgw.devcluster.acl.tokens import Identity, TokenBook
+from llmgw.devcluster.acl.tokens import Denial, Identity, TokenBook
 
 __all__ = [
     "CONSUL_COMPONENTS",
     "NOMAD_COMPONENTS",
     "ConsulAcl",
     "ConsulDenied",
+    "Denial",
     "Identity",
     "NomadAcl",
     "PolicyProblem",

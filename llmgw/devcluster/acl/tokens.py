@@ -32,11 +32,27 @@ class Identity(Generic[A]):
     acl: A
 
 
+@dataclass(frozen=True)
+class Denial:
+    """One request a stand-in refused or answered filtered: who (the token's name, or
+    "anonymous"), and what it lacked. Kept for tests: a missing rule shows here as it
+    shows in a deployment's logs as a 403 (or as fewer results)."""
+
+    who: str
+    request: str
+    lacked: str
+
+
 class TokenBook(Generic[A]):
     """``secret -> Identity``; lookups compare every secret in constant time."""
 
     def __init__(self) -> None:
         self._tokens: list[tuple[str, Identity[A]]] = []
+        self.denials: list[Denial] = []
+
+    def deny(self, who: str, request: str, lacked: str) -> None:
+        self.denials.append(Denial(who, request, lacked))
+        del self.denials[:-1000]  # a bounded record
 
     def add(self, secret: str, name: str, acl: A, accessor: str | None = None) -> Identity[A]:
         identity = Identity(name, accessor or new_secret(), acl)

@@ -51,6 +51,7 @@ class Acl(StrEnum):
 # Set on a read when the token's ACL hid part of the answer (X-Consul-Results-Filtered-By-ACLs).
 FILTERED = web.RequestKey("consul_acl_filtered", bool)
 TOKEN_ACL = web.RequestKey("consul_token_acl", ConsulAcl)
+TOKEN_NAME = web.RequestKey("consul_token_name", str)
 _MANAGEMENT = ConsulAcl(accessor="", management=True)
 
 
@@ -95,13 +96,16 @@ def resolve_token(request: web.Request, rule: Acl) -> None:
     if state.settings.acl_token is None or rule is Acl.NONE:
         return
     secret = request_token(request)
+    who = "anonymous"
     if secret:
         identity = state.tokens.resolve(secret)
         if identity is None:
+            state.tokens.deny("unknown", f"{request.method} {request.path}", "a known token")
             raise web.HTTPForbidden(text="ACL not found", content_type="text/plain")
-        acl = identity.acl
+        acl, who = identity.acl, identity.name
     else:
         acl = ConsulAcl(accessor=ANONYMOUS_ACCESSOR)
+    request[TOKEN_NAME] = who
     if rule is Acl.MANAGEMENT and not acl.management:
         raise web.HTTPForbidden(text="Permission denied", content_type="text/plain")
     request[TOKEN_ACL] = acl
@@ -112,6 +116,10 @@ def require(request: web.Request, resource: str, name: str, access: Access) -> N
     try:
         token_acl(request).require(resource, name, access)
     except ConsulDenied as exc:
+        who = request.get(TOKEN_NAME, "anonymous")
+        state_of(request).tokens.deny(
+            who, f"{request.method} {request.path}", f"{resource}:{access.value} on {name!r}"
+        )
         raise web.HTTPForbidden(text=str(exc), content_type="text/plain") from exc
 
 
@@ -121,6 +129,8 @@ def visible(request: web.Request, items: list[T], allowed: Callable[[ConsulAcl, 
     kept = [item for item in items if allowed(acl, item)]
     if len(kept) != len(items):
         request[FILTERED] = True
+        who = request.get(TOKEN_NAME, "anonymous")
+        state_of(request).tokens.deny(who, f"{request.method} {request.path}", "read of what was filtered")
     return kept
 
 

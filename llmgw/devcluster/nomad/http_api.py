@@ -142,6 +142,12 @@ class Forbidden(Exception):
     """A check inside a handler refused the request's token (Nomad's 403 text is the message)."""
 
 
+def _denied(request: web.Request, lacked: str) -> None:
+    """Record the refusal and raise Nomad's 403 ``Permission denied`` (the text names no rule)."""
+    _standin(request).tokens.deny(request.get(WHO, "anonymous"), f"{request.method} {request.path}", lacked)
+    raise Forbidden("Permission denied")
+
+
 def _unserved(request: web.Request) -> web.Response:
     """A path the stand-in has no endpoint for, answered as real Nomad answers a path it
     has no handler for: 404, before and without any ACL check (``handleRootFallthrough``
@@ -172,6 +178,7 @@ def request_token(headers: Mapping[str, str]) -> str:
 
 
 ACL = web.RequestKey("nomad_acl", NomadAcl)
+WHO = web.RequestKey("nomad_token_name", str)
 _ANONYMOUS = NomadAcl()  # the anonymous token: no policy
 
 
@@ -196,11 +203,13 @@ def acl_middleware(standin: NomadStandIn) -> Any:
         if standin.config.acl_token is None or request.path in ACL_FREE_PATHS:
             return await handler(request)
         sent = request_token(request.headers)
+        who = "anonymous"
         if sent:
             identity = standin.tokens.resolve(sent)
             if identity is None:
+                standin.tokens.deny("unknown", f"{request.method} {request.path}", "a known token")
                 return _error(403, "ACL token not found")
-            acl = identity.acl
+            acl, who = identity.acl, identity.name
         else:
             acl = _ANONYMOUS
         route = request.match_info.route.resource
@@ -208,8 +217,10 @@ def acl_middleware(standin: NomadStandIn) -> Any:
         pattern = pattern.replace("{path:.+}", "{path}")
         namespace = request.query.get("namespace") or NAMESPACE
         if route is not None and not route_check(request.method, pattern)(acl, namespace):
+            standin.tokens.deny(who, f"{request.method} {pattern}", "the route's capability")
             return _error(403, "Permission denied")
         request[ACL] = acl
+        request[WHO] = who
         return await handler(request)
 
     return check
@@ -258,8 +269,9 @@ async def jobs_register(request: web.Request) -> web.Response:
     url_id = request.match_info.get("job_id")
     if url_id is not None and job.get("ID") != url_id:
         raise BadRequest("Job ID does not match name")
-    if register_refusal(acl_of(request), job) is not None:
-        raise Forbidden("Permission denied")
+    missing = register_refusal(acl_of(request), job)
+    if missing is not None:
+        _denied(request, missing)
     result = _standin(request).register_job(
         job,
         enforce_index=bool(body.get("EnforceIndex")),
@@ -588,6 +600,9 @@ async def event_stream(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     await resp.prepare(request)
     if not stream_allowed(acl_of(request), namespace, topics):
+        _standin(request).tokens.deny(
+            request.get(WHO, "anonymous"), "GET /v1/event/stream", f"topics {sorted(topics)}"
+        )
         # Nomad 2.0.5 hijacks the connection and writes "200 OK" before the subscription's
         # ACL check (command/agent/event_endpoint.go, EventStream); the RPC's 403 then has
         # nowhere to go, so the client sees 200 and the end of the stream.
@@ -646,7 +661,7 @@ def _require_variable(request: web.Request, op: str) -> None:
     """``AllowVariableOperation`` for the request's token, on its path and namespace."""
     path = request.match_info["path"].strip("/")
     if not acl_of(request).allow_variable(_var_namespace(request), path, op, None):
-        raise Forbidden("Permission denied")
+        _denied(request, f'variables path "{path}" {op}')
 
 
 async def variable_get(request: web.Request) -> web.Response:
