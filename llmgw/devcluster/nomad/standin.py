@@ -330,6 +330,11 @@ class NomadStandIn:
 
     # -- client host protocol ----------------------------------------------
 
+    def configure_consul_token(self, token: str) -> None:
+        """The agents' ``consul { token }`` changed: agents made from now on send it."""
+        self.config = self.config.with_overrides(consul_token=token)
+        self._agents.clear()
+
     def consul_for(self, node_id: str) -> ConsulAgent | None:
         node = self.store.nodes.get(node_id)
         addr = self.config.consul_addr
