@@ -350,8 +350,13 @@ async def test_the_deploy_guide_runs_from_an_empty_cluster_to_the_first_answer(t
         rendered = tmpl.render(tmpl.parse(upstream.group(0)), ConsulHealth({"llmgw-router": routers})).output
         assert re.findall(r"server (\S+) ", rendered) == [f"127.0.0.1:{router_port}"]
 
-        # Every denial a component met on the way, by name: none of the guide's tokens lacked a rule.
-        denied = [
-            d for d in [*nomad.tokens.denials, *dev.consul.state.tokens.denials] if d.who != "anonymous"
-        ]
-        assert denied == []
+        # Every refusal a component met on the way: none of the guide's tokens lacked a rule.
+        # (The Nomad agents' sync reads /v1/agent/checks, which Consul answers without the
+        # node's own Serf check for want of node:read: Nomad only reads its own checks there,
+        # command/agent/consul/service_client.go, so that filtering is no refusal.)
+        denied = {
+            (d.who, d.request, d.lacked)
+            for d in [*nomad.tokens.denials, *dev.consul.state.tokens.denials]
+            if d.who != "anonymous" and d.request != "GET /v1/agent/checks"
+        }
+        assert denied == set()
