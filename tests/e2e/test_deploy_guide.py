@@ -360,3 +360,28 @@ async def test_the_deploy_guide_runs_from_an_empty_cluster_to_the_first_answer(t
             if d.who != "anonymous" and d.request != "GET /v1/agent/checks"
         }
         assert denied == set()
+
+
+async def test_only_a_management_token_makes_acl_objects() -> None:
+    """The ACL APIs the guide's step 1 calls refuse a component's token, as acl:write does."""
+    config = DevClusterConfig(nomad=StandInConfig(nodes=(), strict=True), consul=ConsulSettings.for_tests())
+    async with DevCluster(config) as dev, aiohttp.ClientSession() as http:
+        policy = {"Name": "llmgw-escape", "Rules": 'namespace "default" { policy = "write" }'}
+        nomad_refusals = [
+            ("/v1/acl/policy/llmgw-escape", policy),
+            ("/v1/acl/token", {"Name": "mine", "Type": "management"}),
+        ]
+        for path, body in nomad_refusals:
+            headers = {"X-Nomad-Token": dev.nomad_tokens["control-plane"]}
+            async with http.post(f"{dev.nomad_addr}{path}", json=body, headers=headers) as reply:
+                assert (reply.status, await reply.text()) == (403, "Permission denied")
+        for path in ("/v1/acl/policy", "/v1/acl/token", "/v1/acl/auth-method", "/v1/acl/binding-rule"):
+            headers = {"X-Consul-Token": dev.consul_tokens["control-plane"]}
+            async with http.put(f"{dev.consul_addr}{path}", json={"Name": "x"}, headers=headers) as reply:
+                assert reply.status == 403, path
+        # The management token makes them; a client token must name a policy.
+        headers = {"X-Nomad-Token": dev.nomad_token}
+        async with http.post(
+            f"{dev.nomad_addr}/v1/acl/token", json={"Type": "client"}, headers=headers
+        ) as reply:
+            assert reply.status == 400 and "client token missing policies or roles" in await reply.text()
