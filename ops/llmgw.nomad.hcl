@@ -76,9 +76,9 @@ variable "router_count" {
 }
 
 variable "mirror_count" {
-  description = "0 runs no mirror (it is optional)."
+  description = "1 runs the model mirror (optional); its service needs service \"mirror\" write in ops/acl/consul-nomad-agent.policy.hcl."
   type        = number
-  default     = 1
+  default     = 0
 }
 
 variable "router_port" {

@@ -289,7 +289,9 @@ async def _dev(
             assert services.router is not None and services.admin is not None
             assert services.control_metrics is not None
             router_url = services.router.url
-            await _register_own_services(settings.consul, router_url, services.control_metrics.url)
+            # On a cluster Nomad registers these from the llmgw job's service blocks, with
+            # its agents' Consul token: here too (ops/acl/consul-nomad-agent.policy.hcl).
+            await _register_own_services(consul_as("nomad-agent"), router_url, services.control_metrics.url)
             state = {
                 "pid": os.getpid(),
                 "nomad_addr": cluster.nomad_addr,

@@ -76,12 +76,12 @@ class ServiceSettings:
     # replica's into its job's Nomad Variable, routers send it. The renderer's
     # engine_api_keys must be on with it (the jobs then require a key).
     engine_keys: EngineKeys | None = field(default=None, repr=False)
-    # The router's traces (OpenTelemetry's OTEL_EXPORTER_OTLP_* variables: gateway/tracing.py).
-    tracing: Tracing = field(default_factory=Tracing)
     # The router's own connections when it runs beside the control plane (role all) with
     # tokens of its own, as llmgw dev runs it (each with its ops/acl policy); None: the same.
     router_nomad: NomadConnection | None = None
     router_consul: ConsulConnection | None = None
+    # The router's traces (OpenTelemetry's OTEL_EXPORTER_OTLP_* variables: gateway/tracing.py).
+    tracing: Tracing = field(default_factory=Tracing)
 
 
 async def publish_catalog(consul: ConsulClient, text: str, *, applied_by: str) -> CatalogVersion | None:

@@ -32,8 +32,8 @@ from llmgw.control.metrics import ControlMetrics
 from llmgw.control.observing import is_managed
 from llmgw.control.ports import JSON, Clock, CommandsPort, DrainMarksPort, JobRenderer, LeaderPort, NomadPort
 from llmgw.control.settings import ControlSettings
+from llmgw.core import acl_refusals, engine_keys
 from llmgw.core import conventions as c
-from llmgw.core import engine_keys
 from llmgw.core.catalog import Catalog
 from llmgw.core.engine_keys import EngineKeys
 from llmgw.core.planning import (
@@ -83,6 +83,14 @@ def describe_candidate(candidate: Candidate) -> str:
 
 class LeadershipLost(Exception):
     """This instance no longer leads: stop acting at once."""
+
+
+class RuleMissing(Exception):
+    """Nomad refused a call with 403: its words, and the ops/acl rule the call needs."""
+
+
+def _refused(exc: Exception) -> bool:
+    return getattr(exc, "status", None) == 403
 
 
 class Executor:
@@ -154,8 +162,14 @@ class Executor:
         except Exception as exc:
             return Failed(action, f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc))
 
-    async def _call(self, work: Awaitable[T]) -> T:
-        return await asyncio.wait_for(work, self._settings.action_timeout)
+    async def _call(self, work: Awaitable[T], needs: str | None = None) -> T:
+        """``work`` within the action timeout; a 403 says it ``needs`` (the ops/acl rule)."""
+        try:
+            return await asyncio.wait_for(work, self._settings.action_timeout)
+        except Exception as exc:
+            if needs is not None and _refused(exc):
+                raise RuleMissing(f"{exc}: {needs}") from exc
+            raise
 
     async def _place(self, action: PlaceReplica, catalog: Catalog, catalog_hash: str) -> Outcome:
         existing = await self._call(self._nomad.job(action.job_id))
@@ -186,7 +200,8 @@ class Executor:
                 meta[c.JOB_META_RESTART_GENERATION] = str(action.restart_generation)
                 job = {**job, "Meta": meta}
             job = with_spread(job, cand)
-            plan = await self._call(self._nomad.plan(job))
+            namespace = str(job.get("Namespace") or "default")
+            plan = await self._call(self._nomad.plan(job), acl_refusals.nomad_call_refused("plan", namespace))
             if not plan.feasible:
                 explanations.append(f"{where}: {plan.explanation}")
                 if cand.away_from:
@@ -195,13 +210,16 @@ class Executor:
             self._check_leader()
             if self._engine_keys is not None:
                 # Before the job exists, so its engine task finds its key when it starts.
+                path = engine_keys.variable_path(action.job_id)
                 await self._call(
                     self._nomad.put_variable(
-                        engine_keys.variable_path(action.job_id),
-                        {engine_keys.KEY_ITEM: self._engine_keys.for_replica(action.job_id)},
-                    )
+                        path, {engine_keys.KEY_ITEM: self._engine_keys.for_replica(action.job_id)}
+                    ),
+                    acl_refusals.nomad_call_refused("write variable", namespace, path),
                 )
-            registered = await self._call(self._nomad.register(job))
+            registered = await self._call(
+                self._nomad.register(job), acl_refusals.register_refused(job, namespace)
+            )
             # Nomad's only word on what it ignores or doubts in a job (the plan and the
             # register run the same checks; a register may add a policy's): kept in the status.
             warnings = tuple(dict.fromkeys((*plan.warnings, *registered.warnings)))

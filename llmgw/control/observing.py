@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from llmgw.control.metrics import ControlMetrics
 from llmgw.control.ports import Clock, NomadPort
 from llmgw.control.settings import ControlSettings
+from llmgw.core import acl_refusals
 from llmgw.core import conventions as c
 from llmgw.core.client_settings import hint_for_driver_failure
 from llmgw.core.planning import (
@@ -171,6 +172,15 @@ _TELLING_EVENTS = frozenset(
 )
 
 
+def _telling(event: Mapping[str, Any]) -> bool:
+    # A template that cannot read is the one Killing event that says what happened: the
+    # template manager kills the task with "Template failed: ..." (Nomad v2.0.5
+    # client/allocrunner/taskrunner/template/template.go, handleFirstRender).
+    if event.get("Type") == "Killing":
+        return str(event.get("DisplayMessage") or "").startswith("Template failed")
+    return event.get("Type") in _TELLING_EVENTS
+
+
 def _task_failure(states: object) -> tuple[str | None, str]:
     """An allocation's first failed task and what happened to it, in Nomad's words."""
     failed: list[tuple[float, str, Mapping[str, Any]]] = []
@@ -185,11 +195,11 @@ def _task_failure(states: object) -> tuple[str | None, str]:
         (
             str(e.get("DisplayMessage") or e.get("Type"))
             for e in reversed(events if isinstance(events, list) else [])
-            if isinstance(e, Mapping) and e.get("Type") in _TELLING_EVENTS
+            if isinstance(e, Mapping) and _telling(e)
         ),
         "",
     )
-    hint = hint_for_driver_failure(told)
+    hint = hint_for_driver_failure(told) or acl_refusals.template_refused(told)
     return name, f"{told} (needs {hint})" if hint else told
 
 

@@ -109,6 +109,12 @@ class DevCluster:
         return NomadAcl.of([] if text is None else [parse_nomad_policy(text, f"nomad-{who}.policy.hcl")])
 
     @property
+    def identity_signing_key(self) -> bytes:
+        """The key the Nomad stand-in signs workload identities with and Consul's
+        ``nomad-workloads`` auth method verifies (real Nomad: its keyring and JWKS URL)."""
+        return self._signing_key
+
+    @property
     def nomad_addr(self) -> str:
         if self._server is None:
             raise RuntimeError("the dev cluster is not started")

@@ -2,7 +2,8 @@
 # a Nomad client registers the services and checks of the allocations it runs with its
 # node's Consul agent. Only this token may write llmgw's service names: a registration
 # of llmgw-engine is a replica routers send prompts to, llmgw-rank one a worker rank joins.
-# Add the services of your other jobs.
+# The llmgw job (ops/llmgw.nomad.hcl) registers llmgw-router and llmgw-control-metrics;
+# add the services of your other jobs (the mirror's "mirror", if you run it).
 
 service "llmgw-engine" {
   policy = "write"
@@ -12,15 +13,10 @@ service "llmgw-rank" {
   policy = "write"
 }
 
-# ops/llmgw.nomad.hcl's own services (ops/DEPLOY.md registers it with this token on the agents).
 service "llmgw-router" {
   policy = "write"
 }
 
 service "llmgw-control-metrics" {
-  policy = "write"
-}
-
-service "mirror" {
   policy = "write"
 }

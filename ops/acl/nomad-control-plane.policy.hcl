@@ -4,9 +4,11 @@
 # The namespace llmgw submits to (NOMAD_NAMESPACE; "default" without it).
 namespace "default" {
   # list-jobs: adopt llmgw's jobs at start; read-job: a job, its allocations, evaluations
-  # and the Job, Allocation and Evaluation event topics; parse-job: the renderer's check;
-  # submit-job: register, plan and deregister (Job.Register checks it before the volumes).
-  capabilities = ["list-jobs", "read-job", "parse-job", "submit-job"]
+  # and the Job, Allocation and Evaluation event topics; submit-job: register, plan and
+  # deregister (Job.Register checks it before the volumes), and the renderer's check
+  # through /v1/jobs/parse, which takes parse-job or submit-job
+  # (command/agent/job_endpoint.go, JobsParseRequest), so parse-job is not needed here.
+  capabilities = ["list-jobs", "read-job", "submit-job"]
 
   # Engine keys (LLMGW_ENGINE_KEY_SECRET): each replica's Variable nomad/jobs/<job id>,
   # written before its job is registered and destroyed after it stops.

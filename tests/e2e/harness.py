@@ -419,9 +419,13 @@ class Stack:
         *,
         election: ElectionSettings = FAST_ELECTION,
         real_timing: bool = False,
+        acl_policies: dict[str, str] | None = None,
+        nomad: dict[str, Any] | None = None,
     ) -> None:
         """``real_timing``: the stand-ins on Nomad's and Consul's real default clocks
-        (``llmgw.devcluster.timing.real_defaults``) instead of the short ones."""
+        (``llmgw.devcluster.timing.real_defaults``) instead of the short ones.
+        ``acl_policies``: the components' policies instead of ops/acl's (by file name);
+        ``nomad``: more of the Nomad stand-in's settings (``StandInConfig`` fields)."""
         self.tmp_path = tmp_path
         self.policy = policy
         self.election = election
@@ -430,9 +434,10 @@ class Stack:
         self.render_settings = replace(dev_render_settings(), engine_api_keys=True)
         self.engine_keys = EngineKeys(secrets.token_hex(32))
         config = DevClusterConfig(
-            nomad=StandInConfig(nodes=node_specs, heartbeat_grace_s=1.0),
+            nomad=StandInConfig(nodes=node_specs, heartbeat_grace_s=1.0, **(nomad or {})),
             consul=CONSUL,
             state_dir=tmp_path / "nomad",
+            acl_policies=acl_policies,
         )
         self.cluster = DevCluster(real_defaults(config) if real_timing else config)
         self.acts = ActLog()

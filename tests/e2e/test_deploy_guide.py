@@ -16,7 +16,7 @@ operator, and why:
 - step 4's variables file gets this host's settings appended (the stand-in's nodes are
   all this one machine: one control plane and one router, or a second would clash on its
   loopback ports; free ports; this checkout's llmgw; the stand-ins' plain-HTTP
-  addresses; no mirror, since the stand-in mounts no host volume for it to serve);
+  addresses; the guide runs no mirror, whose store the stand-in could not mount anyway);
 - step 7's nginx file cannot run (no nginx here, no TLS certificate): its ``upstream``
   block is rendered with the stand-in's consul-template subset against the running
   routers, and must list exactly the router that answered step 6.
@@ -290,7 +290,7 @@ async def test_the_deploy_guide_runs_from_an_empty_cluster_to_the_first_answer(t
         vars_file = state / "llmgw.vars.hcl"
         with vars_file.open("a") as f:
             f.write(
-                f'llmgw_command = "{LLMGW}"\ncontrol_plane_count = 1\nrouter_count = 1\nmirror_count = 0\n'
+                f'llmgw_command = "{LLMGW}"\ncontrol_plane_count = 1\nrouter_count = 1\n'
                 f"router_port = {router_port}\nadmin_port = {admin_port}\n"
                 f'consul_addr = "{env["CONSUL_HTTP_ADDR"]}"\n'
             )

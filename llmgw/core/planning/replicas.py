@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from llmgw.core import acl_refusals
 from llmgw.core.planning.observed import (
     AllocStatus,
     NodeId,
@@ -158,7 +159,18 @@ def assess(
     ]
     if preparing:  # the engine has not started yet: say what runs before it
         reason = "; ".join(preparing) + f" (health check {health or 'not registered yet'})"
+        if _head_runs_while_a_worker_waits(current):
+            reason += f"; rank 0's engine runs: if this lasts, {acl_refusals.RANKS_UNREAD}"
     return judged(Phase.LOADING, reason, deadline)
+
+
+def _head_runs_while_a_worker_waits(current: Mapping[str, ObservedAlloc]) -> bool:
+    """A worker rank still waits for the head's address while some other group's engine
+    runs: what a worker whose Consul reads are filtered (or refused) looks like."""
+    waiting = any(a.running_tasks == ("await-head",) for a in current.values())
+    preparing = set(TASK_PREPARING_WORDS)
+    engine = any(a.running_tasks and not set(a.running_tasks) & preparing for a in current.values())
+    return waiting and engine
 
 
 def _placing_words(group: str, alloc: ObservedAlloc | None) -> str:
@@ -185,7 +197,10 @@ TASK_PREPARING_WORDS: Mapping[str, str] = MappingProxyType(
 TASK_FAILURE_WORDS: Mapping[str, str] = MappingProxyType(
     {
         "fetch-model": "the model's files failed to fetch or verify against the mirror",
-        "await-head": "the rank gave up waiting for its replica's head (rendezvous timeout)",
+        "await-head": (
+            "the rank gave up waiting for its replica's head (rendezvous timeout); if rank 0 ran, "
+            + acl_refusals.RANKS_UNREAD
+        ),
         "await-ranks": "the head gave up waiting for its replica's other ranks (rendezvous timeout)",
     }
 )

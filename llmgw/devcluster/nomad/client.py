@@ -298,6 +298,7 @@ class TaskRunner:
         assert self.data is not None
         agent = self.template_consul
         changed = False
+        failures: dict[tmpl.Dependency, int] = {}
         for template in self.templates:
             attempts = 0
             while attempts < 20:
@@ -331,9 +332,17 @@ class TaskRunner:
                     for dep in result.missing:
                         try:
                             await fetch_dependency(agent, self.data, dep)
-                        except ConsulError:
+                            failures.pop(dep, None)
+                        except ConsulError as exc:
                             if not block:
                                 raise
+                            # consul-template retries a failed read (Nomad's consul_retry:
+                            # 12 attempts) while Nomad reports the dependency missing, then
+                            # gives the error up: "Template failed: <dependency>: <error>".
+                            failures[dep] = failures.get(dep, 0) + 1
+                            self._report_waiting(tmpl.describe(dep))
+                            if failures[dep] >= self.ar.host.config.template_consul_attempts:
+                                raise ConsulError(f"{tmpl.describe(dep)}: {exc}") from exc
                             await asyncio.sleep(self.ar.host.config.template_retry_s)
                     continue
                 if result.output != template.rendered:
@@ -348,7 +357,10 @@ class TaskRunner:
 
     def _report_missing(self, missing: tmpl.VariableMissing) -> None:
         region = self.ar.host.store.region
-        message = f"Missing: nomad.var.block({missing.path}@{missing.namespace}.{region})"
+        self._report_waiting(f"nomad.var.block({missing.path}@{missing.namespace}.{region})")
+
+    def _report_waiting(self, dependency: str) -> None:
+        message = f"Missing: {dependency}"
         if not self.state.events or self.state.events[-1].get("DisplayMessage") != message:
             self.event("Template", message)
             self.ar.report()
@@ -432,7 +444,12 @@ class TaskRunner:
                 self.template_consul = await self._template_consul_agent()
             self.data = _ConsulData(dict(env.env), self._read_variable)
             await self._render_all(block=True)
-        except (tmpl.TemplateError, OSError, ConsulError) as exc:
+        except ConsulError as exc:
+            # The template manager kills the task (template.go, handleFirstRender).
+            self.event("Killing", f"Template failed: {exc}", FailsTask=True)
+            self.set_state("dead", failed=True)
+            return
+        except (tmpl.TemplateError, OSError) as exc:
             message = f"Template failed: {exc}"
             self.event("Setup Failure", message, SetupError=message, FailsTask=True)
             self.set_state("dead", failed=True)

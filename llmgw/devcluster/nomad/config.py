@@ -205,6 +205,11 @@ class StandInConfig:
     blocking_max_wait_s: float = 600.0
     # How often template watchers poll Consul when its blocking query returns early.
     template_retry_s: float = 1.0
+    # A template's failed Consul reads before it gives up and the task is killed
+    # ("Template failed: ..."): Nomad's client template { consul_retry { attempts = 12 } }
+    # (client/config/config.go, DefaultTemplateConfig), one template_retry_s apart here
+    # (Nomad backs off from 250 ms to 1 min: about 5 min in all).
+    template_consul_attempts: int = 12
     # A registration the Consul agent refused or could not take is tried again after this,
     # then twice this, ... at most ``consul_retry_max_s`` apart, until it is taken or the
     # service deregistered: Nomad's sync loop (command/agent/consul/service_client.go,

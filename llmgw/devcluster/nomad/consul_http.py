@@ -174,7 +174,9 @@ class ConsulAgent:
                 f"{self.addr}{path}", headers=self.headers, timeout=aiohttp.ClientTimeout(total=10)
             ) as resp:
                 if resp.status >= 300:
-                    raise ConsulError(f"GET {path}: HTTP {resp.status}: {(await resp.text()).strip()}")
+                    # consul/api requireOK: the words a template's failure quotes.
+                    text = (await resp.text()).strip()
+                    raise ConsulError(f"Unexpected response code: {resp.status} ({text})")
                 body = await resp.json()
         except aiohttp.ClientError as exc:
             raise ConsulError(f"GET {path}: {exc}") from exc
@@ -206,7 +208,9 @@ class ConsulAgent:
                 if resp.status == 404:
                     return [], new_index
                 if resp.status >= 300:
-                    raise ConsulError(f"GET {path}: HTTP {resp.status}: {(await resp.text()).strip()}")
+                    # consul/api requireOK: the words a template's failure quotes.
+                    text = (await resp.text()).strip()
+                    raise ConsulError(f"Unexpected response code: {resp.status} ({text})")
                 body = await resp.json()
                 return (list(body) if isinstance(body, list) else []), new_index
         except aiohttp.ClientError as exc:

@@ -91,6 +91,17 @@ class VarQuery:
 Dependency = ServiceQuery | KeyQuery | VarQuery
 
 
+def describe(dep: Dependency) -> str:
+    """A dependency as consul-template names it in Nomad's events and errors
+    (``dependency/health_service.go`` and ``kv_get.go``, ``String``)."""
+    if isinstance(dep, ServiceQuery):
+        name = f"{dep.tag}.{dep.name}" if dep.tag else dep.name
+        return f"health.service({name}{'' if dep.any_status else '|passing'})"
+    if isinstance(dep, KeyQuery):
+        return f"kv.block({dep.key})"
+    return f"nomad.var.block({dep.path})"
+
+
 class DataSource(Protocol):
     def service(self, query: ServiceQuery) -> list[dict[str, Any]] | None: ...
     def key(self, key: str) -> tuple[bool, str] | None: ...  # (exists, value); None = not fetched
