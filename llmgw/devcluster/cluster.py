@@ -61,6 +61,11 @@ class DevClusterConfig:
     # The ACL policies the components' tokens carry, by ops/acl file name
     # ("nomad-control-plane", "consul-router", ...); None reads ops/acl/ itself.
     acl_policies: dict[str, str] | None = None
+    # False: an empty ACL-enabled cluster, as an operator finds one after bootstrapping:
+    # the two management tokens only, no component token, no auth method or role (the
+    # deploy guide's first step makes them over the ACL APIs); Nomad's agents get their
+    # Consul token from ``configure_nomad_agents``, as from their agent config.
+    provision_acl: bool = True
 
 
 class DevCluster:
@@ -79,14 +84,16 @@ class DevCluster:
         self.policies = self.config.acl_policies if self.config.acl_policies is not None else ops_policies()
         # Each component's own token (its ops/acl policy), by component name.
         self.nomad_tokens: dict[str, str] = {}
-        self.consul_tokens: dict[str, str] = {
-            who: self._issue_consul(who) for who in CONSUL_COMPONENTS if who != "engine-tasks"
-        }
+        self.consul_tokens: dict[str, str] = {}
         self._signing_key = secrets.token_bytes(32)
-        self.consul.state.auth_methods["nomad-workloads"] = AuthMethod(
-            key=self._signing_key,
-            roles={TASK_ROLE: tuple(self._consul_policies("engine-tasks"))},
-        )
+        if self.config.provision_acl:
+            self.consul_tokens = {
+                who: self._issue_consul(who) for who in CONSUL_COMPONENTS if who != "engine-tasks"
+            }
+            self.consul.state.auth_methods["nomad-workloads"] = AuthMethod(
+                key=self._signing_key,
+                roles={TASK_ROLE: tuple(self._consul_policies("engine-tasks"))},
+            )
 
     def _consul_policies(self, who: str) -> list[ConsulPolicy]:
         text = self.policies.get(f"consul-{who}")
@@ -114,6 +121,18 @@ class DevCluster:
         return self._server.address
 
     @property
+    def nomad_jwks_url(self) -> str:
+        """Where a real Nomad serves its workload identities' keys (``/.well-known/jwks.json``)."""
+        return f"{self.nomad_addr}/.well-known/jwks.json"
+
+    def configure_nomad_agents(self, consul_token: str) -> None:
+        """Nomad's agents with ``consul { token = ... }`` in their config (as after a restart
+        with it): the services of allocations placed from now on register with it."""
+        if self.nomad is None:
+            raise RuntimeError("the dev cluster is not started")
+        self.nomad.configure_consul_token(consul_token)
+
+    @property
     def consul_addr(self) -> str:
         return self.consul.url
 
@@ -128,18 +147,22 @@ class DevCluster:
                 consul_addr=self.consul.url,
                 consul_agents=agents,
                 # Nomad's agents carry their own token (ops/acl/consul-nomad-agent.policy.hcl).
-                consul_token=self.consul_tokens["nomad-agent"],
+                consul_token=self.consul_tokens.get("nomad-agent"),
                 identity_signing_key=self._signing_key,
                 acl_token=self.nomad_token,
                 state_dir=self.config.state_dir or nomad_config.state_dir,
             )
             self.nomad = NomadStandIn(nomad_config)
-            for who in NOMAD_COMPONENTS:
-                self.nomad_tokens[who] = self.nomad.tokens.issue(who, self._nomad_acl(who))
+            if self.config.provision_acl:
+                for who in NOMAD_COMPONENTS:
+                    self.nomad_tokens[who] = self.nomad.tokens.issue(who, self._nomad_acl(who))
             self.nomad.on_node_failed.append(self.consul.fail_node)
             self.nomad.on_node_restored.append(self.consul.recover_node)
             self._server = NomadServer(self.nomad, port=self.config.nomad_port)
             await self._server.start()
+            # Consul's auth method verifies task identities against Nomad's JWKS: here the
+            # key the stand-ins share, under the URL a real Nomad serves it at.
+            self.consul.state.acl_objects.jwks_keys[self.nomad_jwks_url] = self._signing_key
         except BaseException:
             await self.stop()
             raise

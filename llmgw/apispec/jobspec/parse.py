@@ -50,6 +50,7 @@ def parse_jobspec(
     *,
     filename: str = "job.nomad.hcl",
     variables: Mapping[str, object] | None = None,
+    variables_file: str = "",
     canonicalize: bool = False,
 ) -> dict[str, object]:
     """Parse a Nomad HCL2 jobspec into the api.Job JSON that ``/v1/jobs/parse`` returns.
@@ -57,7 +58,11 @@ def parse_jobspec(
     ``variables`` are values for the jobspec's ``variable`` blocks (like the parse
     request's ``Variables``); ``canonicalize`` fills the api package's Canonicalize
     defaults for the fields llmgw's templates use (see DESIGN.md). Unset fields are
-    omitted. Raises :class:`JobspecError` with every diagnostic found.
+    omitted. ``variables_file`` is the text of a variables file (the parse request's
+    ``Variables``, jobspec2's ``VarContent``): ``name = value`` lines, below
+    ``variables`` in precedence; a name it sets that the jobspec does not declare is
+    only a warning in jobspec2 (``collectInputVariableValues``), so it is dropped.
+    Raises :class:`JobspecError` with every diagnostic found.
     """
     smap = SourceMap(text, filename)
     try:
@@ -70,7 +75,9 @@ def parse_jobspec(
     if dec.diags:
         raise JobspecError(dec.diags)
 
-    var_values = _input_variables(dec, body, variables or {})
+    passed = dict(_variables_file(variables_file, body)) if variables_file else {}
+    passed.update(variables or {})
+    var_values = _input_variables(dec, body, passed)
     dec.ctx.variables["var"] = var_values
     if dec.diags:
         raise JobspecError(dec.diags)
@@ -184,6 +191,27 @@ def _convert_type(value: Value, t: TypeSpec) -> Value:
             raise ConversionError(f"tuple required with {len(elems)} elements")
         return [_convert_type(v, et) for v, et in zip(value, elems, strict=True)]
     return value
+
+
+def _variables_file(text: str, body: Body) -> dict[str, Value]:
+    """The values a variables file sets for variables the jobspec declares."""
+    where = SourceMap(text, "variables.hcl")
+    try:
+        parsed = parse(text, "variables.hcl")
+    except SyntaxProblem as p:
+        raise JobspecError([where.diag(p.offset, p.summary, p.detail)]) from None
+    declared = {b.labels[0] for b in body.blocks if b.type == "variable"}
+    bare = Context({}, FUNCTIONS, unknown_as_text=False)
+    out: dict[str, Value] = {}
+    for name, attr in parsed.attributes.items():
+        if name in declared:
+            try:
+                out[name] = attr.expr.eval(bare)
+            except SyntaxProblem as p:
+                raise JobspecError(
+                    [SourceMap(text, "variables.hcl").diag(p.offset, p.summary, p.detail)]
+                ) from None
+    return out
 
 
 def _input_variables(dec: Decoder, body: Body, passed: Mapping[str, object]) -> dict[str, Value]:

@@ -24,6 +24,7 @@ from llmgw.devcluster.browsers import refuse_browsers
 from llmgw.devcluster.consul import (
     devapi,
     handlers_acl,
+    handlers_acl_admin,
     handlers_agent,
     handlers_catalog,
     handlers_kv,
@@ -180,6 +181,8 @@ def _routes(app: web.Application) -> None:
         ("PUT", "/_dev/outage", Acl.MANAGEMENT, dev.start_outage),
         ("DELETE", "/_dev/outage", Acl.MANAGEMENT, dev.end_outage),
     ]
+    # Policies, roles, tokens, the auth method and binding rules: acl:write, management here.
+    table += [(m, p, Acl.MANAGEMENT, h) for m, p, h in handlers_acl_admin.ROUTES]
     for method, path, rule, handler in table:
         app.router.add_route(method, path, guarded(rule, handler))
 

@@ -26,6 +26,7 @@ from enum import StrEnum
 
 from llmgw.devcluster.acl import ConsulAcl, TokenBook
 from llmgw.devcluster.acl.consul_rules import ConsulPolicy
+from llmgw.devcluster.consul.acl_objects import AclObjects
 from llmgw.devcluster.consul.decoding import CheckSpec, ServiceSpec, SessionSpec
 from llmgw.devcluster.consul.durations import DurationError, format_go_duration, parse_go_duration
 from llmgw.devcluster.consul.model import (
@@ -112,6 +113,8 @@ class ConsulState:
             self.tokens.add(self.settings.acl_token, "management", ConsulAcl("management", management=True))
         # JWT auth methods by name (``nomad-workloads``): what /v1/acl/login verifies.
         self.auth_methods: dict[str, AuthMethod] = {}
+        # What the ACL API made (policies, roles, tokens, auth methods, binding rules).
+        self.acl_objects = AclObjects()
         self.faults = Faults()
         self._index = 0
         self._tables: dict[Table, int] = dict.fromkeys(Table, 0)

@@ -660,14 +660,14 @@ class TaskRunner:
                 return 0  # killed while it pulled: the caller sees the kill
             argv = run.argv
             process_env = run.env
-        elif driver != "raw_exec":
+        elif driver not in ("raw_exec", "exec"):  # exec: run as raw_exec, without its chroot
             message = f"driver {driver!r} is not available in the dev stand-in"
             self.event("Driver Failure", message, DriverError=message, FailsTask=True)
             return None
         else:
             command = str(config.get("command") or "")
             if not command:
-                message = "missing command for raw_exec driver"
+                message = f"missing command for {driver} driver"
                 self.event("Driver Failure", message, DriverError=message, FailsTask=True)
                 return None
             argv = [command, *(str(a) for a in (config.get("args") or []))]

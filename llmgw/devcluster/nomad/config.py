@@ -102,7 +102,8 @@ class NodeSpec:
     ``docker`` set makes the node fingerprint the docker driver with that plugin
     config (the stand-in validates docker tasks against it, then runs llama.cpp's
     server images with its local ``llama_server`` and fails other images' pulls);
-    ``raw_exec`` is the raw_exec plugin's ``enabled``.
+    ``raw_exec`` is the raw_exec plugin's ``enabled``; ``exec`` fingerprints the exec
+    driver, whose tasks the stand-in runs as raw_exec's (no chroot or cgroup isolation).
     """
 
     name: str
@@ -121,6 +122,7 @@ class NodeSpec:
     disk_mb: int = 1048576
     docker: DockerPlugin | None = None
     raw_exec: bool = True
+    exec: bool = False
     host_volumes: tuple[HostVolume, ...] = ()
 
 

@@ -25,6 +25,7 @@ from aiohttp import web
 from llmgw.apispec.jobspec import JobspecError, parse_jobspec
 from llmgw.devcluster.acl import NomadAcl
 from llmgw.devcluster.browsers import refuse_browsers
+from llmgw.devcluster.nomad import acl_api
 from llmgw.devcluster.nomad.apishape import decode_lenient, fill, strict_problems
 from llmgw.devcluster.nomad.authz import register_refusal, route_check, stream_allowed
 from llmgw.devcluster.nomad.events import SubscriptionDropped, filter_events, parse_topics
@@ -236,7 +237,7 @@ async def jobs_parse(request: web.Request) -> web.Response:
     if not text:
         return _error(400, "Job spec is empty")
     try:
-        job = parse_jobspec(str(text), filename="input.hcl")
+        job = parse_jobspec(str(text), filename="input.hcl", variables_file=str(body.get("Variables") or ""))
     except JobspecError as exc:
         return _error(400, str(exc))
     if body.get("Canonicalize"):
@@ -706,12 +707,23 @@ async def acl_policy_put(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     if body.get("Name") and body["Name"] != name:
         raise BadRequest("ACL policy name does not match request path")
+    if not body.get("JobACL"):
+        # A policy for tokens (acl_api.py); the request body is read again there.
+        return await acl_api.apply_policy(request, standin)
     standin.variables.put_policy(parse_policy(name, body))
     return web.Response(status=200)
 
 
+async def acl_token_create(request: web.Request) -> web.Response:
+    return await acl_api.create_token(request, _standin(request))
+
+
 async def acl_policy_get(request: web.Request) -> web.Response:
-    policy = _standin(request).variables.policies.get(request.match_info["name"])
+    standin, name = _standin(request), request.match_info["name"]
+    policy = standin.variables.policies.get(name)
+    if policy is None and name in standin.token_policies.policies:
+        description, rules, _ = standin.token_policies.policies[name]
+        return _json({"Name": name, "Description": description, "Rules": rules, "JobACL": None})
     if policy is None:
         raise NotFound("ACL policy not found")
     return _json(policy.json())
@@ -796,6 +808,8 @@ def create_app(standin: NomadStandIn) -> web.Application:
     r.add_put("/v1/acl/policy/{name}", acl_policy_put)
     r.add_post("/v1/acl/policy/{name}", acl_policy_put)
     r.add_get("/v1/acl/policy/{name}", acl_policy_get)
+    r.add_put("/v1/acl/token", acl_token_create)
+    r.add_post("/v1/acl/token", acl_token_create)
     r.add_delete("/v1/acl/policy/{name}", acl_policy_delete)
     r.add_post("/_dev/node/{node_id}/fail", dev_fail_node)
     r.add_post("/_dev/node/{node_id}/restore", dev_restore_node)

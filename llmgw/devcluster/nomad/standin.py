@@ -29,6 +29,7 @@ import aiohttp
 
 from llmgw.devcluster.acl import NomadAcl, TokenBook
 from llmgw.devcluster.nomad import docker
+from llmgw.devcluster.nomad.acl_api import TokenPolicies
 from llmgw.devcluster.nomad.client import AllocRunner
 from llmgw.devcluster.nomad.config import NodeSpec, StandInConfig
 from llmgw.devcluster.nomad.consul_http import ConsulAgent, service_id
@@ -135,6 +136,8 @@ class NomadStandIn:
         self.tokens: TokenBook[NomadAcl] = TokenBook()
         if self.config.acl_token is not None:
             self.tokens.add(self.config.acl_token, "management", NomadAcl(management=True))
+        # The policies and tokens an operator makes over /v1/acl/policy and /v1/acl/token.
+        self.token_policies = TokenPolicies()
         # (node id, image) of the images each node's Docker daemon has pulled (``image_pull_s``).
         self.pulled_images: set[tuple[str, str]] = set()
         self.scheduler = Scheduler(self.store, free_port, now_ns)
@@ -247,6 +250,15 @@ class NomadStandIn:
                 "HealthDescription": "Healthy",
                 "UpdateTime": stamp,
             }
+        if spec.exec:
+            attributes["driver.exec"] = "1"
+            drivers["exec"] = {
+                "Attributes": {"driver.exec": "true"},
+                "Detected": True,
+                "Healthy": True,
+                "HealthDescription": "Healthy",
+                "UpdateTime": stamp,
+            }
         if spec.docker is not None:
             docker_attributes, node_attributes = docker.fingerprint(spec.docker)
             attributes.update(node_attributes)
@@ -317,6 +329,11 @@ class NomadStandIn:
         del node.events[:-10]
 
     # -- client host protocol ----------------------------------------------
+
+    def configure_consul_token(self, token: str) -> None:
+        """The agents' ``consul { token }`` changed: agents made from now on send it."""
+        self.config = self.config.with_overrides(consul_token=token)
+        self._agents.clear()
 
     def consul_for(self, node_id: str) -> ConsulAgent | None:
         node = self.store.nodes.get(node_id)

@@ -159,7 +159,7 @@ def test_the_llmgw_job_registers_every_service_the_scrape_finds_with_the_meta_it
     from llmgw.apispec.jobspec import parse_jobspec
 
     job_file = OPS.parent / "llmgw.nomad.hcl"
-    job = parse_jobspec(job_file.read_text(), filename=job_file.name)
+    job = parse_jobspec(job_file.read_text(), filename=job_file.name, variables={"datacenters": ["dc1"]})
     registered = {
         service["Name"]: (group, service)
         for group in job["TaskGroups"]
