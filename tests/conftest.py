@@ -22,6 +22,16 @@ REPO = TESTS.parent
 WORKERS_PER_CORE = 1.5
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest-xdist's workers start with ``COLUMNS=80`` and ``LINES=24`` in their environment
+    (their stdio are pipes; pytest-xdist #1208, documented in #1355), which a serial run does
+    not have: ``llmgw status`` then lays its table out for 80 columns in one run and for a pipe
+    in the other. Every test starts as a pipe does; a test of a width sets ``COLUMNS`` itself."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` (pyproject's addopts): WORKERS_PER_CORE workers a core this process may run
