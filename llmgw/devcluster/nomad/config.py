@@ -205,6 +205,12 @@ class StandInConfig:
     # Time between a node failing and the server noticing the missed heartbeat
     # (Nomad: heartbeat TTL + heartbeat_grace, tens of seconds; short here for dev).
     heartbeat_grace_s: float = 2.0
+    # A client destroys its terminal allocations' directories, oldest first, while it holds
+    # more than gc_max_allocs allocations (running and terminal) or the alloc dir's disk is
+    # fuller than gc_disk_usage_threshold percent (client/gc.go, keepUsageBelowThreshold;
+    # defaults of client/config/config.go: 50 and 80, v2.0.5).
+    gc_max_allocs: int = 50
+    gc_disk_usage_threshold: float = 80.0
     # Default and cap of a blocking query's ?wait: both 5 min in Nomad
     # (DefaultBlockingRPCQueryTime, MaxBlockingRPCQueryTime, QueryOptions.TimeToBlock in
     # nomad/structs/structs.go, v2.0.5).

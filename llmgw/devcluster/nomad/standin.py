@@ -142,6 +142,8 @@ class NomadStandIn:
         self.pulled_images: set[tuple[str, str]] = set()
         self.scheduler = Scheduler(self.store, free_port, now_ns)
         self.runners: dict[str, AllocRunner] = {}
+        # Per node, the terminal allocations whose directories are kept, oldest first (client GC).
+        self._terminal_dirs: dict[str, dict[str, None]] = {}
         self.http_addr = "127.0.0.1:4646"  # set by the server once bound
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
@@ -469,6 +471,32 @@ class NomadStandIn:
         await runner.wait()
         if self.runners.get(alloc_id) is runner:
             del self.runners[alloc_id]
+        alloc = self.store.allocs.get(alloc_id)
+        if alloc is not None and self._state_root is not None:
+            self._terminal_dirs.setdefault(alloc.node_id, {})[alloc_id] = None  # oldest first
+            self._collect_garbage(alloc.node_id)
+
+    def _collect_garbage(self, node_id: str) -> None:
+        """Nomad's client GC (``client/gc.go``, ``keepUsageBelowThreshold``, v2.0.5): while the
+        node holds more than ``gc_max_allocs`` allocations, running and terminal, or its
+        alloc dir's disk is fuller than ``gc_disk_usage_threshold`` percent, destroy the
+        terminal allocation marked for collection first (its directory goes); none left:
+        nothing more is done. Nomad checks at ``gc_interval`` (1 min) and when triggered;
+        the stand-in checks each time an allocation turns terminal."""
+        terminal = self._terminal_dirs.get(node_id, {})
+        assert self._state_root is not None
+        while terminal:
+            live = sum(1 for r in self.runners.values() if r.alloc.node_id == node_id)
+            usage = shutil.disk_usage(self._state_root)
+            if (
+                live + len(terminal) <= self.config.gc_max_allocs
+                and usage.used * 100 / usage.total <= self.config.gc_disk_usage_threshold
+            ):
+                return
+            oldest = next(iter(terminal))
+            del terminal[oldest]
+            shutil.rmtree(self.alloc_root(oldest), ignore_errors=True)
+            log.info("garbage collected allocation %s's directory", oldest)
 
     # -- jobs -----------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import aiohttp
 import nomad
 import pytest
 
-from llmgw.devcluster.nomad import NomadServer, NomadStandIn
+from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn
 from llmgw.devcluster.nomad.client import client_status
 from llmgw.devcluster.nomad.state import TaskStateRecord
 
@@ -449,3 +449,40 @@ async def test_register_and_plan_answer_with_the_warnings_nomad_2_gives(client: 
     quiet["ShutdownDelay"] = 5 * S
     del quiet["Tasks"][0]["Resources"]["MemoryMaxMB"]
     assert (await call(client.jobs.register_job, {"Job": job}))["Warnings"] == ""
+
+
+async def test_a_client_keeps_at_most_gc_max_allocs_and_destroys_the_oldest_terminal_ones(
+    tmp_path: Path,
+) -> None:
+    # client/gc.go, keepUsageBelowThreshold (v2.0.5): past gc_max_allocs allocations on a
+    # node, its terminal allocations are destroyed oldest first, their directories with them.
+    config = fast_config(tmp_path, gc_max_allocs=2).with_overrides(
+        nodes=(NodeSpec(name="node-0", gpus=2, gpu_model="H100"),)
+    )
+    async with NomadServer(NomadStandIn(config)) as srv:
+        client = nomad.Nomad(host="127.0.0.1", port=srv.port, timeout=10)
+        finished: list[str] = []
+        for name in ("first", "second", "third", "fourth"):
+            await call(client.jobs.register_job, {"Job": {"ID": name, "TaskGroups": [group("g")]}})
+            (alloc,) = await wait_for(
+                lambda name=name: (
+                    [a for a in client.job.get_allocations(name) if a["ClientStatus"] == "running"] or None
+                ),
+                f"{name} running",
+            )
+            await call(client.job.deregister_job, name)
+            await wait_for(
+                lambda name=name: all(
+                    a["ClientStatus"] == "complete" for a in client.job.get_allocations(name)
+                ),
+                f"{name} complete",
+            )
+            finished.append(alloc["ID"])
+
+        def kept() -> set[str] | None:
+            dirs = {p.name for p in (tmp_path / "nomad" / "alloc").iterdir()}
+            return dirs if len(dirs) <= 2 else None
+
+        assert await wait_for(kept, "the oldest terminal allocations' directories destroyed") == set(
+            finished[2:]
+        )
