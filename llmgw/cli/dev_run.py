@@ -36,10 +36,11 @@ from yarl import URL
 from llmgw.adapters.consul import ConsulClient
 from llmgw.admin import AdminSettings
 from llmgw.bundled import bundled_path, read_security_policy
+from llmgw.cancellation import cancel_and_wait
 from llmgw.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, event_loop
 from llmgw.cli.catalog_cmd import catalog_from_file
 from llmgw.cli.dev_cmd import EXIT_NOT_RUNNING, FAULT_TIMEOUT
-from llmgw.cli.dev_stable import load_stable, save_stable, write_secret
+from llmgw.cli.dev_stable import keep_api_keys, load_stable, restore_api_keys, save_stable, write_secret
 from llmgw.cli.output import SHORT_ID
 from llmgw.cli.serve_run import configure_logging
 from llmgw.cli.serving import Role, Services, ServiceSettings, publish_catalog, wait_for_signal
@@ -308,6 +309,7 @@ async def _dev(
         # The catalog is in Consul before anything reads it (no "nothing published yet" at start).
         async with ConsulClient(settings.consul) as consul:
             await publish_catalog(consul, catalog_text, applied_by="llmgw dev")
+            await restore_api_keys(consul, state_dir)
         try:
             services = await Services(settings).__aenter__()
         except OSError as exc:
@@ -346,7 +348,12 @@ async def _dev(
                 api_keys=args.api_keys,
                 shared_secret=chosen_secret is not None,
             )
-            await wait_for_signal()
+            async with ConsulClient(settings.consul) as keys_consul:
+                keeper = asyncio.create_task(keep_api_keys(keys_consul, state_dir), name="dev:api-keys")
+                try:
+                    await wait_for_signal()
+                finally:
+                    await cancel_and_wait(keeper)
         finally:
             print("\nllmgw dev: stopping (router, control plane, every task)...", file=sys.stderr)
             for name in ("dev.json", NOMAD_TOKEN_FILE, CONSUL_TOKEN_FILE):

@@ -1,5 +1,5 @@
 """What ``llmgw dev`` keeps the same across restarts of one state folder: the stand-ins'
-ports and ACL tokens, and the engines' key secret.
+ports and ACL tokens, the engines' key secret, and the API keys the admin API issued.
 
 Kept in ``stable.json`` in the state folder, readable by this user only (0600, written as
 ``write_secret`` writes), so the ``export`` lines and the Nomad and Consul addresses a
@@ -13,6 +13,7 @@ flag, and ``--port 0`` keeps meaning a port the kernel picks).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -21,6 +22,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from llmgw.adapters.consul import ConsulClient, ConsulError
+from llmgw.core.conventions import KV_KEYS_PREFIX
 from llmgw.devcluster.cluster import new_acl_token
 
 STABLE_FILE = "stable.json"
@@ -90,3 +93,47 @@ def write_secret(path: Path, secret: str) -> None:
 
 def save_stable(state_dir: Path, stable: DevStable) -> None:
     write_secret(state_dir / STABLE_FILE, json.dumps(asdict(stable), indent=2) + "\n")
+
+
+# --- API keys -------------------------------------------------------------------------------------
+
+# The admin API's keys (llmgw/keys/ in Consul KV: each key's id, limits and the SHA-256 of its
+# secret, never the secret) as Consul's own data dir would keep them across a restart.
+API_KEYS_FILE = "api-keys.json"
+
+
+async def restore_api_keys(consul: ConsulClient, state_dir: Path) -> int:
+    """Put the keys an earlier run kept back into dev's Consul; how many."""
+    try:
+        saved = json.loads((state_dir / API_KEYS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    if not isinstance(saved, dict):
+        return 0
+    restored = 0
+    for key, value in saved.items():
+        # Only the keys' own prefix: a file edited to name another key puts nothing elsewhere.
+        if (
+            isinstance(key, str)
+            and isinstance(value, str)
+            and key.startswith(KV_KEYS_PREFIX)
+            and ".." not in key
+        ):
+            await consul.kv_put(key, value.encode())
+            restored += 1
+    return restored
+
+
+async def keep_api_keys(consul: ConsulClient, state_dir: Path) -> None:
+    """Write the keys to ``API_KEYS_FILE`` (0600) at every change, until cancelled."""
+    index = 0
+    while True:
+        try:
+            entries, meta = await consul.kv_list(KV_KEYS_PREFIX, index=index, wait=300.0)
+        except ConsulError:
+            await asyncio.sleep(1.0)  # dev's own Consul: back as soon as it answers
+            continue
+        if meta.index != index:
+            text = json.dumps({e.key: e.value.decode() for e in entries}, indent=2, sort_keys=True)
+            write_secret(state_dir / API_KEYS_FILE, text + "\n")
+        index = meta.index
