@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "1"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "c84b651cbe1dd97d9a804a498954ce3c734a7825539d9e4ccf7a630b8cb930c6"
+    "llmgw_spec_hash" = "7cbe0ffa82558da3d73029ca63bbf87b30f50eed2198ca49d371161859c672a4"
     "llmgw_version" = "0.1.0"
   }
 
@@ -205,6 +205,32 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
         type     = "tcp"
         interval = "5s"
         timeout  = "2s"
+      }
+    }
+
+    task "await-head" {
+      driver = "raw_exec"
+
+      lifecycle {
+        hook    = "prestart"
+        sidecar = false
+      }
+
+      config {
+        command = "llmgw"
+        args    = ["rendezvous", "wait", "--file", "${NOMAD_TASK_DIR}/llmgw-head", "--lines", "1", "--timeout", "900"]
+      }
+
+      # The address of rank 0 of this replica, once it is registered and reachable.
+      template {
+        destination = "local/llmgw-head"
+        data        = "{{ range service \"head=llmgw-llama-3-1-405b-fc727f86-0.llmgw-rank\" }}{{ .Address }}:{{ .Port }}{{ end }}\n"
+        change_mode = "noop"
+      }
+
+      resources {
+        cpu    = 50
+        memory = 64
       }
     }
 

@@ -340,6 +340,10 @@ def _group(
             f"LLMGW_HEAD_PORT={head_query}{{{{ .Port }}}}{{{{ end }}}}\n",
             "env": True,
         }
+    if head_template is not None:
+        # The engine starts once its head is known, whichever way it reads the address, so
+        # every worker rank waits in the same prestart task (and a rank whose Consul reads
+        # are filtered waits there, where llmgw status can see it: core/planning/replicas.py).
         waits.append(_wait("await-head", llmgw_command, settings, lines=1, head=address_of_head + "\n"))
     if rank.waits_for_ranks:
         others = "{{ range " + _service_query(f"worker={job_id}") + " }}{{ .Address }}:{{ .Port }}\n{{ end }}"

@@ -20,3 +20,11 @@ service "llmgw-router" {
 service "llmgw-control-metrics" {
   policy = "write"
 }
+
+# Only for clients that set template { use_client_consul_token = true } (ops/DEPLOY.md):
+# their tasks' templates then read Consul with this token, and a worker rank's template
+# reads llmgw-rank's health, which Consul filters by node (agent/consul/acl.go,
+# filterCheckServiceNodes). Writing a service grants reading it; reading nodes is this.
+node_prefix "" {
+  policy = "read"
+}

@@ -13,7 +13,8 @@ The components, by the files they read: the control plane (``nomad-control-plane
 ``consul-control-plane``), a router (``nomad-router``, ``consul-router``), the CI
 pipeline's ``llmgw render --plan`` (``nomad-ci``), ``llmgw status``
 (``consul-status``), the Nomad agents registering the services of llmgw's jobs
-(``consul-nomad-agent``), and an engine task's rendezvous template reading the ranks of
+(``consul-nomad-agent``, which also reads the ranks for a client that sets ``template {
+use_client_consul_token = true }``), and an engine task's rendezvous template reading the ranks of
 its replica with the token its workload identity logs in to (``consul-engine-tasks``).
 A cluster starts in milliseconds, so each case has its own.
 """
@@ -199,9 +200,13 @@ async def status(dev: DevCluster) -> None:
 
 async def nomad_agent(dev: DevCluster) -> None:
     """A Nomad client registers the service blocks of llmgw's jobs: every replica's
-    engine and ranks, and the llmgw job's router and control-plane metrics."""
+    engine and ranks, and the llmgw job's router and control-plane metrics; on a client
+    with ``template { use_client_consul_token = true }``, a worker rank's template reads
+    its replica's ranks with the same token."""
     for service in (c.ENGINE_SERVICE, c.RANK_SERVICE, c.ROUTER_SERVICE, c.CONTROL_METRICS_SERVICE):
         await _register_instance(dev, service, f"{service}-1")
+    async with _consul(dev, "nomad-agent") as agent:
+        assert f"{c.RANK_SERVICE}-1" in await _ids(agent, c.RANK_SERVICE), "the ranks read came back empty"
 
 
 async def engine_task(dev: DevCluster) -> None:
