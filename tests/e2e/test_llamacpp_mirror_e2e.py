@@ -241,7 +241,12 @@ async def test_llama_server_is_kept_out_of_the_endpoint_set_while_it_answers_503
 
     async def watch(http: aiohttp.ClientSession) -> None:
         while True:
+            # Consul's view and the router's are read before the engine's own answer: an
+            # engine never goes back from ready to loading, so a sample whose engine said 503
+            # shows what Consul and the router held while it was loading, however slowly
+            # this loop runs on a loaded machine.
             entries = await engine_entries(stack, model)
+            usable = book.usable_count(model)
             if entries:
                 if not engine:
                     engine.append(url_of(entries[0]))
@@ -251,9 +256,7 @@ async def test_llama_server_is_kept_out_of_the_endpoint_set_while_it_answers_503
                 except aiohttp.ClientConnectionError:
                     code = 0  # not listening yet
                 outputs = await agent_check_output(stack, entries[0])
-                samples.append(
-                    Sample(time.monotonic(), code, passing(entries[0]), outputs, book.usable_count(model))
-                )
+                samples.append(Sample(time.monotonic(), code, passing(entries[0]), outputs, usable))
             await asyncio.sleep(0.1)  # a sampler: what the engine, Consul and the router show
 
     async def ask() -> None:
@@ -295,6 +298,9 @@ async def test_llama_server_is_kept_out_of_the_endpoint_set_while_it_answers_503
     ready = [s for s in samples if s.engine_health == 200]
     assert loading and ready
     loaded_at = ready[0].at
+    # The last moment the engine was seen loading: the sampler may see it ready late, an
+    # answer never comes before this.
+    still_loading_at = loading[-1].at
     # The load outlasted dev's 1 s check interval (about 3 s here): Consul checked it while it
     # said 503 (below, the check's own output shows it).
     assert loaded_at - loading[0].at >= 1, [
@@ -310,14 +316,14 @@ async def test_llama_server_is_kept_out_of_the_endpoint_set_while_it_answers_503
     # counted no retry): a model kept running whose replica registered and is not passing yet
     # is loading, so a request waits for it and is served, or gets 503 model_loading with
     # Retry-After (gateway/DESIGN.md, "A replica starting"). The first answer came after
-    # llama-server was ready.
-    early = [a for a in asked if a.sent < loaded_at]
+    # llama-server was last seen loading.
+    early = [a for a in asked if a.sent < still_loading_at]
     assert early, asked
     for answer in asked:
         if answer.status != 200:
             assert (answer.status, answer.code) == (503, "model_loading"), answer
     first = next(a for a in asked if a.status == 200)
-    assert first.done > loaded_at
+    assert first.done > still_loading_at
     assert router_retries(stack, model) == 0
     # Once it says 200, Consul passes it and the router uses it.
     assert any(s.consul_passing and s.router_usable == 1 for s in ready)
