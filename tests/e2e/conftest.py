@@ -7,6 +7,7 @@ fails: a test that timed out on a loaded machine then shows what held the loop u
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -14,8 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.loop_stalls import LoopStalls
+from tests.support.waiting import eventually_sync
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -154,6 +157,30 @@ class RunningDev:
                 if sample.name == name and sample.labels == labels:
                     return float(sample.value)
         return 0.0
+
+    def wait_answering(self, key: str, models: Iterable[str], within: float, *, every: float = 0.25) -> None:
+        """Until each of ``models`` answers a one-token chat completion with ``key``."""
+        for model in models:
+            request = urllib.request.Request(
+                self.base_url + "/chat/completions",
+                data=json.dumps(
+                    {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+                ).encode(),
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            )
+            eventually_sync(
+                functools.partial(urllib.request.urlopen, request, timeout=30),
+                within,
+                f"{model} answering the key",
+                every=every,
+                retry_on=(urllib.error.URLError, ConnectionError),
+            )
+
+    def kill(self) -> None:
+        """SIGKILL to its whole process group, if it still runs (a module fixture's teardown)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
 
     def task_pids(self) -> list[int]:
         return sorted({int(p) for p in _all_ints(self.nomad("/_dev/pids"))})

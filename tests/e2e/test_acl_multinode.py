@@ -156,5 +156,7 @@ async def test_the_client_setting_forms_the_replica_only_with_node_read_in_the_a
         assert "waiting for its replica's head" in out, out
 
 
-async def test_with_the_files_as_given_the_replica_forms(tmp_path: Path, shipped_policy: SecurityPolicy) -> None:
+async def test_with_the_files_as_given_the_replica_forms(
+    tmp_path: Path, shipped_policy: SecurityPolicy
+) -> None:
     await _forms(tmp_path, shipped_policy)

@@ -22,11 +22,9 @@ follow-up as the router received it."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import re
-import signal
 import subprocess
 import threading
 import urllib.error
@@ -40,7 +38,6 @@ import pytest
 from aiohttp import web
 
 from llmgw.sim import vocabulary
-from tests.support.waiting import eventually_sync
 
 from .conftest import RunningDev, start_dev
 
@@ -230,26 +227,10 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDev, 
     )
     try:
         key = running.create_key("agents")
-        for model in ("sim-chat", "sim-guarded", "sim-tools-guarded"):
-            request = urllib.request.Request(
-                running.base_url + "/chat/completions",
-                data=json.dumps(
-                    {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
-                ).encode(),
-                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-            )
-            eventually_sync(
-                functools.partial(urllib.request.urlopen, request, timeout=10),
-                60,
-                f"{model} answering the key",
-                every=0.25,
-                retry_on=(urllib.error.URLError, ConnectionError),
-            )
+        running.wait_answering(key, ("sim-chat", "sim-guarded", "sim-tools-guarded"), 60, every=0.25)
         yield running, key
     finally:
-        if running.process.poll() is None:
-            os.killpg(running.process.pid, signal.SIGKILL)
-            running.process.wait(timeout=10)
+        running.kill()
 
 
 def test_codex_exec_configured_as_the_readme_says_answers_through_the_router(

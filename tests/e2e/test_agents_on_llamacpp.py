@@ -22,20 +22,14 @@ agent's prompts and predicted the answers (its own /metrics).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import signal
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-
-from tests.support.waiting import eventually_sync
 
 from .bigramgguf import ANSWER, write_bigram_chat
 from .conftest import RunningDev, start_dev
@@ -115,26 +109,10 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDev, 
             os.environ["LLMGW_LLAMA_SERVER"] = previous
     try:
         key = running.create_key("agents")
-        for model in TOOL_CALLS:
-            request = urllib.request.Request(
-                running.base_url + "/chat/completions",
-                data=json.dumps(
-                    {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
-                ).encode(),
-                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-            )
-            eventually_sync(
-                functools.partial(urllib.request.urlopen, request, timeout=30),
-                120,
-                f"{model} answering the key",
-                every=0.5,
-                retry_on=(urllib.error.URLError, ConnectionError),
-            )
+        running.wait_answering(key, TOOL_CALLS, 120, every=0.5)
         yield running, key
     finally:
-        if running.process.poll() is None:
-            os.killpg(running.process.pid, signal.SIGKILL)
-            running.process.wait(timeout=10)
+        running.kill()
 
 
 def engine_of(running: RunningDev, model: str) -> Engine:
