@@ -56,6 +56,8 @@ class ApiKeyStorePort(Protocol):
         models: tuple[str, ...] | None = None,
         requests_per_minute: int | None = None,
         tokens_per_minute: int | None = None,
+        token_budget: int | None = None,
+        budget_period: str | None = None,
     ) -> IssuedKeyLike: ...
 
     async def list(self) -> Mapping[str, ApiKeyRecord]: ...
@@ -118,6 +120,11 @@ class UsageSource(Protocol):
     Raises ``LimitStoreUnreachable`` when its store does not answer."""
 
     async def usage(self, key_id: str) -> list[KeyUsage]: ...
+
+    async def budget_used(self, key_id: str, window_start: int) -> int:
+        """Tokens used (settled, plus what open requests hold) in the budget period
+        that began at ``window_start``."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

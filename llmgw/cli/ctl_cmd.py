@@ -174,6 +174,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="prompt + completion token limit (per router, unless the routers share a Redis; "
         "default: unlimited)",
     )
+    create.add_argument(
+        "--token-budget",
+        type=int,
+        help="prompt + completion tokens the key may use per --budget-period, across every router "
+        "(needs the routers' shared Redis; past it, 429 insufficient_quota until the period resets; "
+        "default: no budget)",
+    )
+    create.add_argument(
+        "--budget-period",
+        help="when the budget resets: daily, weekly (Mondays), monthly (the 1st), all at 00:00 UTC; "
+        "a whole number of days or hours from the key's creation (30d, 12h); or lifetime (never). "
+        "Default: monthly",
+    )
     create.set_defaults(handler=_keys_create)
     listing = key_commands.add_parser(
         "list",
@@ -195,8 +208,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parents=[reading],
         help="a key's requests and tokens per model",
         description="A key's requests and input, output and cached tokens per model, as the routers "
-        "counted them in the Redis they share (LLMGW_ROUTER_LIMITS_REDIS_URL); kept across router "
-        "restarts.",
+        "counted them in the Redis they share (LLMGW_ROUTER_LIMITS_REDIS_URL), and its token budget's "
+        "current period: used, left and when it resets. Kept across router restarts, and across "
+        "Redis's when its AOF is on.",
     )
     usage.add_argument("key_id", metavar="ID", help="the key's id (k-..., as keys list shows it)")
     usage.set_defaults(handler=_keys_usage)
@@ -637,6 +651,8 @@ def _keys_create(args: argparse.Namespace) -> int:
                 "models": args.models,
                 "requests_per_minute": args.requests_per_minute,
                 "tokens_per_minute": args.tokens_per_minute,
+                "token_budget": args.token_budget,
+                "budget_period": args.budget_period,
             },
         )
         if not answer.ok:
@@ -703,6 +719,11 @@ def _limit(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def _budget(key: dict[str, Any]) -> str:
+    tokens = key.get("token_budget")
+    return "-" if tokens is None else f"{tokens}/{key.get('budget_period')}"
+
+
 def _keys_list(args: argparse.Namespace) -> int:
     def print_text(listing: dict[str, Any]) -> None:
         rows = [
@@ -712,13 +733,14 @@ def _keys_list(args: argparse.Namespace) -> int:
                 "all" if k.get("models") is None else ",".join(k.get("models") or []),
                 _limit(k.get("requests_per_minute")),
                 _limit(k.get("tokens_per_minute")),
+                _budget(k),
                 _when(k.get("created_at")),
                 _when(k.get("revoked_at")) if k.get("revoked") else "-",
             ]
             for k in listing.get("keys") or []
             if isinstance(k, dict)
         ]
-        _table(["ID", "NAME", "MODELS", "REQ/MIN", "TOK/MIN", "CREATED", "REVOKED"], rows)
+        _table(["ID", "NAME", "MODELS", "REQ/MIN", "TOK/MIN", "BUDGET", "CREATED", "REVOKED"], rows)
 
     return _request_and_print(args, "GET", "/admin/v1/keys", print_text)
 
@@ -747,6 +769,15 @@ def _keys_usage(args: argparse.Namespace) -> int:
             _table(["MODEL", "REQUESTS", "INPUT", "OUTPUT", "CACHED"], rows)
         else:
             print("no usage counted yet")
+        budget = report.get("budget")
+        if isinstance(budget, dict):
+            resets = budget.get("resets_at")
+            print(
+                f"budget: {budget.get('used')} of {budget.get('tokens')} tokens used this period "
+                f"({budget.get('period')}, since {_when(budget.get('period_start'))}), "
+                f"{budget.get('left')} left; "
+                + (f"resets at {_when(resets)}" if resets is not None else "never resets")
+            )
 
     return _request_and_print(args, "GET", f"/admin/v1/keys/{quote(args.key_id, safe='')}/usage", print_text)
 

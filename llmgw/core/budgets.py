@@ -114,3 +114,17 @@ def budget_decision(budget: int, used: int, tokens: int) -> BudgetDecision:
     budget is overshot only by what answers use beyond what they held."""
     left = max(0, budget - max(0, used))
     return BudgetDecision(max(0, tokens) <= left and left > 0, left)
+
+
+def budget_fields(token_budget: object, budget_period: object) -> tuple[int | None, str]:
+    """A key's budget as an operator gave it (``None`` for either when not given), as
+    it is stored: a period without tokens is refused, tokens without a period are
+    ``monthly``. ValueError says what is wrong."""
+    if token_budget is None:
+        if budget_period is not None:
+            raise ValueError("a budget period needs a token budget (token_budget)")
+        return None, ""
+    if type(token_budget) is not int or not 1 <= token_budget <= MAX_BUDGET_TOKENS:
+        raise ValueError(f"a token budget is a whole number of tokens from 1 to {MAX_BUDGET_TOKENS}")
+    period = parse_budget_period("monthly" if budget_period is None else budget_period)
+    return token_budget, str(period)

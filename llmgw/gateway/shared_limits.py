@@ -1,8 +1,8 @@
 """API keys' rate limits that hold across every router, and each key's usage.
 
-Owns: ``SharedLimits``, which admits a key's request against buckets every router
-takes from (``adapters.redis.limits``), hands out a ``SharedHold`` that settles the
-request's held tokens once its usage is known, counts each answered request's usage
+Owns: ``SharedLimits``, which admits a key's request against buckets and the key's
+token budget every router takes from (``adapters.redis.limits``), hands out a
+``SharedHold`` that settles the request's held tokens once its usage is known, counts each answered request's usage
 by key and model, beats this router's heartbeat and sweeps dead routers' holds; and
 the behaviour while Redis is unreachable, which the operator chooses (``StoreDown``),
 logged once per change and counted.
@@ -21,12 +21,19 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
-from llmgw.adapters.redis.limits import LimitStoreUnreachable, RedisLimitStore
+from llmgw.adapters.redis.limits import (
+    BUDGET_KEPT_AFTER_PERIOD,
+    BudgetHold,
+    LimitStoreUnreachable,
+    RedisLimitStore,
+)
+from llmgw.core.budgets import BudgetWindow, budget_decision, budget_window
+from llmgw.core.durations import format_utc
 from llmgw.core.engine_usage import cached_tokens
 from llmgw.core.records import ApiKeyRecord, KeyUsage
 from llmgw.gateway import errors
@@ -51,14 +58,22 @@ class SharedHold:
     """``TokenHold``'s contract (``settle``, ``release``, ``keep``, ``open``) for tokens
     held from a shared bucket."""
 
-    __slots__ = ("_limits", "_record", "_settled", "held", "hold_id")
+    __slots__ = ("_limits", "_record", "_settled", "budget", "held", "hold_id")
 
-    def __init__(self, limits: SharedLimits, record: ApiKeyRecord, held: int, hold_id: str) -> None:
+    def __init__(
+        self,
+        limits: SharedLimits,
+        record: ApiKeyRecord,
+        held: int,
+        hold_id: str,
+        budget: BudgetHold | None = None,
+    ) -> None:
         self._limits = limits
         self._record = record
         self._settled = False
         self.held = held
         self.hold_id = hold_id
+        self.budget = budget  # what it holds from the key's budget period
 
     @property
     def open(self) -> bool:
@@ -68,7 +83,7 @@ class SharedHold:
         """The answer's usage is known: charge that instead of what was held."""
         if not self._settled:
             self._settled = True
-            self._limits.settle_later(self._record, self.held, max(0, used), self.hold_id)
+            self._limits.settle_later(self._record, self.held, max(0, used), self.hold_id, self.budget)
 
     def release(self) -> None:
         """No engine generated anything for the request: the budget gets it all back."""
@@ -82,6 +97,18 @@ class SharedHold:
 Hold = TokenHold | SharedHold
 
 
+def _exhausted(budget: BudgetHold, period: str, left: int, now: float) -> errors.ApiError:
+    ends = None if budget.expire_at == 0 else budget.expire_at - BUDGET_KEPT_AFTER_PERIOD
+    return errors.budget_exhausted(
+        budget.budget,
+        period,
+        left,
+        budget.tokens,
+        None if ends is None else format_utc(ends),
+        None if ends is None else BudgetWindow(budget.window_start, ends).seconds_left(now),
+    )
+
+
 class SharedLimits:
     """One per router: ``start`` before serving, ``close`` after."""
 
@@ -93,6 +120,7 @@ class SharedLimits:
         store_down: StoreDown = StoreDown.LOCAL_SHARE,
         heartbeat_ttl: float = 5.0,
         on_store_error: Any = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self.router_id = router_id
@@ -106,9 +134,18 @@ class SharedLimits:
         self.reaped_holds = 0
         # While Redis is down: this router's share of each limit, on its own clock.
         self._local = RateLimiter()
+        # Budget periods are found from this router's wall clock (routers' clocks agree
+        # to NTP's accuracy: a request in the last moments of a period may count in it
+        # on one router and in the next on another).
+        self._wall_clock = wall_clock
+        # Each budgeted key's period and tokens left, as Redis last said; while Redis is
+        # down, this router spends its share of that, and counts what it spent here.
+        self._budget_seen: dict[str, tuple[int, int]] = {}
+        self._spent_while_down: dict[tuple[str, int], int] = {}
 
     async def start(self) -> None:
         await self._beat_and_sweep()
+        await self._check_persistence()
         self._keep_alive_task = asyncio.create_task(self._keep_alive(), name="shared-limits")
 
     async def close(self) -> None:
@@ -119,6 +156,20 @@ class SharedLimits:
         with contextlib.suppress(LimitStoreUnreachable):  # else its heartbeat expires on its own
             await self._store.leave(self.router_id)
         await self._store.close()
+
+    async def _check_persistence(self) -> None:
+        try:
+            kept = await self._store.persistence()
+        except LimitStoreUnreachable:
+            return
+        if kept.durable is False:
+            log.warning(
+                "router %s: the Redis of shared limits keeps nothing on disk (appendonly no, save \"\"): "
+                "keys' usage and budgets are lost when it restarts; turn on its AOF (appendonly yes)",
+                self.router_id,
+            )
+        elif kept.durable is None:
+            log.info("router %s: cannot read whether Redis persists (CONFIG refused)", self.router_id)
 
     async def _keep_alive(self) -> None:
         # Five beats per TTL: one late beat under load does not make a router look dead.
@@ -142,12 +193,19 @@ class SharedLimits:
     async def admit(self, record: ApiKeyRecord, tokens: int = 0, *, unbounded: bool = False) -> Hold:
         """As ``RateLimiter.admit``, against the buckets every router shares; the hold
         it returns is also how the request's usage gets counted."""
-        if record.requests_per_minute is None and record.tokens_per_minute is None:
+        period = record.budget
+        if record.requests_per_minute is None and record.tokens_per_minute is None and period is None:
             return SharedHold(self, record, 0, "")
+        budget = None
+        now = self._wall_clock()
+        if period is not None and record.token_budget is not None:
+            window = budget_window(period, record.created_at, now)
+            expire_at = 0 if window.end is None else window.end + BUDGET_KEPT_AFTER_PERIOD
+            budget = BudgetHold(record.token_budget, window.start, expire_at, max(0, tokens))
         if not self.up:
             # Known down: no request waits for Redis's timeout; the heartbeat, every
             # fifth of its TTL, finds out when Redis answers again.
-            return self._admit_while_down(record, tokens, unbounded=unbounded)
+            return self._admit_while_down(record, tokens, unbounded=unbounded, budget=budget)
         hold_id = secrets.token_hex(8)
         try:
             admission = await self._store.admit(
@@ -158,23 +216,32 @@ class SharedLimits:
                 tokens_per_minute=record.tokens_per_minute,
                 tokens=tokens,
                 unbounded=unbounded,
+                budget=budget,
             )
         except LimitStoreUnreachable as exc:
             self._went_down(exc)
-            return self._admit_while_down(record, tokens, unbounded=unbounded)
+            return self._admit_while_down(record, tokens, unbounded=unbounded, budget=budget)
         self._came_back()
+        if budget is not None:
+            self._budget_seen[record.key_id] = (budget.window_start, admission.budget_left)
+        if not admission.admitted and admission.kind == "budget" and budget is not None:
+            raise _exhausted(budget, str(period), admission.budget_left, now)
         if not admission.admitted:
             seconds = max(1, -int(-admission.wait // 1))
             if admission.kind == "tokens" and record.tokens_per_minute is not None:
                 held = admission.held
                 raise errors.rate_limited("tokens", record.tokens_per_minute, seconds, requested=held)
             raise errors.rate_limited("requests", record.requests_per_minute or 0, seconds)
-        return SharedHold(self, record, admission.held, hold_id)
+        return SharedHold(self, record, admission.held, hold_id, budget)
 
-    def _admit_while_down(self, record: ApiKeyRecord, tokens: int, *, unbounded: bool) -> Hold:
+    def _admit_while_down(
+        self, record: ApiKeyRecord, tokens: int, *, unbounded: bool, budget: BudgetHold | None
+    ) -> Hold:
         if self.store_down is StoreDown.CLOSED:
             raise errors.limits_unavailable()
         share = self.routers_alive
+        if budget is not None:
+            self._spend_share_while_down(record, budget, share)
 
         def part(limit: int | None) -> int | None:
             return None if limit is None else max(1, limit // share)
@@ -187,8 +254,29 @@ class SharedLimits:
         hold = self._local.admit(local, time.monotonic(), tokens, unbounded=unbounded)
         return hold if hold is not None else SharedHold(self, record, 0, "")
 
-    def settle_later(self, record: ApiKeyRecord, held: int, used: int, hold_id: str) -> None:
-        if record.tokens_per_minute is None or not hold_id or held == used == 0:
+    def _spend_share_while_down(self, record: ApiKeyRecord, budget: BudgetHold, share: int) -> None:
+        """This router's share of what the key's budget had left when Redis last answered
+        (the whole budget in a period begun since); a key never seen is refused: nothing
+        says what it has left."""
+        seen = self._budget_seen.get(record.key_id)
+        if seen is None:
+            raise errors.limits_unavailable()
+        start, left = seen
+        if start != budget.window_start:
+            left = budget.budget  # a new period began during the outage
+        spent_key = (record.key_id, budget.window_start)
+        spent = self._spent_while_down.get(spent_key, 0)
+        decision = budget_decision(left // share, spent, budget.tokens)
+        if not decision.admitted:
+            raise _exhausted(budget, record.budget_period, decision.left, self._wall_clock())
+        self._spent_while_down[spent_key] = spent + budget.tokens
+
+    def settle_later(
+        self, record: ApiKeyRecord, held: int, used: int, hold_id: str, budget: BudgetHold | None = None
+    ) -> None:
+        if not hold_id or (record.tokens_per_minute is None and budget is None):
+            return
+        if held == used == 0 and (budget is None or budget.tokens == 0):
             return
         self._later(
             self._store.settle(
@@ -198,6 +286,7 @@ class SharedLimits:
                 tokens_per_minute=record.tokens_per_minute,
                 held=held,
                 used=used,
+                budget=budget,
             )
         )
 
@@ -251,4 +340,5 @@ class SharedLimits:
     def _came_back(self) -> None:
         if not self.up:
             self.up = True
+            self._spent_while_down.clear()
             log.warning("router %s: Redis for shared limits answers again", self.router_id)

@@ -11,6 +11,7 @@ from llmgw.core.budgets import (
     BudgetWindow,
     PeriodKind,
     budget_decision,
+    budget_fields,
     budget_window,
     parse_budget_period,
 )
@@ -109,3 +110,29 @@ def test_a_request_is_admitted_when_what_it_holds_fits_in_what_is_left(
 ) -> None:
     decision = budget_decision(budget, used, tokens)
     assert (decision.admitted, decision.left) == (admitted, left)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "period", "stored"),
+    [
+        (None, None, (None, "")),
+        (5_000_000, None, (5_000_000, "monthly")),
+        (5_000_000, "30d", (5_000_000, "30d")),
+        (1, "720h", (1, "30d")),  # stored in one spelling
+        (2**53 - 1, "lifetime", (2**53 - 1, "lifetime")),
+    ],
+)
+def test_a_budget_as_given_and_as_stored(tokens: object, period: object, stored: object) -> None:
+    assert budget_fields(tokens, period) == stored
+
+
+@pytest.mark.parametrize(
+    ("tokens", "period"),
+    [
+        (None, "monthly"), (0, None), (-1, "daily"), (2**53, None), (10**400, None), (1.0, None),
+        (True, None), ("1000", None), (1000, "30x"), (1000, ""), (1000, 30),
+    ],
+)  # fmt: skip
+def test_a_budget_refused(tokens: object, period: object) -> None:
+    with pytest.raises(ValueError):
+        budget_fields(tokens, period)

@@ -25,6 +25,7 @@ from llmgw.adapters.consul.settings import WatchSettings
 from llmgw.adapters.consul.watch import Watch
 from llmgw.core.api_keys import ID_BYTES, SECRET_BYTES, compose_key
 from llmgw.core.conventions import KV_KEYS_PREFIX
+from llmgw.core.budgets import budget_fields
 from llmgw.core.records import ApiKeyRecord, secret_sha256, to_json
 
 # Tries to find an unused random key id; a clash among 64-bit ids means a broken RNG.
@@ -70,11 +71,14 @@ class ApiKeyStore:
         models: tuple[str, ...] | None = None,
         requests_per_minute: int | None = None,
         tokens_per_minute: int | None = None,
+        token_budget: int | None = None,
+        budget_period: str | None = None,
     ) -> IssuedKey:
         """Issue a key. ``models`` None: every model; limits None: unlimited."""
         for limit in (requests_per_minute, tokens_per_minute):
             if limit is not None and limit < 1:
                 raise ValueError("a per-minute limit must be at least 1 (or None for no limit)")
+        budget, period = budget_fields(token_budget, budget_period)
         for _ in range(_CREATE_ATTEMPTS):
             key_id, secret = compose_key(secrets.token_bytes(ID_BYTES), secrets.token_bytes(SECRET_BYTES))
             record = ApiKeyRecord(
@@ -86,6 +90,8 @@ class ApiKeyStore:
                 tokens_per_minute=tokens_per_minute,
                 created_at=self._wall_clock(),
                 revoked_at=None,
+                token_budget=budget,
+                budget_period=period,
             )
             # cas=0: only if no key has this id yet.
             if await self._client.kv_put(api_key_path(key_id), to_json(record).encode("utf-8"), cas=0):

@@ -1,24 +1,42 @@
 -- Settle one hold (llmgw/adapters/redis/limits.py): the key's token bucket gets back
--- what was held and pays what the answer used; the hold leaves the router's open holds.
+-- what was held and pays what the answer used, and so does its budget period's counter;
+-- the hold leaves the router's open holds.
 -- KEYS[1]  the key's token bucket
 -- KEYS[2]  this router's open holds
--- ARGV[1]  tokens per minute
--- ARGV[2]  tokens held
+-- KEYS[3]  the key's budget period's counter
+-- ARGV[1]  tokens per minute (0: no token bucket)
+-- ARGV[2]  tokens held from the bucket
 -- ARGV[3]  tokens used
 -- ARGV[4]  the hold's id
+-- ARGV[5]  "1": the key has a budget
+-- ARGV[6]  tokens held from the budget
+-- ARGV[7]  unix second at which the period's counter expires (0: never)
 -- Returns 1, or 0 when the hold was already gone (reaped after this router was taken
 -- for dead: it was refunded then, so it is not refunded again, only charged).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local limit, held, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local open = redis.call('HDEL', KEYS[2], ARGV[4])
-if open == 0 then held = 0 end
-local v = redis.call('HMGET', KEYS[1], 'level', 'stamp')
-local lv, st = tonumber(v[1]), tonumber(v[2])
-if lv == nil or st == nil then lv, st = limit, now end
-lv = math.min(limit, lv + math.max(0, now - st) * limit / 60)
-lv = math.min(limit, lv + held - used)
-redis.call('HSET', KEYS[1], 'level', tostring(lv), 'stamp', tostring(now))
-redis.call('EXPIRE', KEYS[1], math.ceil((limit - lv) * 60 / limit) + 1)
+local open = 1
+if limit > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  open = redis.call('HDEL', KEYS[2], ARGV[4])
+  if open == 0 then held = 0 end
+  local v = redis.call('HMGET', KEYS[1], 'level', 'stamp')
+  local lv, st = tonumber(v[1]), tonumber(v[2])
+  if lv == nil or st == nil then lv, st = limit, now end
+  lv = math.min(limit, lv + math.max(0, now - st) * limit / 60)
+  lv = math.min(limit, lv + held - used)
+  redis.call('HSET', KEYS[1], 'level', tostring(lv), 'stamp', tostring(now))
+  redis.call('EXPIRE', KEYS[1], math.ceil((limit - lv) * 60 / limit) + 1)
+end
+if ARGV[5] == '1' then
+  local budget_held = tonumber(ARGV[6])
+  if budget_held > 0 and redis.call('HDEL', KEYS[2], ARGV[4] .. '/budget') == 0 then
+    budget_held = 0  -- reaped: refunded then
+  end
+  if used - budget_held ~= 0 then
+    redis.call('INCRBY', KEYS[3], used - budget_held)
+    if tonumber(ARGV[7]) > 0 then redis.call('EXPIREAT', KEYS[3], ARGV[7]) end
+  end
+end
 return open
