@@ -98,7 +98,7 @@ Hold = TokenHold | SharedHold
 
 
 def _exhausted(budget: BudgetHold, period: str, left: int, now: float) -> errors.ApiError:
-    ends = None if budget.expire_at == 0 else budget.expire_at - BUDGET_KEPT_AFTER_PERIOD
+    ends = budget.window_end
     return errors.budget_exhausted(
         budget.budget,
         period,
@@ -200,8 +200,8 @@ class SharedLimits:
         now = self._wall_clock()
         if period is not None and record.token_budget is not None:
             window = budget_window(period, record.created_at, now)
-            expire_at = 0 if window.end is None else window.end + BUDGET_KEPT_AFTER_PERIOD
-            budget = BudgetHold(record.token_budget, window.start, expire_at, max(0, tokens))
+            keep_for = 0 if window.end is None else max(1, int(window.end + BUDGET_KEPT_AFTER_PERIOD - now))
+            budget = BudgetHold(record.token_budget, window.start, window.end, max(0, tokens), keep_for)
         if not self.up:
             # Known down: no request waits for Redis's timeout; the heartbeat, every
             # fifth of its TTL, finds out when Redis answers again.

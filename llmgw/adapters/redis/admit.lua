@@ -15,7 +15,7 @@
 -- ARGV[5]  the hold's id
 -- ARGV[6]  the key's token budget for the period (0: no budget)
 -- ARGV[7]  tokens to hold from the budget
--- ARGV[8]  unix second at which the period's counter expires (0: never)
+-- ARGV[8]  seconds the period's counter is kept from now (0: forever)
 -- Returns {1, "", "0", held, budget left after} when admitted, else {0, kind, seconds to
 -- wait, held asked, budget left}; kind "budget" when the period's budget has too little left
 -- (core/budgets.py's budget_decision, taken here atomically).
@@ -74,7 +74,7 @@ if tpm > 0 then
 end
 if budget > 0 then
   redis.call('INCRBY', KEYS[4], budget_hold)
-  if tonumber(ARGV[8]) > 0 then redis.call('EXPIREAT', KEYS[4], ARGV[8]) end
+  if tonumber(ARGV[8]) > 0 then redis.call('EXPIRE', KEYS[4], ARGV[8]) end
   if budget_hold > 0 then
     redis.call('HSET', KEYS[3], ARGV[5] .. '/budget', 'budget ' .. KEYS[4] .. ' ' .. budget_hold)
   end

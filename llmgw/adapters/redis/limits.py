@@ -65,13 +65,16 @@ BUDGET_KEPT_AFTER_PERIOD = 7 * 86400
 
 @dataclass(frozen=True, slots=True)
 class BudgetHold:
-    """What ``admit`` takes from a key's budget period: ``budget`` tokens in the period
-    starting at ``window_start`` (a counter expiring at ``expire_at``, 0: never)."""
+    """What ``admit`` takes from a key's budget period: ``tokens`` of ``budget`` in the
+    period starting at ``window_start`` and ending at ``window_end`` (None: never),
+    whose counter is kept ``keep_for`` seconds more (0: forever). A duration, not an
+    instant: Redis's clock and the router's need not agree for the counter to last."""
 
     budget: int
     window_start: int
-    expire_at: int
+    window_end: int | None
     tokens: int
+    keep_for: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +167,7 @@ class RedisLimitStore:
                     hold_id,
                     budget.budget if budget else 0,
                     max(0, budget.tokens) if budget else 0,
-                    budget.expire_at if budget else 0,
+                    budget.keep_for if budget else 0,
                 ],
             )
         except RedisError as exc:
@@ -198,7 +201,7 @@ class RedisLimitStore:
                     hold_id,
                     int(budget is not None),
                     budget.tokens if budget else 0,
-                    budget.expire_at if budget else 0,
+                    budget.keep_for if budget else 0,
                 ],
             )
         except RedisError as exc:

@@ -10,7 +10,7 @@
 -- ARGV[4]  the hold's id
 -- ARGV[5]  "1": the key has a budget
 -- ARGV[6]  tokens held from the budget
--- ARGV[7]  unix second at which the period's counter expires (0: never)
+-- ARGV[7]  seconds the period's counter is kept from now (0: forever)
 -- Returns 1, or 0 when the hold was already gone (reaped after this router was taken
 -- for dead: it was refunded then, so it is not refunded again, only charged).
 
@@ -36,7 +36,7 @@ if ARGV[5] == '1' then
   end
   if used - budget_held ~= 0 then
     redis.call('INCRBY', KEYS[3], used - budget_held)
-    if tonumber(ARGV[7]) > 0 then redis.call('EXPIREAT', KEYS[3], ARGV[7]) end
+    if tonumber(ARGV[7]) > 0 then redis.call('EXPIRE', KEYS[3], ARGV[7]) end
   end
 end
 return open

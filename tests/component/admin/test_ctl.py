@@ -311,7 +311,7 @@ async def test_keys_create_with_a_budget_and_usage_shows_the_period_used_and_lef
         assert period is not None
         window = budget_window(period, record.created_at, time.time())
         assert window.end is not None
-        held = BudgetHold(5000, window.start, window.end, 1000)
+        held = BudgetHold(5000, window.start, window.end, 1000, 86400)
         admitted = await store.admit(
             key["id"], "r", "h1", requests_per_minute=None, tokens_per_minute=None, tokens=0, unbounded=False,
             budget=held,
