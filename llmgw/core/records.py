@@ -208,7 +208,9 @@ MaybeSeconds = Annotated[float | None, BeforeValidator(_nullable(_seconds)), Pla
 Flag = Annotated[bool, Strict()]
 Sha256Hex = Annotated[str, BeforeValidator(_sha256)]
 PerMinute = Annotated[int | None, BeforeValidator(_nullable(_whole_number(minimum=1)))]
-TokenBudget = Annotated[int | None, BeforeValidator(_nullable(_whole_number(minimum=1, maximum=MAX_BUDGET_TOKENS)))]
+TokenBudget = Annotated[
+    int | None, BeforeValidator(_nullable(_whole_number(minimum=1, maximum=MAX_BUDGET_TOKENS)))
+]
 
 
 def _budget_period(value: object) -> str:

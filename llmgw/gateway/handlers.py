@@ -76,8 +76,10 @@ async def serve_call(
     if key is not None:
         context.limiter.enter(key)  # the key's requests in progress: 429 past its limit
     try:
-        if hold_tokens is None and key is not None and (
-            key.tokens_per_minute is not None or key.token_budget is not None
+        if (
+            hold_tokens is None
+            and key is not None
+            and (key.tokens_per_minute is not None or key.token_budget is not None)
         ):
             # Only a token limit or budget holds tokens: no estimate for a request that holds none.
             hold_tokens = call.tokens_to_hold(context.settings.hold_for_unbounded_answer)

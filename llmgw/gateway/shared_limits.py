@@ -5,7 +5,8 @@ token budget every router takes from (``adapters.redis.limits``), hands out a
 ``SharedHold`` that settles the request's held tokens once its usage is known, counts each answered request's usage
 by key and model, beats this router's heartbeat and sweeps dead routers' holds; and
 the behaviour while Redis is unreachable, which the operator chooses (``StoreDown``),
-logged once per change and counted.
+logged once per change and counted, and the usage answered meanwhile, sent once Redis
+answers again.
 
 Must not: wait in a hold's callbacks (they come from the answer's path: settles and
 counts go to Redis from tasks kept here), or admit past a limit while Redis answers.
@@ -28,6 +29,7 @@ from typing import Any
 
 from llmgw.adapters.redis.limits import (
     BUDGET_KEPT_AFTER_PERIOD,
+    USAGE_FIELDS,
     BudgetHold,
     LimitStoreUnreachable,
     RedisLimitStore,
@@ -97,6 +99,16 @@ class SharedHold:
 Hold = TokenHold | SharedHold
 
 
+def _budget_hold(record: ApiKeyRecord, tokens: int, now: float) -> BudgetHold | None:
+    """What a request of ``record`` holding ``tokens`` takes from its budget period at ``now``."""
+    period = record.budget
+    if period is None or record.token_budget is None:
+        return None
+    window = budget_window(period, record.created_at, now)
+    keep_for = 0 if window.end is None else max(1, int(window.end + BUDGET_KEPT_AFTER_PERIOD - now))
+    return BudgetHold(record.token_budget, window.start, window.end, max(0, tokens), keep_for)
+
+
 def _exhausted(budget: BudgetHold, period: str, left: int, now: float) -> errors.ApiError:
     ends = budget.window_end
     return errors.budget_exhausted(
@@ -142,6 +154,12 @@ class SharedLimits:
         # down, this router spends its share of that, and counts what it spent here.
         self._budget_seen: dict[str, tuple[int, int]] = {}
         self._spent_while_down: dict[tuple[str, int], int] = {}
+        # The usage of requests answered while Redis was known down (per key and model,
+        # and per budget period), added to Redis once it answers again. A count sent
+        # as Redis stopped answering is not kept: it may have been applied (at most once).
+        self._unsent_usage: dict[tuple[str, str], dict[str, int]] = {}
+        self._unsent_budget: dict[tuple[str, int], tuple[int, int]] = {}
+        self._unanswered: list[tuple[ApiKeyRecord, str, BudgetHold | None]] = []
 
     async def start(self) -> None:
         await self._beat_and_sweep()
@@ -164,7 +182,7 @@ class SharedLimits:
             return
         if kept.durable is False:
             log.warning(
-                "router %s: the Redis of shared limits keeps nothing on disk (appendonly no, save \"\"): "
+                'router %s: the Redis of shared limits keeps nothing on disk (appendonly no, save ""): '
                 "keys' usage and budgets are lost when it restarts; turn on its AOF (appendonly yes)",
                 self.router_id,
             )
@@ -196,12 +214,8 @@ class SharedLimits:
         period = record.budget
         if record.requests_per_minute is None and record.tokens_per_minute is None and period is None:
             return SharedHold(self, record, 0, "")
-        budget = None
         now = self._wall_clock()
-        if period is not None and record.token_budget is not None:
-            window = budget_window(period, record.created_at, now)
-            keep_for = 0 if window.end is None else max(1, int(window.end + BUDGET_KEPT_AFTER_PERIOD - now))
-            budget = BudgetHold(record.token_budget, window.start, window.end, max(0, tokens), keep_for)
+        budget = _budget_hold(record, tokens, now)
         if not self.up:
             # Known down: no request waits for Redis's timeout; the heartbeat, every
             # fifth of its TTL, finds out when Redis answers again.
@@ -219,6 +233,9 @@ class SharedLimits:
                 budget=budget,
             )
         except LimitStoreUnreachable as exc:
+            # Redis may yet run the admission it did not answer: once it answers again,
+            # whatever that took is given back (settled with nothing used).
+            self._unanswered.append((record, hold_id, budget))
             self._went_down(exc)
             return self._admit_while_down(record, tokens, unbounded=unbounded, budget=budget)
         self._came_back()
@@ -272,11 +289,20 @@ class SharedLimits:
         self._spent_while_down[spent_key] = spent + budget.tokens
 
     def settle_later(
-        self, record: ApiKeyRecord, held: int, used: int, hold_id: str, budget: BudgetHold | None = None
+        self,
+        record: ApiKeyRecord,
+        held: int,
+        used: int,
+        hold_id: str,
+        budget: BudgetHold | None = None,
+        *,
+        force: bool = False,
     ) -> None:
+        """``force``: settle even what looks like nothing held (an admission Redis did
+        not answer: what it held, if it ran, is read from Redis)."""
         if not hold_id or (record.tokens_per_minute is None and budget is None):
             return
-        if held == used == 0 and (budget is None or budget.tokens == 0):
+        if not force and held == used == 0 and (budget is None or budget.tokens == 0):
             return
         self._later(
             self._store.settle(
@@ -302,7 +328,21 @@ class SharedLimits:
             "output_tokens": completion,
             "cached_tokens": cached_tokens(usage) if usage is not None else 0,
         }
+        if not self.up:
+            self._keep_unsent(record, model, counts)
+            return
         self._later(self._store.count_usage(record.key_id, model, counts))
+
+    def _keep_unsent(self, record: ApiKeyRecord, model: str, counts: Mapping[str, int]) -> None:
+        kept = self._unsent_usage.setdefault((record.key_id, model), dict.fromkeys(USAGE_FIELDS, 0))
+        for name, count in counts.items():
+            kept[name] += count
+        budget = _budget_hold(record, 0, self._wall_clock())
+        if budget is not None:
+            where = (record.key_id, budget.window_start)
+            before, _ = self._unsent_budget.get(where, (0, 0))
+            used = counts["input_tokens"] + counts["output_tokens"]
+            self._unsent_budget[where] = (before + used, budget.keep_for)
 
     async def usage(self, key_id: str) -> list[KeyUsage]:
         return await self._store.usage(key_id)
@@ -341,4 +381,11 @@ class SharedLimits:
         if not self.up:
             self.up = True
             self._spent_while_down.clear()
+            if self._unsent_usage or self._unsent_budget:
+                usage, budgets = self._unsent_usage, self._unsent_budget
+                self._unsent_usage, self._unsent_budget = {}, {}
+                self._later(self._store.add_counts(usage, budgets))
+            unanswered, self._unanswered = self._unanswered, []
+            for record, hold_id, budget in unanswered:
+                self.settle_later(record, 0, 0, hold_id, budget, force=True)
             log.warning("router %s: Redis for shared limits answers again", self.router_id)

@@ -24,6 +24,7 @@ a Redis Cluster is not supported; a single Redis, or one with Sentinel, is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -248,6 +249,29 @@ class RedisLimitStore:
                 for name, count in counts.items():
                     if count and name in USAGE_FIELDS:
                         pipe.hincrby(usage_key(key_id), f"{model}\t{name}", count)
+                await pipe.execute()
+        except RedisError as exc:
+            raise LimitStoreUnreachable(str(exc)) from exc
+
+    async def add_counts(
+        self,
+        usage: Mapping[tuple[str, str], Mapping[str, int]],
+        budgets: Mapping[tuple[str, int], tuple[int, int]],
+    ) -> None:
+        """Add usage counted elsewhere (a router's, while Redis did not answer) in one
+        transaction: ``usage`` by (key id, model) and ``USAGE_FIELDS`` name; ``budgets``
+        by (key id, period start): (tokens used, seconds to keep the counter, 0: forever)."""
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for (key_id, model), counts in sorted(usage.items()):
+                    for name, count in counts.items():
+                        if count and name in USAGE_FIELDS:
+                            pipe.hincrby(usage_key(key_id), f"{model}\t{name}", count)
+                for (key_id, start), (tokens, keep_for) in sorted(budgets.items()):
+                    if tokens:
+                        pipe.incrby(budget_key(key_id, start), tokens)
+                        if keep_for:
+                            pipe.expire(budget_key(key_id, start), keep_for)
                 await pipe.execute()
         except RedisError as exc:
             raise LimitStoreUnreachable(str(exc)) from exc

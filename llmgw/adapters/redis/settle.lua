@@ -1,26 +1,34 @@
 -- Settle one hold (llmgw/adapters/redis/limits.py): the key's token bucket gets back
 -- what was held and pays what the answer used, and so does its budget period's counter;
--- the hold leaves the router's open holds.
+-- the hold leaves the router's open holds. What was held is read from the open holds
+-- (admit.lua wrote it), so a router can settle an admission whose answer it never
+-- read (Redis stopped answering): settled with 0 used, it only gives back what it took.
 -- KEYS[1]  the key's token bucket
 -- KEYS[2]  this router's open holds
 -- KEYS[3]  the key's budget period's counter
 -- ARGV[1]  tokens per minute (0: no token bucket)
--- ARGV[2]  tokens held from the bucket
+-- ARGV[2]  (unused: what was held is read from the open holds)
 -- ARGV[3]  tokens used
 -- ARGV[4]  the hold's id
 -- ARGV[5]  "1": the key has a budget
--- ARGV[6]  tokens held from the budget
+-- ARGV[6]  (unused, as ARGV[2])
 -- ARGV[7]  seconds the period's counter is kept from now (0: forever)
 -- Returns 1, or 0 when the hold was already gone (reaped after this router was taken
 -- for dead: it was refunded then, so it is not refunded again, only charged).
 
-local limit, held, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local open = 1
+local limit, used = tonumber(ARGV[1]), tonumber(ARGV[3])
+local function take(field, pattern)
+  local rec = redis.call('HGET', KEYS[2], field)
+  if not rec then return 0, 0 end
+  redis.call('HDEL', KEYS[2], field)
+  return 1, tonumber(string.match(rec, pattern)) or 0
+end
+local open = 0
 if limit > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-  open = redis.call('HDEL', KEYS[2], ARGV[4])
-  if open == 0 then held = 0 end
+  local held
+  open, held = take(ARGV[4], '^%S+ (%d+) %d+$')
   local v = redis.call('HMGET', KEYS[1], 'level', 'stamp')
   local lv, st = tonumber(v[1]), tonumber(v[2])
   if lv == nil or st == nil then lv, st = limit, now end
@@ -30,10 +38,8 @@ if limit > 0 then
   redis.call('EXPIRE', KEYS[1], math.ceil((limit - lv) * 60 / limit) + 1)
 end
 if ARGV[5] == '1' then
-  local budget_held = tonumber(ARGV[6])
-  if budget_held > 0 and redis.call('HDEL', KEYS[2], ARGV[4] .. '/budget') == 0 then
-    budget_held = 0  -- reaped: refunded then
-  end
+  local budget_open, budget_held = take(ARGV[4] .. '/budget', '^budget %S+ (%d+)$')
+  if budget_open == 1 then open = 1 end
   if used - budget_held ~= 0 then
     redis.call('INCRBY', KEYS[3], used - budget_held)
     if tonumber(ARGV[7]) > 0 then redis.call('EXPIRE', KEYS[3], ARGV[7]) end

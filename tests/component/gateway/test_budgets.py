@@ -298,3 +298,40 @@ async def test_a_router_says_when_its_redis_keeps_nothing_on_disk(
         assert len(said) == 1 and "appendonly yes" in said[0]
     finally:
         await volatile.stop()
+
+
+async def test_usage_answered_while_redis_is_down_is_added_once_it_answers(redis_server: RedisServer) -> None:
+    limits = _limits(redis_server, "router-0", [NOW], store_down=StoreDown.LOCAL_SHARE)
+    await limits.start()
+    try:
+        record = new_api_key("team", now=NOW, token_budget=10_000).record
+        hold = await limits.admit(record, 100)
+        hold.settle(100)
+        limits.count_usage(record, "sim-chat", {"prompt_tokens": 60, "completion_tokens": 40})
+        await limits.drain()
+        redis_server.pause()
+        for _ in range(3):  # the first finds Redis down; the others do not wait for it
+            local = await limits.admit(record, 100)
+            local.settle(30)
+            limits.count_usage(
+                record,
+                "sim-chat",
+                {"prompt_tokens": 20, "completion_tokens": 10, "prompt_tokens_details": {"cached_tokens": 8}},
+            )
+        assert not limits.up
+        redis_server.resume()
+        await eventually(lambda: _beat(limits), what="Redis answering again")
+        await limits.drain()
+        (usage,) = await limits.usage(record.key_id)
+        assert (usage.requests, usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (
+            4,
+            120,
+            70,
+            24,
+        )
+        window = budget_window(record.budget or pytest.fail("no budget"), record.created_at, NOW)
+        used = await RedisLimitStore(redis_server.url).budget_used(record.key_id, window.start)
+        assert used == 100 + 3 * 30  # the outage's answers charged to the period, once
+    finally:
+        redis_server.resume()
+        await limits.close()
