@@ -88,7 +88,7 @@ def test_periods_operators_write(text: str, expected: BudgetPeriod) -> None:
     ],
 )  # fmt: skip
 def test_periods_refused_say_what_to_write(text: object) -> None:
-    with pytest.raises(ValueError, match="daily, weekly, monthly, lifetime|at least 1h"):
+    with pytest.raises(ValueError, match=r"daily, weekly, monthly, lifetime|at least 1h"):
         parse_budget_period(text)
 
 

@@ -24,8 +24,8 @@ from llmgw.adapters.consul.kv import decode_entry, decode_prefix, key_part, watc
 from llmgw.adapters.consul.settings import WatchSettings
 from llmgw.adapters.consul.watch import Watch
 from llmgw.core.api_keys import ID_BYTES, SECRET_BYTES, compose_key
-from llmgw.core.conventions import KV_KEYS_PREFIX
 from llmgw.core.budgets import budget_fields
+from llmgw.core.conventions import KV_KEYS_PREFIX
 from llmgw.core.records import ApiKeyRecord, secret_sha256, to_json
 
 # Tries to find an unused random key id; a clash among 64-bit ids means a broken RNG.

@@ -452,8 +452,8 @@ def test_api_key_never_holds_the_secret() -> None:
         (
             ApiKeyRecord,
             _doc(_KEY, token_budget=5000, budget_period="30x"),
-            "ApiKeyRecord.budget_period: a budget period is daily, weekly, monthly, lifetime, or a whole number "
-            "of days or hours such as 30d or 12h, not '30x'",
+            "ApiKeyRecord.budget_period: a budget period is daily, weekly, monthly, lifetime, or a whole "
+            "number of days or hours such as 30d or 12h, not '30x'",
         ),
         (
             ApiKeyRecord,
