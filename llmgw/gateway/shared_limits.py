@@ -4,9 +4,9 @@ Owns: ``SharedLimits``, which admits a key's request against buckets and the key
 token budget every router takes from (``adapters.redis.limits``), hands out a
 ``SharedHold`` that settles the request's held tokens once its usage is known,
 counts each answered request's usage by key and model, beats this router's heartbeat
-and sweeps dead routers' holds; and the behaviour while Redis is unreachable, which the operator chooses (``StoreDown``),
-logged once per change and counted, and the usage answered meanwhile, sent once Redis
-answers again.
+and sweeps dead routers' holds; and the behaviour while Redis is unreachable, which
+the operator chooses (``StoreDown``), logged once per change and counted, and the
+usage answered meanwhile, sent once Redis answers again.
 
 Must not: wait in a hold's callbacks (they come from the answer's path: settles and
 counts go to Redis from tasks kept here), or admit past a limit while Redis answers.
