@@ -48,9 +48,10 @@ log = logging.getLogger(__name__)
 class StoreDown(StrEnum):
     """What a router does while Redis cannot be reached."""
 
-    # Admit on this router's share: each limit divided by the routers last seen alive.
-    # Together the routers admit about the limit while traffic is spread over them as
-    # it was; the outage's usage is not counted (it is logged and counted as errors).
+    # Admit on this router's share: each limit divided by the routers last seen alive,
+    # and of what each budgeted key had left when Redis last answered (a key it never
+    # saw is refused). Together the routers admit about the limit while traffic is
+    # spread over them as it was; the outage's usage is added once Redis answers.
     LOCAL_SHARE = "local-share"
     # Refuse every request of a limited key with 503 limits_unavailable until Redis answers.
     CLOSED = "closed"
