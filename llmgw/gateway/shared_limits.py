@@ -82,19 +82,23 @@ class SharedHold:
     def open(self) -> bool:
         return not self._settled
 
-    def settle(self, used: int) -> None:
-        """The answer's usage is known: charge that instead of what was held."""
+    def settle(self, used: int, *, budget_used: int | None = None) -> None:
+        """The answer's usage is known: charge that instead of what was held
+        (``budget_used``: charge the budget period that instead)."""
         if not self._settled:
             self._settled = True
-            self._limits.settle_later(self._record, self.held, max(0, used), self.hold_id, self.budget)
+            self._limits.settle_later(
+                self._record, self.held, max(0, used), self.hold_id, self.budget, budget_used=budget_used
+            )
 
     def release(self) -> None:
         """No engine generated anything for the request: the budget gets it all back."""
         self.settle(0)
 
     def keep(self) -> None:
-        """An engine generated but its usage never came: charge what was held."""
-        self.settle(self.held)
+        """An engine generated but its usage never came: charge what was held, from the
+        token bucket and from the budget period each."""
+        self.settle(self.held, budget_used=None if self.budget is None else self.budget.tokens)
 
 
 Hold = TokenHold | SharedHold
@@ -297,10 +301,12 @@ class SharedLimits:
         hold_id: str,
         budget: BudgetHold | None = None,
         *,
+        budget_used: int | None = None,
         force: bool = False,
     ) -> None:
-        """``force``: settle even what looks like nothing held (an admission Redis did
-        not answer: what it held, if it ran, is read from Redis)."""
+        """``budget_used``: what the budget period is charged, when not ``used``;
+        ``force``: settle even what looks like nothing held (an admission Redis did not
+        answer: what it held, if it ran, is read from Redis)."""
         if not hold_id or (record.tokens_per_minute is None and budget is None):
             return
         if not force and held == used == 0 and (budget is None or budget.tokens == 0):
@@ -314,6 +320,7 @@ class SharedLimits:
                 held=held,
                 used=used,
                 budget=budget,
+                budget_used=budget_used,
             )
         )
 

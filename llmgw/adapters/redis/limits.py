@@ -185,9 +185,11 @@ class RedisLimitStore:
         held: int,
         used: int,
         budget: BudgetHold | None = None,
+        budget_used: int | None = None,
     ) -> None:
         """The request's usage is known: ``used`` replaces what it held from the key's
-        token bucket (``held``) and from its budget period (``budget.tokens``)."""
+        token bucket (``held``) and from its budget period (``budget.tokens``; charged
+        ``budget_used`` instead when given)."""
         try:
             await self._settle(
                 keys=[
@@ -201,7 +203,7 @@ class RedisLimitStore:
                     used,
                     hold_id,
                     int(budget is not None),
-                    budget.tokens if budget else 0,
+                    used if budget_used is None else max(0, budget_used),
                     budget.keep_for if budget else 0,
                 ],
             )

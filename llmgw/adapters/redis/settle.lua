@@ -11,7 +11,7 @@
 -- ARGV[3]  tokens used
 -- ARGV[4]  the hold's id
 -- ARGV[5]  "1": the key has a budget
--- ARGV[6]  (unused, as ARGV[2])
+-- ARGV[6]  tokens the budget period is charged (ARGV[3], or the hold when no usage came)
 -- ARGV[7]  seconds the period's counter is kept from now (0: forever)
 -- Returns 1, or 0 when the hold was already gone (reaped after this router was taken
 -- for dead: it was refunded then, so it is not refunded again, only charged).
@@ -39,9 +39,10 @@ if limit > 0 then
 end
 if ARGV[5] == '1' then
   local budget_open, budget_held = take(ARGV[4] .. '/budget', '^budget %S+ (%d+)$')
+  local charged = tonumber(ARGV[6])
   if budget_open == 1 then open = 1 end
-  if used - budget_held ~= 0 then
-    redis.call('INCRBY', KEYS[3], used - budget_held)
+  if charged - budget_held ~= 0 then
+    redis.call('INCRBY', KEYS[3], charged - budget_held)
     if tonumber(ARGV[7]) > 0 then redis.call('EXPIRE', KEYS[3], ARGV[7]) end
   end
 end

@@ -68,6 +68,16 @@ async def _post(
         return response
 
 
+async def _budget_used(redis: RedisServer, record: ApiKeyRecord) -> int:
+    """The key's budget period's counter at the tests' wall clock, as the admin API reads it."""
+    window = budget_window(record.budget or pytest.fail("no budget"), record.created_at, NOW)
+    store = RedisLimitStore(redis.url)
+    try:
+        return await store.budget_used(record.key_id, window.start)
+    finally:
+        await store.close()
+
+
 def _shared(router: RouterServer) -> SharedLimits:
     shared = router.app[CONTEXT].shared_limits
     assert shared is not None
@@ -103,8 +113,7 @@ async def test_three_routers_at_once_hold_a_keys_budget_and_the_usage_is_the_eng
         stats["prompt_tokens"],
         stats["generation_tokens"],
     )
-    window = budget_window(record.budget or pytest.fail("no budget"), record.created_at, NOW)
-    used = await RedisLimitStore(redis_server.url).budget_used(record.key_id, window.start)
+    used = await _budget_used(redis_server, record)
     assert used == served  # the holds all settled to what the engine counted
 
 
@@ -329,9 +338,27 @@ async def test_usage_answered_while_redis_is_down_is_added_once_it_answers(redis
             70,
             24,
         )
-        window = budget_window(record.budget or pytest.fail("no budget"), record.created_at, NOW)
-        used = await RedisLimitStore(redis_server.url).budget_used(record.key_id, window.start)
+        used = await _budget_used(redis_server, record)
         assert used == 100 + 3 * 30  # the outage's answers charged to the period, once
     finally:
         redis_server.resume()
+        await limits.close()
+
+
+async def test_an_answer_whose_usage_never_came_pays_its_hold_from_the_budget(
+    redis_server: RedisServer,
+) -> None:
+    limits = _limits(redis_server, "router-0", [NOW])
+    await limits.start()
+    try:
+        record = new_api_key("team", now=NOW, token_budget=10_000).record  # a budget, no token limit
+        left = await limits.admit(record, 300)
+        left.keep()  # a client that hung up mid-stream: an engine generated, no usage came
+        nothing = await limits.admit(record, 200)
+        nothing.release()  # no engine answered
+        answered = await limits.admit(record, 200)
+        answered.settle(120)
+        await limits.drain()
+        assert await _budget_used(redis_server, record) == 300 + 120
+    finally:
         await limits.close()
