@@ -55,6 +55,7 @@ MAX_HISTORY = 1000
 _ETAG = re.compile(r'\s*(W/)?"([^"\x00-\x1f]*)"\s*(?:,|$)')
 _LIMIT = re.compile(r"^[0-9]{1,6}$")
 _CATALOG_FIELDS = frozenset({"catalog", "filename"})
+_BUDGET_FIELDS = frozenset({"token_budget", "budget_period"})
 _KEY_FIELDS = frozenset(
     {"name", "models", "requests_per_minute", "tokens_per_minute", "token_budget", "budget_period"}
 )
@@ -70,6 +71,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get(f"{PREFIX}/keys", get_keys)
     app.router.add_delete(f"{PREFIX}/keys/{{key_id}}", delete_key)
     app.router.add_get(f"{PREFIX}/keys/{{key_id}}/usage", get_key_usage)
+    app.router.add_put(f"{PREFIX}/keys/{{key_id}}/budget", put_key_budget)
     # Model names may hold slashes (org/name): the name is everything between the prefix and the verb.
     app.router.add_post(f"{PREFIX}/models/{{model:.+}}/drain", post_drain)
     app.router.add_post(f"{PREFIX}/models/{{model:.+}}/restart", post_restart)
@@ -304,11 +306,7 @@ async def post_key(request: web.Request) -> web.Response:
     except ValueError as exc:
         raise errors.bad_request(str(exc), "invalid_field") from None
     if token_budget is not None and request.app[DEPS].usage is None:
-        raise errors.bad_request(
-            "token budgets are kept only by routers sharing a Redis (LLMGW_ROUTER_LIMITS_REDIS_URL); "
-            "set it on the routers and on the control plane",
-            "budget_not_enforced",
-        )
+        raise _budget_not_enforced()
     issued = await _consul(
         request.app[DEPS].keys.create(
             name,
@@ -346,6 +344,44 @@ async def delete_key(request: web.Request) -> web.Response:
         raise errors.bad_request(str(exc), "invalid_key_id") from None
     log.info("API key %s revoked by %s", key_id, request[ACTOR])
     return json_response({"key": key_dict(record)})
+
+
+async def put_key_budget(request: web.Request) -> web.Response:
+    """Set, change or (``token_budget`` null) remove a key's token budget."""
+    data = await read_object(request, _BUDGET_FIELDS)
+    if "token_budget" not in data:
+        raise errors.bad_request("token_budget is required (null removes the budget)", "invalid_field")
+    key_id = request.match_info["key_id"]
+    try:
+        token_budget, budget_period = budget_fields(data.get("token_budget"), data.get("budget_period"))
+    except ValueError as exc:
+        raise errors.bad_request(str(exc), "invalid_field") from None
+    if token_budget is not None and request.app[DEPS].usage is None:
+        raise _budget_not_enforced()
+    try:
+        # No period given: the key keeps its own (the store reads it).
+        period = budget_period if data.get("budget_period") is not None else None
+        record = await _consul(request.app[DEPS].keys.set_budget(key_id, token_budget, period))
+    except ApiKeyNotFound:
+        raise errors.not_found(f"no API key {key_id!r}", "no_key") from None
+    except ValueError as exc:  # not a well-formed key id
+        raise errors.bad_request(str(exc), "invalid_key_id") from None
+    log.info(
+        "API key %s's token budget set to %s (%s) by %s",
+        key_id,
+        record.token_budget,
+        record.budget_period or "none",
+        request[ACTOR],
+    )
+    return json_response({"key": key_dict(record)})
+
+
+def _budget_not_enforced() -> AdminError:
+    return errors.bad_request(
+        "token budgets are kept only by routers sharing a Redis (LLMGW_ROUTER_LIMITS_REDIS_URL); "
+        "set it on the routers and on the control plane",
+        "budget_not_enforced",
+    )
 
 
 async def get_key_usage(request: web.Request) -> web.Response:

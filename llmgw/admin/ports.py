@@ -47,7 +47,7 @@ class IssuedKeyLike(Protocol):
 
 
 class ApiKeyStorePort(Protocol):
-    """``llmgw.adapters.consul.ApiKeyStore``. ``revoke`` raises ApiKeyNotFound."""
+    """``llmgw.adapters.consul.ApiKeyStore``. ``revoke`` and ``set_budget`` raise ApiKeyNotFound."""
 
     async def create(
         self,
@@ -63,6 +63,12 @@ class ApiKeyStorePort(Protocol):
     async def list(self) -> Mapping[str, ApiKeyRecord]: ...
 
     async def revoke(self, key_id: str) -> ApiKeyRecord: ...
+
+    async def set_budget(
+        self, key_id: str, token_budget: int | None, budget_period: str | None
+    ) -> ApiKeyRecord:
+        """Raises ApiKeyNotFound, or ValueError for a budget ``core.budgets`` refuses."""
+        ...
 
 
 class StatusDocumentLike(Protocol):

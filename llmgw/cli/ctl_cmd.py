@@ -1,7 +1,7 @@
 """``llmgw ctl``: change and inspect a running llmgw through its admin API, from CI or a terminal.
 
 Owns: the ``ctl`` subcommands (status [--model], diff, apply, catalog get|history, keys
-create|list|revoke, drain, restart), their human tables and ``--json`` output, the
+create|list|revoke|budget|usage, drain, restart), their human tables and ``--json`` output, the
 apply protocol seen from the client (diff, confirm on a terminal or ``--yes``, then
 PUT with ``If-Match`` on the catalog the diff was computed against, so what was
 confirmed is what is replaced), and the exit codes:
@@ -203,6 +203,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     revoke.add_argument("key_id", metavar="ID", help="the key's id (k-..., as keys list shows it)")
     revoke.set_defaults(handler=_keys_revoke)
+    budget = key_commands.add_parser(
+        "budget",
+        parents=[common],
+        help="set, change or remove a key's token budget",
+        description="Set, change or remove an API key's token budget (prompt + completion tokens per "
+        "period, across every router). The period's usage so far stays counted: a larger budget leaves "
+        "the key more this period; a new period kind starts a new period now.",
+    )
+    budget.add_argument("key_id", metavar="ID", help="the key's id (k-..., as keys list shows it)")
+    amount = budget.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--token-budget", type=int, help="tokens per period")
+    amount.add_argument("--none", action="store_true", help="remove the key's budget")
+    budget.add_argument("--budget-period", help="as keys create takes it (default: monthly)")
+    budget.set_defaults(handler=_keys_budget)
     usage = key_commands.add_parser(
         "usage",
         parents=[reading],
@@ -751,6 +765,17 @@ def _keys_revoke(args: argparse.Namespace) -> int:
         print(f"revoked API key {key.get('id')} ({key.get('name')}) at {_when(key.get('revoked_at'))}")
 
     return _request_and_print(args, "DELETE", f"/admin/v1/keys/{quote(args.key_id, safe='')}", print_text)
+
+
+def _keys_budget(args: argparse.Namespace) -> int:
+    def print_text(changed: dict[str, Any]) -> None:
+        key = changed.get("key") or {}
+        print(f"API key {key.get('id')} ({key.get('name')}): token budget {_budget(key)}")
+
+    payload = {"token_budget": None if args.none else args.token_budget, "budget_period": args.budget_period}
+    return _request_and_print(
+        args, "PUT", f"/admin/v1/keys/{quote(args.key_id, safe='')}/budget", print_text, payload=payload
+    )
 
 
 def _keys_usage(args: argparse.Namespace) -> int:

@@ -123,6 +123,29 @@ class ApiKeyStore:
                 return revoked
         raise ApiKeyConflict(f"API key {key_id!r} kept changing while being revoked; try again")
 
+    async def set_budget(
+        self, key_id: str, token_budget: int | None, budget_period: str | None
+    ) -> ApiKeyRecord:
+        """Give the key a token budget, change it, or (``token_budget`` None) remove it;
+        ``budget_period`` None keeps the key's period (monthly for a key without one);
+        ``core.budgets.budget_fields`` checks both. The period's usage so far stays
+        counted: a larger budget leaves the key more this period, a smaller one less."""
+        budget_fields(token_budget, budget_period)  # refused before anything is read
+        path = api_key_path(key_id)
+        for _ in range(self._attempts):
+            entry, _ = await self._client.kv_get(path)
+            if entry is None:
+                raise ApiKeyNotFound(f"no API key {key_id!r}")
+            record = decode_entry(ApiKeyRecord, entry)
+            kept = record.budget_period if token_budget is not None and record.budget_period else None
+            budget, period = budget_fields(token_budget, budget_period if budget_period is not None else kept)
+            changed = replace(record, token_budget=budget, budget_period=period)
+            if changed == record:
+                return record
+            if await self._client.kv_put(path, to_json(changed).encode("utf-8"), cas=entry.modify_index):
+                return changed
+        raise ApiKeyConflict(f"API key {key_id!r} kept changing while its budget was set; try again")
+
     def watch(self, settings: WatchSettings | None = None) -> Watch[Mapping[str, ApiKeyRecord]]:
         """A watch (not yet started) of every key record, by key id."""
         return watch_prefix(self._client, KV_KEYS_PREFIX, ApiKeyRecord, lambda k: k.key_id, settings)

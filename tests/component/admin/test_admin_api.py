@@ -541,3 +541,36 @@ async def test_without_shared_limits_a_budget_is_refused_saying_what_to_set(
     assert reply.status == 400 and reply.body["error"]["code"] == "budget_not_enforced"
     assert "LLMGW_ROUTER_LIMITS_REDIS_URL" in reply.body["error"]["message"]
     assert await stores.keys.list() == {}
+
+
+async def test_a_keys_budget_is_raised_removed_and_refused_past_what_is_valid(
+    start: StartAdmin, stores: Stores, client_for: Callable[[AdminListener], Client]
+) -> None:
+    client = client_for(await start(stores, usage=_RecordedUsage()))
+    key_id = (await stores.keys.create("team-a", token_budget=1000)).record.key_id
+    raised = await client.call("PUT", f"/admin/v1/keys/{key_id}/budget", {"token_budget": 5000})
+    assert raised.status == 200, raised.body
+    assert (raised.body["key"]["token_budget"], raised.body["key"]["budget_period"]) == (5000, "monthly")
+    weekly = await client.call(
+        "PUT", f"/admin/v1/keys/{key_id}/budget", {"token_budget": 5000, "budget_period": "weekly"}
+    )
+    assert weekly.body["key"]["budget_period"] == "weekly"
+    assert (await stores.keys.list())[key_id].budget_period == "weekly"
+    again = await client.call("PUT", f"/admin/v1/keys/{key_id}/budget", {"token_budget": 6000})
+    assert (again.body["key"]["token_budget"], again.body["key"]["budget_period"]) == (6000, "weekly")
+    for bad in (
+        {"token_budget": -1},
+        {"token_budget": 2**53},
+        {"token_budget": 10, "budget_period": "fortnightly"},
+        {"budget_period": "daily"},
+        {},
+        {"token_budget": 10, "name": "renamed"},
+    ):
+        refused = await client.call("PUT", f"/admin/v1/keys/{key_id}/budget", bad)
+        assert refused.status == 400, (bad, refused.body)
+    assert (await stores.keys.list())[key_id].token_budget == 6000  # unchanged by any of them
+    removed = await client.call("PUT", f"/admin/v1/keys/{key_id}/budget", {"token_budget": None})
+    assert removed.body["key"]["token_budget"] is None and removed.body["key"]["budget_period"] is None
+    assert (await stores.keys.list())[key_id].budget is None
+    missing = await client.call("PUT", "/admin/v1/keys/k-0000000000000000/budget", {"token_budget": 1})
+    assert missing.status == 404 and missing.body["error"]["code"] == "no_key"

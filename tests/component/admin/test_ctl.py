@@ -327,6 +327,15 @@ async def test_keys_create_with_a_budget_and_usage_shows_the_period_used_and_lef
             "tokens": 5000, "period": "daily", "period_start": window.start, "resets_at": window.end,
             "used": 1234, "left": 3766,
         }  # fmt: skip
+        raised = await ctl("keys", "budget", key["id"], "--token-budget", "8000")
+        assert raised.code == 0 and raised.out.strip().endswith("token budget 8000/daily")  # its period kept
+        left = json.loads((await ctl("keys", "usage", key["id"], "--json")).out)["budget"]["left"]
+        assert left == 8000 - 1234  # the period's usage stays counted
+        removed = await ctl("keys", "budget", key["id"], "--none")
+        assert removed.code == 0 and removed.out.strip().endswith("token budget -")
+        with pytest.raises(SystemExit) as usage_error:  # one of --token-budget, --none
+            await ctl("keys", "budget", key["id"])
+        assert usage_error.value.code == 2
         refused = await ctl("keys", "create", "team-b", "--token-budget", "-1")
         assert refused.code == 1 and "token budget" in refused.err
         bad_period = await ctl("keys", "create", "team-b", "--token-budget", "10", "--budget-period", "soon")

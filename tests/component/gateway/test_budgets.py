@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,21 @@ async def test_the_budget_resets_at_the_periods_boundary(
     cluster.clock.now = datetime(2023, 11, 14, 23, 59, 59, tzinfo=UTC).timestamp()
     assert (await _post(http, routers[0], key, max_tokens=40)).status == 429  # still the same day
     cluster.clock.now = datetime(2023, 11, 15, tzinfo=UTC).timestamp()  # midnight UTC
+    assert [(await _post(http, r, key, max_tokens=40)).status for r in routers] == [200, 200]
+
+
+async def test_a_raised_budget_admits_the_key_again_this_period(
+    cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, redis_server: RedisServer
+) -> None:
+    await cluster.add_sim("sim-chat")
+    key, record = _issue(cluster, token_budget=200, budget_period="weekly")
+    routers = await _routers(start_router, redis_server, 2)
+    statuses = [(await _post(http, routers[i % 2], key, max_tokens=40)).status for i in range(10)]
+    assert statuses[-1] == 429
+    raised = replace(record, token_budget=100_000)  # as PUT /admin/v1/keys/ID/budget writes it
+    cluster.keys.publish({**(cluster.keys.latest or {}), record.key_id: raised})
+    for router in routers:
+        await cluster.seen_by(router)
     assert [(await _post(http, r, key, max_tokens=40)).status for r in routers] == [200, 200]
 
 
