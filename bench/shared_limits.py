@@ -8,7 +8,9 @@ persistence) and times, in this process on uvloop as the router runs:
 - ``SharedLimits.admit`` and ``settle`` against Redis (``admit.lua``, ``settle.lua``),
   one request at a time (the round trip) and with C requests at once (what Redis
   sustains for one router);
-- the usage count each answered request also sends.
+- the usage count each answered request also sends;
+- the same with a token budget on the key (``admit.lua`` checks and takes the budget
+  period's counter in the same script, ``settle.lua`` settles it).
 
 Each figure is the median of several rounds, with its range. By default Redis runs on
 one CPU and this process on the other (``--shared``: every process on every CPU).
@@ -79,6 +81,9 @@ async def _rate(requests: int, concurrency: int, one: Callable[[], Awaitable[Non
 async def _measure(args: argparse.Namespace, unix_url: str, tcp_url: str) -> dict[str, list[float]]:
     # Limits no run reaches: the figures are of admission's cost, not of refusals.
     record = new_api_key("bench", now=0.0, requests_per_minute=10**9, tokens_per_minute=10**12).record
+    budgeted = new_api_key(
+        "bench", now=0.0, requests_per_minute=10**9, tokens_per_minute=10**12, token_budget=10**15
+    ).record
     local = RateLimiter()
 
     async def local_one() -> None:
@@ -93,12 +98,14 @@ async def _measure(args: argparse.Namespace, unix_url: str, tcp_url: str) -> dic
         await limits.start()
         shared[name] = limits
 
-    def shared_one(limits: SharedLimits, count: bool) -> Callable[[], Awaitable[None]]:
+    def shared_one(limits: SharedLimits, count: bool, budget: bool = False) -> Callable[[], Awaitable[None]]:
+        key = budgeted if budget else record
+
         async def one() -> None:
-            hold = await limits.admit(record, 500)
+            hold = await limits.admit(key, 500)
             hold.settle(420)
             if count:
-                limits.count_usage(record, "bench-model", {"prompt_tokens": 400, "completion_tokens": 20})
+                limits.count_usage(key, "bench-model", {"prompt_tokens": 400, "completion_tokens": 20})
             await limits.drain()  # the settle's round trip, counted in the request's cost
 
         return one
@@ -110,6 +117,7 @@ async def _measure(args: argparse.Namespace, unix_url: str, tcp_url: str) -> dic
             (f"shared, Redis over {name}, 1 at a time", 1, shared_one(limits, False)),
             (f"shared, Redis over {name}, {many} at once", many, shared_one(limits, False)),
             (f"shared + usage count, {name}, {many} at once", many, shared_one(limits, True)),
+            (f"shared + budget + usage, {name}, {many} at once", many, shared_one(limits, True, True)),
         ]
     for _, concurrency, one in cases:  # warm-up: connections, script caches
         await _rate(max(200, args.requests // 10), concurrency, one)

@@ -41,6 +41,7 @@ from llmgw.admin.wire import (
     text_field,
     version_dict,
 )
+from llmgw.core.budgets import budget_decision, budget_fields, budget_window
 from llmgw.core.catalog_diff import diff_to_dict
 from llmgw.core.diagnostics import Severity
 from llmgw.core.records import MAX_CATALOG_CHARS, CatalogVersion, catalog_sha256
@@ -54,7 +55,10 @@ MAX_HISTORY = 1000
 _ETAG = re.compile(r'\s*(W/)?"([^"\x00-\x1f]*)"\s*(?:,|$)')
 _LIMIT = re.compile(r"^[0-9]{1,6}$")
 _CATALOG_FIELDS = frozenset({"catalog", "filename"})
-_KEY_FIELDS = frozenset({"name", "models", "requests_per_minute", "tokens_per_minute"})
+_BUDGET_FIELDS = frozenset({"token_budget", "budget_period"})
+_KEY_FIELDS = frozenset(
+    {"name", "models", "requests_per_minute", "tokens_per_minute", "token_budget", "budget_period"}
+)
 
 
 def add_routes(app: web.Application) -> None:
@@ -67,6 +71,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get(f"{PREFIX}/keys", get_keys)
     app.router.add_delete(f"{PREFIX}/keys/{{key_id}}", delete_key)
     app.router.add_get(f"{PREFIX}/keys/{{key_id}}/usage", get_key_usage)
+    app.router.add_put(f"{PREFIX}/keys/{{key_id}}/budget", put_key_budget)
     # Model names may hold slashes (org/name): the name is everything between the prefix and the verb.
     app.router.add_post(f"{PREFIX}/models/{{model:.+}}/drain", post_drain)
     app.router.add_post(f"{PREFIX}/models/{{model:.+}}/restart", post_restart)
@@ -296,12 +301,20 @@ async def post_key(request: web.Request) -> web.Response:
     name = text_field(data, "name", max_chars=MAX_NAME_CHARS) or ""
     if not name.strip() or any(ord(ch) < 32 for ch in name):
         raise errors.bad_request("name must be a readable label of who uses the key", "invalid_field")
+    try:
+        token_budget, budget_period = budget_fields(data.get("token_budget"), data.get("budget_period"))
+    except ValueError as exc:
+        raise errors.bad_request(str(exc), "invalid_field") from None
+    if token_budget is not None and request.app[DEPS].usage is None:
+        raise _budget_not_enforced()
     issued = await _consul(
         request.app[DEPS].keys.create(
             name,
             models=models_field(data, "models"),
             requests_per_minute=limit_field(data, "requests_per_minute"),
             tokens_per_minute=limit_field(data, "tokens_per_minute"),
+            token_budget=token_budget,
+            budget_period=budget_period or None,
         )
     )
     log.info("API key %s (%s) created by %s", issued.record.key_id, name, request[ACTOR])
@@ -333,6 +346,44 @@ async def delete_key(request: web.Request) -> web.Response:
     return json_response({"key": key_dict(record)})
 
 
+async def put_key_budget(request: web.Request) -> web.Response:
+    """Set, change or (``token_budget`` null) remove a key's token budget."""
+    data = await read_object(request, _BUDGET_FIELDS)
+    if "token_budget" not in data:
+        raise errors.bad_request("token_budget is required (null removes the budget)", "invalid_field")
+    key_id = request.match_info["key_id"]
+    try:
+        token_budget, budget_period = budget_fields(data.get("token_budget"), data.get("budget_period"))
+    except ValueError as exc:
+        raise errors.bad_request(str(exc), "invalid_field") from None
+    if token_budget is not None and request.app[DEPS].usage is None:
+        raise _budget_not_enforced()
+    try:
+        # No period given: the key keeps its own (the store reads it).
+        period = budget_period if data.get("budget_period") is not None else None
+        record = await _consul(request.app[DEPS].keys.set_budget(key_id, token_budget, period))
+    except ApiKeyNotFound:
+        raise errors.not_found(f"no API key {key_id!r}", "no_key") from None
+    except ValueError as exc:  # not a well-formed key id
+        raise errors.bad_request(str(exc), "invalid_key_id") from None
+    log.info(
+        "API key %s's token budget set to %s (%s) by %s",
+        key_id,
+        record.token_budget,
+        record.budget_period or "none",
+        request[ACTOR],
+    )
+    return json_response({"key": key_dict(record)})
+
+
+def _budget_not_enforced() -> AdminError:
+    return errors.bad_request(
+        "token budgets are kept only by routers sharing a Redis (LLMGW_ROUTER_LIMITS_REDIS_URL); "
+        "set it on the routers and on the control plane",
+        "budget_not_enforced",
+    )
+
+
 async def get_key_usage(request: web.Request) -> web.Response:
     """A key's usage per model, as the routers counted it in the Redis they share."""
     key_id = request.match_info["key_id"]
@@ -348,15 +399,30 @@ async def get_key_usage(request: web.Request) -> web.Response:
             errors.SERVER,
             "usage_not_counted",
         )
+    record = records[key_id]
+    period = record.budget
+    now = deps.wall_clock()
+    window = None if period is None else budget_window(period, record.created_at, now)
     try:
         usage = await deps.usage.usage(key_id)
+        used = None if window is None else await deps.usage.budget_used(key_id, window.start)
     except LimitStoreUnreachable as exc:
         raise errors.unavailable(
             f"the usage store cannot be reached now ({exc}); try again", "usage_unavailable"
         ) from None
+    budget: dict[str, object] | None = None
+    if window is not None and record.token_budget is not None and used is not None:
+        budget = {
+            "tokens": record.token_budget,
+            "period": str(period),
+            "period_start": window.start,
+            "resets_at": window.end,
+            "used": used,
+            "left": budget_decision(record.token_budget, used, 0).left,
+        }
     return json_response(
         {
-            "key": key_dict(records[key_id]),
+            "key": key_dict(record),
             "usage": [
                 {
                     "model": u.model,
@@ -367,6 +433,7 @@ async def get_key_usage(request: web.Request) -> web.Response:
                 }
                 for u in usage
             ],
+            "budget": budget,
         }
     )
 

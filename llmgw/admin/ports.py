@@ -47,7 +47,7 @@ class IssuedKeyLike(Protocol):
 
 
 class ApiKeyStorePort(Protocol):
-    """``llmgw.adapters.consul.ApiKeyStore``. ``revoke`` raises ApiKeyNotFound."""
+    """``llmgw.adapters.consul.ApiKeyStore``. ``revoke`` and ``set_budget`` raise ApiKeyNotFound."""
 
     async def create(
         self,
@@ -56,11 +56,19 @@ class ApiKeyStorePort(Protocol):
         models: tuple[str, ...] | None = None,
         requests_per_minute: int | None = None,
         tokens_per_minute: int | None = None,
+        token_budget: int | None = None,
+        budget_period: str | None = None,
     ) -> IssuedKeyLike: ...
 
     async def list(self) -> Mapping[str, ApiKeyRecord]: ...
 
     async def revoke(self, key_id: str) -> ApiKeyRecord: ...
+
+    async def set_budget(
+        self, key_id: str, token_budget: int | None, budget_period: str | None
+    ) -> ApiKeyRecord:
+        """Raises ApiKeyNotFound, or ValueError for a budget ``core.budgets`` refuses."""
+        ...
 
 
 class StatusDocumentLike(Protocol):
@@ -118,6 +126,11 @@ class UsageSource(Protocol):
     Raises ``LimitStoreUnreachable`` when its store does not answer."""
 
     async def usage(self, key_id: str) -> list[KeyUsage]: ...
+
+    async def budget_used(self, key_id: str, window_start: int) -> int:
+        """Tokens used (settled, plus what open requests hold) in the budget period
+        that began at ``window_start``."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

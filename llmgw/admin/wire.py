@@ -139,6 +139,8 @@ def key_dict(record: ApiKeyRecord) -> dict[str, Any]:
         "models": None if record.models is None else list(record.models),
         "requests_per_minute": record.requests_per_minute,
         "tokens_per_minute": record.tokens_per_minute,
+        "token_budget": record.token_budget,
+        "budget_period": record.budget_period or None,
         "created_at": record.created_at,
         "revoked_at": record.revoked_at,
         "revoked": record.revoked,

@@ -1,7 +1,7 @@
 """``llmgw ctl``: change and inspect a running llmgw through its admin API, from CI or a terminal.
 
 Owns: the ``ctl`` subcommands (status [--model], diff, apply, catalog get|history, keys
-create|list|revoke, drain, restart), their human tables and ``--json`` output, the
+create|list|revoke|budget|usage, drain, restart), their human tables and ``--json`` output, the
 apply protocol seen from the client (diff, confirm on a terminal or ``--yes``, then
 PUT with ``If-Match`` on the catalog the diff was computed against, so what was
 confirmed is what is replaced), and the exit codes:
@@ -174,6 +174,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="prompt + completion token limit (per router, unless the routers share a Redis; "
         "default: unlimited)",
     )
+    create.add_argument(
+        "--token-budget",
+        type=int,
+        help="prompt + completion tokens the key may use per --budget-period, across every router "
+        "(needs the routers' shared Redis; past it, 429 insufficient_quota until the period resets; "
+        "default: no budget)",
+    )
+    create.add_argument(
+        "--budget-period",
+        help="when the budget resets: daily, weekly (Mondays), monthly (the 1st), all at 00:00 UTC; "
+        "a whole number of days or hours from the key's creation (30d, 12h); or lifetime (never). "
+        "Default: monthly",
+    )
     create.set_defaults(handler=_keys_create)
     listing = key_commands.add_parser(
         "list",
@@ -190,13 +203,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     revoke.add_argument("key_id", metavar="ID", help="the key's id (k-..., as keys list shows it)")
     revoke.set_defaults(handler=_keys_revoke)
+    budget = key_commands.add_parser(
+        "budget",
+        parents=[common],
+        help="set, change or remove a key's token budget",
+        description="Set, change or remove an API key's token budget (prompt + completion tokens per "
+        "period, across every router). The period's usage so far stays counted: a larger budget leaves "
+        "the key more this period; a new period kind starts a new period now.",
+    )
+    budget.add_argument("key_id", metavar="ID", help="the key's id (k-..., as keys list shows it)")
+    amount = budget.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--token-budget", type=int, help="tokens per period")
+    amount.add_argument("--none", action="store_true", help="remove the key's budget")
+    budget.add_argument("--budget-period", help="as keys create takes it (default: monthly)")
+    budget.set_defaults(handler=_keys_budget)
     usage = key_commands.add_parser(
         "usage",
         parents=[reading],
         help="a key's requests and tokens per model",
         description="A key's requests and input, output and cached tokens per model, as the routers "
-        "counted them in the Redis they share (LLMGW_ROUTER_LIMITS_REDIS_URL); kept across router "
-        "restarts.",
+        "counted them in the Redis they share (LLMGW_ROUTER_LIMITS_REDIS_URL), and its token budget's "
+        "current period: used, left and when it resets. Kept across router restarts, and across "
+        "Redis's when its AOF is on.",
     )
     usage.add_argument("key_id", metavar="ID", help="the key's id (k-..., as keys list shows it)")
     usage.set_defaults(handler=_keys_usage)
@@ -637,6 +665,8 @@ def _keys_create(args: argparse.Namespace) -> int:
                 "models": args.models,
                 "requests_per_minute": args.requests_per_minute,
                 "tokens_per_minute": args.tokens_per_minute,
+                "token_budget": args.token_budget,
+                "budget_period": args.budget_period,
             },
         )
         if not answer.ok:
@@ -703,6 +733,11 @@ def _limit(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def _budget(key: dict[str, Any]) -> str:
+    tokens = key.get("token_budget")
+    return "-" if tokens is None else f"{tokens}/{key.get('budget_period')}"
+
+
 def _keys_list(args: argparse.Namespace) -> int:
     def print_text(listing: dict[str, Any]) -> None:
         rows = [
@@ -712,13 +747,14 @@ def _keys_list(args: argparse.Namespace) -> int:
                 "all" if k.get("models") is None else ",".join(k.get("models") or []),
                 _limit(k.get("requests_per_minute")),
                 _limit(k.get("tokens_per_minute")),
+                _budget(k),
                 _when(k.get("created_at")),
                 _when(k.get("revoked_at")) if k.get("revoked") else "-",
             ]
             for k in listing.get("keys") or []
             if isinstance(k, dict)
         ]
-        _table(["ID", "NAME", "MODELS", "REQ/MIN", "TOK/MIN", "CREATED", "REVOKED"], rows)
+        _table(["ID", "NAME", "MODELS", "REQ/MIN", "TOK/MIN", "BUDGET", "CREATED", "REVOKED"], rows)
 
     return _request_and_print(args, "GET", "/admin/v1/keys", print_text)
 
@@ -729,6 +765,17 @@ def _keys_revoke(args: argparse.Namespace) -> int:
         print(f"revoked API key {key.get('id')} ({key.get('name')}) at {_when(key.get('revoked_at'))}")
 
     return _request_and_print(args, "DELETE", f"/admin/v1/keys/{quote(args.key_id, safe='')}", print_text)
+
+
+def _keys_budget(args: argparse.Namespace) -> int:
+    def print_text(changed: dict[str, Any]) -> None:
+        key = changed.get("key") or {}
+        print(f"API key {key.get('id')} ({key.get('name')}): token budget {_budget(key)}")
+
+    payload = {"token_budget": None if args.none else args.token_budget, "budget_period": args.budget_period}
+    return _request_and_print(
+        args, "PUT", f"/admin/v1/keys/{quote(args.key_id, safe='')}/budget", print_text, payload=payload
+    )
 
 
 def _keys_usage(args: argparse.Namespace) -> int:
@@ -747,6 +794,15 @@ def _keys_usage(args: argparse.Namespace) -> int:
             _table(["MODEL", "REQUESTS", "INPUT", "OUTPUT", "CACHED"], rows)
         else:
             print("no usage counted yet")
+        budget = report.get("budget")
+        if isinstance(budget, dict):
+            resets = budget.get("resets_at")
+            print(
+                f"budget: {budget.get('used')} of {budget.get('tokens')} tokens used this period "
+                f"({budget.get('period')}, since {_when(budget.get('period_start'))}), "
+                f"{budget.get('left')} left; "
+                + (f"resets at {_when(resets)}" if resets is not None else "never resets")
+            )
 
     return _request_and_print(args, "GET", f"/admin/v1/keys/{quote(args.key_id, safe='')}/usage", print_text)
 

@@ -50,6 +50,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from llmgw.core.budgets import MAX_BUDGET_TOKENS, BudgetPeriod, parse_budget_period
 from llmgw.core.json_values import json_kind
 
 # --- limits on untrusted input --------------------------------------------------------------------
@@ -207,6 +208,23 @@ MaybeSeconds = Annotated[float | None, BeforeValidator(_nullable(_seconds)), Pla
 Flag = Annotated[bool, Strict()]
 Sha256Hex = Annotated[str, BeforeValidator(_sha256)]
 PerMinute = Annotated[int | None, BeforeValidator(_nullable(_whole_number(minimum=1)))]
+TokenBudget = Annotated[
+    int | None, BeforeValidator(_nullable(_whole_number(minimum=1, maximum=MAX_BUDGET_TOKENS)))
+]
+
+
+def _budget_period(value: object) -> str:
+    """A budget's period as ``core.budgets`` reads it, or nothing (no budget)."""
+    text = _text(value, nonempty=False)
+    if text:
+        try:
+            parse_budget_period(text)
+        except ValueError as exc:
+            raise _fault(str(exc)) from None
+    return text
+
+
+BudgetPeriodText = Annotated[str, BeforeValidator(_budget_period)]
 
 
 # --- the records --------------------------------------------------------------------------------
@@ -281,7 +299,8 @@ class DrainMark:
 @dataclass(frozen=True, slots=True)
 class KeyUsage:
     """One key's use of one model since its usage was first counted (routers
-    with shared limits count it: ``llmgw.adapters.redis.limits``)."""
+    with shared limits count it: ``llmgw.adapters.redis.limits``), or in one period
+    of its budget."""
 
     model: str
     requests: int
@@ -302,10 +321,20 @@ class ApiKeyRecord:
     tokens_per_minute: PerMinute
     created_at: Seconds
     revoked_at: MaybeSeconds
+    # Tokens (input + output) the key may use per ``budget_period``; None: no budget.
+    token_budget: TokenBudget = None
+    budget_period: BudgetPeriodText = ""  # ``core.budgets``' spelling; "" without a budget
 
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+    @property
+    def budget(self) -> BudgetPeriod | None:
+        """The period of the key's token budget (None: no budget)."""
+        if self.token_budget is None:
+            return None
+        return parse_budget_period(self.budget_period or "monthly")
 
     def allows(self, model: str) -> bool:
         return not self.revoked and (self.models is None or model in self.models)

@@ -131,7 +131,7 @@ def create_app(
         dispatcher=dispatcher,
         guard=Guard(settings, dispatcher, metrics),
         conversations=Conversations(settings, deps.responses, deps.response_keys, deps.clock),
-        shared_limits=_shared_limits(settings, metrics),
+        shared_limits=_shared_limits(settings, metrics, deps.clock.wall),
     )
     metrics.add_gauges(_gauges(context))
 
@@ -157,7 +157,9 @@ def create_app(
     return app
 
 
-def _shared_limits(settings: RouterSettings, metrics: RouterMetrics) -> SharedLimits | None:
+def _shared_limits(
+    settings: RouterSettings, metrics: RouterMetrics, wall_clock: Callable[[], float]
+) -> SharedLimits | None:
     if not settings.limits_redis_url:
         return None
     return SharedLimits(
@@ -166,6 +168,7 @@ def _shared_limits(settings: RouterSettings, metrics: RouterMetrics) -> SharedLi
         store_down=StoreDown(settings.limits_store_down),
         heartbeat_ttl=settings.limits_heartbeat_ttl,
         on_store_error=metrics.limits_store_errors.inc,
+        wall_clock=wall_clock,
     )
 
 

@@ -144,6 +144,30 @@ def rate_limited(kind: str, limit: int, retry_after: int, *, requested: int | No
     )
 
 
+def budget_exhausted(
+    budget: int, period: str, left: int, requested: int, resets_at: str | None, retry_after: int | None
+) -> ApiError:
+    """The key's token budget for its period has less left than the request holds.
+
+    OpenAI's answer for a quota spent (not a rate): 429 ``insufficient_quota`` (type and
+    code), which the openai clients raise as ``RateLimitError`` and retry unless told not
+    to: ``x-should-retry: false``, as a retry cannot succeed before the period resets
+    (Retry-After says when; a ``lifetime`` budget never does)."""
+    when = f"it resets at {resets_at}" if resets_at else "it does not reset (a lifetime budget)"
+    asked = f" and this request holds {requested}" if requested and left else ""
+    return ApiError(
+        Refusal(
+            429,
+            f"You exceeded your current quota: this API key's token budget ({budget} tokens, {period}) "
+            f"has {left} tokens left{asked}; {when}. Ask your llmgw operator for a larger budget.",
+            "insufficient_quota",
+            "insufficient_quota",
+            retry_after=retry_after,
+            retryable=False,
+        )
+    )
+
+
 def too_many_at_once(limit: int) -> ApiError:
     return ApiError(
         Refusal(
@@ -167,6 +191,21 @@ def limits_unavailable() -> ApiError:
             "server_error",
             "limits_unavailable",
             retry_after=5,
+        )
+    )
+
+
+def budget_not_kept() -> ApiError:
+    """A key with a token budget on a router that shares no Redis: the budget cannot be
+    held there (each router alone would count its own), so the key is refused."""
+    return ApiError(
+        Refusal(
+            503,
+            "This API key has a token budget, which this router cannot check (it shares no store of "
+            "limits with the other routers); ask your llmgw operator.",
+            "server_error",
+            "limits_unavailable",
+            retry_after=60,
         )
     )
 

@@ -22,7 +22,7 @@ from llmgw.gateway.calls import ApiCall, parse_call
 from llmgw.gateway.catalogs import CatalogRoute
 from llmgw.gateway.context import API_KEY, CONTEXT, REQUEST_ID, SERVED, STARTED, RouterContext
 from llmgw.gateway.dispatch import Served, Translation
-from llmgw.gateway.errors import ApiError, body_encoding_refused
+from llmgw.gateway.errors import ApiError, body_encoding_refused, budget_not_kept
 from llmgw.gateway.guard import policies_for
 from llmgw.gateway.settings import RouterSettings
 from llmgw.gateway.shared_limits import Hold
@@ -76,8 +76,12 @@ async def serve_call(
     if key is not None:
         context.limiter.enter(key)  # the key's requests in progress: 429 past its limit
     try:
-        if hold_tokens is None and key is not None and key.tokens_per_minute is not None:
-            # Only a token limit holds tokens: no estimate for a request that holds none.
+        if (
+            hold_tokens is None
+            and key is not None
+            and (key.tokens_per_minute is not None or key.token_budget is not None)
+        ):
+            # Only a token limit or budget holds tokens: no estimate for a request that holds none.
             hold_tokens = call.tokens_to_hold(context.settings.hold_for_unbounded_answer)
         hold = await hold_for(request, hold_tokens or 0, unbounded=bool(hold_tokens) and call.unbounded)
         request_id = request[REQUEST_ID]
@@ -144,6 +148,8 @@ async def hold_for(request: web.Request, tokens: int, *, unbounded: bool = False
     context = request.app[CONTEXT]
     if context.shared_limits is not None:
         return await context.shared_limits.admit(key, tokens, unbounded=unbounded)
+    if key.token_budget is not None:
+        raise budget_not_kept()
     return context.limiter.admit(key, asyncio.get_running_loop().time(), tokens, unbounded=unbounded)
 
 

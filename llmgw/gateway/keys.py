@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from llmgw.core.api_keys import ID_BYTES, SECRET_BYTES, compose_key, key_id_of, masked
+from llmgw.core.budgets import budget_fields
 from llmgw.core.records import ApiKeyRecord, secret_sha256
 from llmgw.gateway import errors
 
@@ -43,12 +44,15 @@ def new_api_key(
     models: Collection[str] | None = None,
     requests_per_minute: int | None = None,
     tokens_per_minute: int | None = None,
+    token_budget: int | None = None,
+    budget_period: str | None = None,
     token_bytes: Callable[[int], bytes] = secrets.token_bytes,
 ) -> NewKey:
     """A fresh key and its record. ``models`` None: every model; a limit None: unlimited."""
     for limit in (requests_per_minute, tokens_per_minute):
         if limit is not None and limit < 1:
             raise ValueError("a per-minute limit must be at least 1, or None for no limit")
+    budget, period = budget_fields(token_budget, budget_period)
     key_id, key = compose_key(token_bytes(ID_BYTES), token_bytes(SECRET_BYTES))
     record = ApiKeyRecord(
         key_id=key_id,
@@ -59,6 +63,8 @@ def new_api_key(
         tokens_per_minute=tokens_per_minute,
         created_at=now,
         revoked_at=None,
+        token_budget=budget,
+        budget_period=period,
     )
     return NewKey(record=record, key=key)
 

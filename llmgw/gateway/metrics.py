@@ -49,7 +49,7 @@ REJECTION_REASONS = frozenset(
         "request_too_large", "request_timeout", "unsupported_content_encoding",
         # keys and limits
         "invalid_api_key", "cross_site_request", "rate_limit_exceeded", "model_queue_full",
-        "conflicting_api_keys", "tools_not_supported", "concurrency_limit_exceeded",
+        "conflicting_api_keys", "tools_not_supported", "concurrency_limit_exceeded", "insufficient_quota",
         "limits_unavailable",
         # the model
         "model_not_found", "model_not_supported", "model_off", "model_unavailable", "model_loading",

@@ -130,6 +130,35 @@ def test_a_second_router_reaches_devs_engines_and_shares_a_keys_limit(
 
         # Each router counts from a task after its answer: the report catches up at once.
         eventually_sync(lambda: usage_report() == [("sim-chat", len(admitted))], 20, "the usage report")
+
+        # A token budget, set as the README says, holds across both routers.
+        budgeted = dev.create_key("ci", "--token-budget", "100", "--budget-period", "daily")
+        budget_headers = {"Authorization": f"Bearer {budgeted}"}
+        eventually_sync(
+            lambda: all(_status(f"{url}/v1/models", budget_headers, timeout=10) == 200 for url in routers),
+            60,
+            "both routers know the budgeted key",
+        )
+        spent = [_status(f"{routers[i % 2]}/v1/chat/completions", budget_headers, body) for i in range(30)]
+        assert 200 in spent and spent[-1] == 429
+        budget_id = budgeted.removeprefix("sk-llmgw-").split(".", 1)[0]
+
+        def budget_report() -> dict[str, object]:
+            shown = subprocess.run(
+                [sys.executable, "-m", "llmgw", "ctl", "keys", "usage", budget_id, "--json",
+                 "--admin-url", dev.state["admin_url"]],
+                capture_output=True, text=True, timeout=60, cwd=REPO,
+            )  # fmt: skip
+            assert shown.returncode == 0, shown.stderr
+            report: dict[str, object] = json.loads(shown.stdout)["budget"]
+            return report
+
+        def settled() -> dict[str, object] | None:
+            report = budget_report()
+            return report if 0 < int(str(report["used"])) <= 100 else None
+
+        report = eventually_sync(settled, 20, "the budget's period used within it")
+        assert report["period"] == "daily" and report["tokens"] == 100
     finally:
         if second is not None and second.poll() is None:
             os.killpg(second.pid, signal.SIGTERM)

@@ -1,7 +1,8 @@
 """A real ``redis-server`` (Debian's) for the tests of the limits routers share.
 
 ``RedisServer`` runs one on a Unix socket in a temporary folder (no port to race
-for), without persistence, and can pause it (SIGSTOP: a Redis that accepts and never
+for), without persistence unless asked for its AOF (``appendonly``, fsynced at every
+write), and can pause it (SIGSTOP: a Redis that accepts and never
 answers, as a partitioned one looks) or stop and start it again on the same socket.
 Tests skip with the reason where ``redis-server`` is not installed.
 """
@@ -22,8 +23,9 @@ MISSING = "needs Debian's redis-server (apt-get install redis-server; .ci/run in
 
 
 class RedisServer:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, appendonly: bool = False) -> None:
         self.folder = folder
+        self.appendonly = appendonly
         self.socket = folder / "redis.sock"
         self._process: asyncio.subprocess.Process | None = None
 
@@ -40,7 +42,8 @@ class RedisServer:
             "--unixsocket", str(self.socket),
             "--unixsocketperm", "700",
             "--save", "",
-            "--appendonly", "no",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "always",
             "--dir", str(self.folder),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
@@ -67,3 +70,8 @@ class RedisServer:
         process.terminate()
         await process.wait()
         self.socket.unlink(missing_ok=True)
+
+    async def restart(self) -> None:
+        """Stopped (SIGTERM: a clean shutdown) and started again on the same folder."""
+        await self.stop()
+        await self.start()

@@ -24,6 +24,7 @@ from llmgw.adapters.consul.kv import decode_entry, decode_prefix, key_part, watc
 from llmgw.adapters.consul.settings import WatchSettings
 from llmgw.adapters.consul.watch import Watch
 from llmgw.core.api_keys import ID_BYTES, SECRET_BYTES, compose_key
+from llmgw.core.budgets import budget_fields
 from llmgw.core.conventions import KV_KEYS_PREFIX
 from llmgw.core.records import ApiKeyRecord, secret_sha256, to_json
 
@@ -70,11 +71,14 @@ class ApiKeyStore:
         models: tuple[str, ...] | None = None,
         requests_per_minute: int | None = None,
         tokens_per_minute: int | None = None,
+        token_budget: int | None = None,
+        budget_period: str | None = None,
     ) -> IssuedKey:
         """Issue a key. ``models`` None: every model; limits None: unlimited."""
         for limit in (requests_per_minute, tokens_per_minute):
             if limit is not None and limit < 1:
                 raise ValueError("a per-minute limit must be at least 1 (or None for no limit)")
+        budget, period = budget_fields(token_budget, budget_period)
         for _ in range(_CREATE_ATTEMPTS):
             key_id, secret = compose_key(secrets.token_bytes(ID_BYTES), secrets.token_bytes(SECRET_BYTES))
             record = ApiKeyRecord(
@@ -86,6 +90,8 @@ class ApiKeyStore:
                 tokens_per_minute=tokens_per_minute,
                 created_at=self._wall_clock(),
                 revoked_at=None,
+                token_budget=budget,
+                budget_period=period,
             )
             # cas=0: only if no key has this id yet.
             if await self._client.kv_put(api_key_path(key_id), to_json(record).encode("utf-8"), cas=0):
@@ -116,6 +122,29 @@ class ApiKeyStore:
             if await self._client.kv_put(path, to_json(revoked).encode("utf-8"), cas=entry.modify_index):
                 return revoked
         raise ApiKeyConflict(f"API key {key_id!r} kept changing while being revoked; try again")
+
+    async def set_budget(
+        self, key_id: str, token_budget: int | None, budget_period: str | None
+    ) -> ApiKeyRecord:
+        """Give the key a token budget, change it, or (``token_budget`` None) remove it;
+        ``budget_period`` None keeps the key's period (monthly for a key without one);
+        ``core.budgets.budget_fields`` checks both. The period's usage so far stays
+        counted: a larger budget leaves the key more this period, a smaller one less."""
+        budget_fields(token_budget, budget_period)  # refused before anything is read
+        path = api_key_path(key_id)
+        for _ in range(self._attempts):
+            entry, _ = await self._client.kv_get(path)
+            if entry is None:
+                raise ApiKeyNotFound(f"no API key {key_id!r}")
+            record = decode_entry(ApiKeyRecord, entry)
+            kept = record.budget_period if token_budget is not None and record.budget_period else None
+            budget, period = budget_fields(token_budget, budget_period if budget_period is not None else kept)
+            changed = replace(record, token_budget=budget, budget_period=period)
+            if changed == record:
+                return record
+            if await self._client.kv_put(path, to_json(changed).encode("utf-8"), cas=entry.modify_index):
+                return changed
+        raise ApiKeyConflict(f"API key {key_id!r} kept changing while its budget was set; try again")
 
     def watch(self, settings: WatchSettings | None = None) -> Watch[Mapping[str, ApiKeyRecord]]:
         """A watch (not yet started) of every key record, by key id."""

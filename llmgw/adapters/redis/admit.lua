@@ -5,13 +5,20 @@
 --
 -- KEYS[1]  the key's request bucket (hash: level, stamp)
 -- KEYS[2]  the key's token bucket
--- KEYS[3]  this router's open holds (hash: hold id -> "token-bucket-key held limit")
+-- KEYS[3]  this router's open holds (hash: hold id -> "token-bucket-key held limit",
+--          hold id .. "/budget" -> "budget budget-key held")
+-- KEYS[4]  the key's budget period's counter (tokens used, plus what open requests hold)
 -- ARGV[1]  requests per minute (0: no limit)
 -- ARGV[2]  tokens per minute (0: no limit)
 -- ARGV[3]  tokens to hold (at most the limit)
 -- ARGV[4]  "1": an answer nothing bounds, which holds all the key has left
 -- ARGV[5]  the hold's id
--- Returns {1, "", "0", held} when admitted, else {0, kind, seconds to wait, held asked}.
+-- ARGV[6]  the key's token budget for the period (0: no budget)
+-- ARGV[7]  tokens to hold from the budget
+-- ARGV[8]  seconds the period's counter is kept from now (0: forever)
+-- Returns {1, "", "0", held, budget left after} when admitted, else {0, kind, seconds to
+-- wait, held asked, budget left}; kind "budget" when the period's budget has too little left
+-- (core/budgets.py's budget_decision, taken here atomically).
 -- Floats are returned as strings: Redis truncates a Lua number in a reply to an integer.
 
 local t = redis.call('TIME')
@@ -38,13 +45,23 @@ if tpm > 0 then
   tokens_level = level(KEYS[2], tpm)
   held = math.min(math.max(0, tonumber(ARGV[3])), tpm)
   if tokens_level < held then
-    return {0, 'tokens', tostring((held - tokens_level) * 60 / tpm), held}
+    return {0, 'tokens', tostring((held - tokens_level) * 60 / tpm), held, 0}
+  end
+end
+local budget = tonumber(ARGV[6])
+local budget_hold = math.max(0, tonumber(ARGV[7]))
+local budget_left = 0
+if budget > 0 then
+  local used = math.max(0, tonumber(redis.call('GET', KEYS[4]) or '0'))
+  budget_left = math.max(0, budget - used)
+  if budget_left <= 0 or budget_hold > budget_left then
+    return {0, 'budget', '0', budget_hold, budget_left}
   end
 end
 if rpm > 0 then
   local requests_level = level(KEYS[1], rpm)
   if requests_level < 1 then
-    return {0, 'requests', tostring((1 - requests_level) * 60 / rpm), 0}
+    return {0, 'requests', tostring((1 - requests_level) * 60 / rpm), 0, 0}
   end
   store(KEYS[1], requests_level - 1, rpm)
 end
@@ -55,4 +72,12 @@ if tpm > 0 then
     redis.call('HSET', KEYS[3], ARGV[5], KEYS[2] .. ' ' .. held .. ' ' .. tpm)
   end
 end
-return {1, '', '0', held}
+if budget > 0 then
+  redis.call('INCRBY', KEYS[4], budget_hold)
+  if tonumber(ARGV[8]) > 0 then redis.call('EXPIRE', KEYS[4], ARGV[8]) end
+  if budget_hold > 0 then
+    redis.call('HSET', KEYS[3], ARGV[5] .. '/budget', 'budget ' .. KEYS[4] .. ' ' .. budget_hold)
+  end
+  budget_left = budget_left - budget_hold
+end
+return {1, '', '0', held, budget_left}

@@ -3,9 +3,11 @@
 Owns: the keys' buckets (one request bucket and one token bucket per API key, taken
 from by ``admit.lua`` and paid back by ``settle.lua``, atomic scripts on the server's
 clock), each router's open holds and heartbeat, the reaping of a dead router's holds
-(``reap.lua``), and each key's usage counters (requests, input, output and cached
-tokens per model, one hash per key). Every Redis failure is raised as
-``LimitStoreUnreachable``.
+(``reap.lua``), each key's token budget counters (one per budget period, taken from at
+admission by ``admit.lua`` and settled at the usage by ``settle.lua``), each key's usage
+counters (requests, input, output and cached tokens per model, one hash per key), and
+the check of what Redis keeps across its restarts (``persistence``). Every Redis
+failure is raised as ``LimitStoreUnreachable``.
 
 Must not: decide what a refusal says or what to do while Redis is down
 (``gateway.shared_limits`` does), or see a presented key (only key ids reach Redis).
@@ -13,13 +15,16 @@ Must not: decide what a refusal says or what to do while Redis is down
 Redis's keys, all under ``llmgw:limits:``: ``key:<id>:requests`` and
 ``key:<id>:tokens`` (hashes ``level``/``stamp``, expiring when full again, so an
 absent bucket reads as full), ``router:<id>:alive`` (the heartbeat, with a TTL),
-``router:<id>:holds`` (hold id -> ``bucket held limit``), ``routers`` (a set), and
-``usage:<key id>`` (hash ``<model>\\t<counter>``). The scripts touch several keys, so
+``router:<id>:holds`` (hold id -> ``bucket held limit``, and ``<hold id>/budget`` ->
+``budget <counter> held``), ``routers`` (a set), ``budget:<key id>:<period start>``
+(tokens used in the period plus what open requests hold; expiring a week after the
+period ends), and ``usage:<key id>`` (hash ``<model>\\t<counter>``). The scripts touch several keys, so
 a Redis Cluster is not supported; a single Redis, or one with Sentinel, is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -50,6 +55,44 @@ def usage_key(key_id: str) -> str:
     return f"{PREFIX}usage:{key_id}"
 
 
+def budget_key(key_id: str, window_start: int) -> str:
+    return f"{PREFIX}budget:{key_id}:{window_start}"
+
+
+# A past period's counter is kept this long after the period ends: a router whose clock
+# is behind still finds it, and an operator can read the last period's total.
+BUDGET_KEPT_AFTER_PERIOD = 7 * 86400
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetHold:
+    """What ``admit`` takes from a key's budget period: ``tokens`` of ``budget`` in the
+    period starting at ``window_start`` and ending at ``window_end`` (None: never),
+    whose counter is kept ``keep_for`` seconds more (0: forever). A duration, not an
+    instant: Redis's clock and the router's need not agree for the counter to last."""
+
+    budget: int
+    window_start: int
+    window_end: int | None
+    tokens: int
+    keep_for: int
+
+
+@dataclass(frozen=True, slots=True)
+class Persistence:
+    """What Redis keeps across its restarts, as ``CONFIG GET`` says (None: not readable,
+    e.g. a managed Redis that renames CONFIG)."""
+
+    appendonly: bool | None
+    save: str | None
+
+    @property
+    def durable(self) -> bool | None:
+        if self.appendonly is None and self.save is None:
+            return None
+        return bool(self.appendonly) or bool(self.save)
+
+
 def heartbeat_key(router_id: str) -> str:
     return f"{PREFIX}router:{router_id}:alive"
 
@@ -64,6 +107,7 @@ class Admission:
     kind: str  # what refused it: "requests" or "tokens" ("" when admitted)
     wait: float  # seconds until it would be admitted
     held: int  # tokens held (admitted) or asked (refused)
+    budget_left: int = 0  # the budget period's tokens left after it (admitted) or before (refused)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,29 +150,62 @@ class RedisLimitStore:
         tokens_per_minute: int | None,
         tokens: int,
         unbounded: bool,
+        budget: BudgetHold | None = None,
     ) -> Admission:
         try:
-            admitted, kind, wait, held = await self._admit(
-                keys=[bucket_key(key_id, "requests"), bucket_key(key_id, "tokens"), holds_key(router_id)],
+            admitted, kind, wait, held, left = await self._admit(
+                keys=[
+                    bucket_key(key_id, "requests"),
+                    bucket_key(key_id, "tokens"),
+                    holds_key(router_id),
+                    budget_key(key_id, budget.window_start if budget else 0),
+                ],
                 args=[
                     requests_per_minute or 0,
                     tokens_per_minute or 0,
                     max(0, tokens),
                     int(unbounded),
                     hold_id,
+                    budget.budget if budget else 0,
+                    max(0, budget.tokens) if budget else 0,
+                    budget.keep_for if budget else 0,
                 ],
             )
         except RedisError as exc:
             raise LimitStoreUnreachable(str(exc)) from exc
-        return Admission(int(admitted) == 1, str(kind), float(wait), int(held))
+        return Admission(int(admitted) == 1, str(kind), float(wait), int(held), int(left))
 
     async def settle(
-        self, key_id: str, router_id: str, hold_id: str, *, tokens_per_minute: int, held: int, used: int
+        self,
+        key_id: str,
+        router_id: str,
+        hold_id: str,
+        *,
+        tokens_per_minute: int | None,
+        held: int,
+        used: int,
+        budget: BudgetHold | None = None,
+        budget_used: int | None = None,
     ) -> None:
+        """The request's usage is known: ``used`` replaces what it held from the key's
+        token bucket (``held``) and from its budget period (``budget.tokens``; charged
+        ``budget_used`` instead when given)."""
         try:
             await self._settle(
-                keys=[bucket_key(key_id, "tokens"), holds_key(router_id)],
-                args=[tokens_per_minute, held, used, hold_id],
+                keys=[
+                    bucket_key(key_id, "tokens"),
+                    holds_key(router_id),
+                    budget_key(key_id, budget.window_start if budget else 0),
+                ],
+                args=[
+                    tokens_per_minute or 0,
+                    held,
+                    used,
+                    hold_id,
+                    int(budget is not None),
+                    used if budget_used is None else max(0, budget_used),
+                    budget.keep_for if budget else 0,
+                ],
             )
         except RedisError as exc:
             raise LimitStoreUnreachable(str(exc)) from exc
@@ -177,6 +254,50 @@ class RedisLimitStore:
                 await pipe.execute()
         except RedisError as exc:
             raise LimitStoreUnreachable(str(exc)) from exc
+
+    async def add_counts(
+        self,
+        usage: Mapping[tuple[str, str], Mapping[str, int]],
+        budgets: Mapping[tuple[str, int], tuple[int, int]],
+    ) -> None:
+        """Add usage counted elsewhere (a router's, while Redis did not answer) in one
+        transaction: ``usage`` by (key id, model) and ``USAGE_FIELDS`` name; ``budgets``
+        by (key id, period start): (tokens used, seconds to keep the counter, 0: forever)."""
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for (key_id, model), counts in sorted(usage.items()):
+                    for name, count in counts.items():
+                        if count and name in USAGE_FIELDS:
+                            pipe.hincrby(usage_key(key_id), f"{model}\t{name}", count)
+                for (key_id, start), (tokens, keep_for) in sorted(budgets.items()):
+                    if tokens:
+                        pipe.incrby(budget_key(key_id, start), tokens)
+                        if keep_for:
+                            pipe.expire(budget_key(key_id, start), keep_for)
+                await pipe.execute()
+        except RedisError as exc:
+            raise LimitStoreUnreachable(str(exc)) from exc
+
+    async def budget_used(self, key_id: str, window_start: int) -> int:
+        """Tokens used in the key's budget period that began at ``window_start``, with
+        what open requests hold."""
+        try:
+            raw = await self._redis.get(budget_key(key_id, window_start))
+        except RedisError as exc:
+            raise LimitStoreUnreachable(str(exc)) from exc
+        return max(0, int(raw)) if raw is not None else 0
+
+    async def persistence(self) -> Persistence:
+        """Whether Redis writes what it holds to disk (AOF, or RDB snapshots)."""
+        try:
+            appendonly = await self._redis.config_get("appendonly")
+            save = await self._redis.config_get("save")
+        except RedisError as exc:
+            if "unknown command" in str(exc).lower() or "noperm" in str(exc).lower():
+                return Persistence(None, None)
+            raise LimitStoreUnreachable(str(exc)) from exc
+        aof = appendonly.get("appendonly")
+        return Persistence(None if aof is None else aof == "yes", save.get("save"))
 
     async def usage(self, key_id: str) -> list[KeyUsage]:
         """Every model's usage by ``key_id``, sorted by model name."""

@@ -13,8 +13,13 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local holds = redis.call('HGETALL', KEYS[2])
 local returned = 0
 for i = 2, #holds, 2 do
+  local counter, taken = string.match(holds[i], '^budget (%S+) (%d+)$')
   local bucket, held, limit = string.match(holds[i], '^(%S+) (%d+) (%d+)$')
-  if bucket then
+  if counter then
+    -- A budget period's counter: an expired one (a period past) stays gone.
+    if redis.call('EXISTS', counter) == 1 then redis.call('DECRBY', counter, tonumber(taken)) end
+    returned = returned + 1
+  elseif bucket then
     held, limit = tonumber(held), tonumber(limit)
     local v = redis.call('HMGET', bucket, 'level', 'stamp')
     local lv, st = tonumber(v[1]), tonumber(v[2])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from llmgw.admin import AdminListener
 from llmgw.core.catalog import SecurityPolicy, load_catalog
 from llmgw.core.catalog_diff import Effect, diff_from_dict
 from llmgw.core.planning.status import StatusReport, to_json
-from llmgw.core.records import catalog_sha256
+from llmgw.core.records import KeyUsage, catalog_sha256
 from llmgw.devcluster.consul import ConsulStandIn, OutageMode
 from llmgw.gateway.keys import KeyRing, authenticate
 from tests.support.redis_server import MISSING, REDIS_SERVER, RedisServer
@@ -440,3 +441,136 @@ async def test_without_shared_limits_a_keys_usage_is_501_saying_what_to_set(
     reply = await client.call("GET", f"/admin/v1/keys/{issued.record.key_id}/usage")
     assert reply.status == 501 and reply.body["error"]["code"] == "usage_not_counted"
     assert "LLMGW_ROUTER_LIMITS_REDIS_URL" in reply.body["error"]["message"]
+
+
+# --- a key's token budget -------------------------------------------------------------------------
+
+
+class _RecordedUsage:
+    """A usage source that says what a router would have counted (no Redis needed)."""
+
+    def __init__(self, used: int = 0) -> None:
+        self.used = used
+        self.asked: list[tuple[str, int]] = []
+
+    async def usage(self, key_id: str) -> list[KeyUsage]:
+        return [KeyUsage("chat", 4, 300, 120, 0)]
+
+    async def budget_used(self, key_id: str, window_start: int) -> int:
+        self.asked.append((key_id, window_start))
+        return self.used
+
+
+async def test_a_key_is_issued_with_a_token_budget_and_its_usage_says_what_is_left(
+    start: StartAdmin, stores: Stores, client_for: Callable[[AdminListener], Client]
+) -> None:
+    usage = _RecordedUsage(used=1_250_000)
+    client = client_for(await start(stores, usage=usage))
+    made = await client.call("POST", "/admin/v1/keys", {"name": "team-a", "token_budget": 5_000_000})
+    assert made.status == 201, made.body
+    key = made.body["key"]
+    assert (key["token_budget"], key["budget_period"]) == (5_000_000, "monthly")  # monthly unless said
+    stored = (await stores.keys.list())[key["id"]]
+    assert (stored.token_budget, stored.budget_period) == (5_000_000, "monthly")
+    thirty = await client.call(
+        "POST", "/admin/v1/keys", {"name": "team-b", "token_budget": 1000, "budget_period": "720h"}
+    )
+    assert thirty.body["key"]["budget_period"] == "30d"  # one spelling
+
+    reply = await client.call("GET", f"/admin/v1/keys/{key['id']}/usage")
+    assert reply.status == 200
+    budget = reply.body["budget"]
+    created = datetime.fromtimestamp(stored.created_at, UTC)
+    month = datetime(created.year, created.month, 1, tzinfo=UTC)
+    assert budget["period_start"] == int(month.timestamp())
+    assert budget["resets_at"] > stored.created_at
+    assert {k: budget[k] for k in ("tokens", "period", "used", "left")} == {
+        "tokens": 5_000_000,
+        "period": "monthly",
+        "used": 1_250_000,
+        "left": 3_750_000,
+    }
+    assert usage.asked == [(key["id"], budget["period_start"])]
+    plain = await client.call("POST", "/admin/v1/keys", {"name": "team-c"})
+    no_budget = await client.call("GET", f"/admin/v1/keys/{plain.body['key']['id']}/usage")
+    assert no_budget.body["budget"] is None and plain.body["key"]["token_budget"] is None
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"token_budget": 0},
+        {"token_budget": -5_000_000},
+        {"token_budget": 2**53},
+        {"token_budget": 10**30},
+        {"token_budget": 1e6},
+        {"token_budget": "5000000"},
+        {"token_budget": True},
+        {"token_budget": [1000]},
+        {"budget_period": "monthly"},  # a period without a budget
+        {"token_budget": 1000, "budget_period": "30x"},
+        {"token_budget": 1000, "budget_period": "0d"},
+        {"token_budget": 1000, "budget_period": "-30d"},
+        {"token_budget": 1000, "budget_period": "30m"},  # a rate limit, not a budget
+        {"token_budget": 1000, "budget_period": "9999d"},
+        {"token_budget": 1000, "budget_period": "monthly\n"},
+        {"token_budget": 1000, "budget_period": ""},
+        {"token_budget": 1000, "budget_period": 30},
+        {"token_budget": 1000, "budget_period": {"days": 30}},
+        {"token_budget": 1000, "budget_period": "x" * 100_000},
+        {"budget": {"tokens": 1000, "period": "30d"}},  # not a field of a key
+    ],
+)
+async def test_a_budget_past_what_is_valid_is_refused_and_no_key_is_issued(
+    start: StartAdmin,
+    stores: Stores,
+    client_for: Callable[[AdminListener], Client],
+    fields: dict[str, object],
+) -> None:
+    client = client_for(await start(stores, usage=_RecordedUsage()))
+    reply = await client.call("POST", "/admin/v1/keys", {"name": "team-a", **fields})
+    assert reply.status == 400, reply.body
+    assert reply.body["error"]["code"] in {"invalid_field", "unknown_field"}
+    assert await stores.keys.list() == {}
+
+
+async def test_without_shared_limits_a_budget_is_refused_saying_what_to_set(
+    client: Client, stores: Stores
+) -> None:
+    reply = await client.call("POST", "/admin/v1/keys", {"name": "team-a", "token_budget": 1000})
+    assert reply.status == 400 and reply.body["error"]["code"] == "budget_not_enforced"
+    assert "LLMGW_ROUTER_LIMITS_REDIS_URL" in reply.body["error"]["message"]
+    assert await stores.keys.list() == {}
+
+
+async def test_a_keys_budget_is_raised_removed_and_refused_past_what_is_valid(
+    start: StartAdmin, stores: Stores, client_for: Callable[[AdminListener], Client]
+) -> None:
+    client = client_for(await start(stores, usage=_RecordedUsage()))
+    key_id = (await stores.keys.create("team-a", token_budget=1000)).record.key_id
+    raised = await client.call("PUT", f"/admin/v1/keys/{key_id}/budget", {"token_budget": 5000})
+    assert raised.status == 200, raised.body
+    assert (raised.body["key"]["token_budget"], raised.body["key"]["budget_period"]) == (5000, "monthly")
+    weekly = await client.call(
+        "PUT", f"/admin/v1/keys/{key_id}/budget", {"token_budget": 5000, "budget_period": "weekly"}
+    )
+    assert weekly.body["key"]["budget_period"] == "weekly"
+    assert (await stores.keys.list())[key_id].budget_period == "weekly"
+    again = await client.call("PUT", f"/admin/v1/keys/{key_id}/budget", {"token_budget": 6000})
+    assert (again.body["key"]["token_budget"], again.body["key"]["budget_period"]) == (6000, "weekly")
+    for bad in (
+        {"token_budget": -1},
+        {"token_budget": 2**53},
+        {"token_budget": 10, "budget_period": "fortnightly"},
+        {"budget_period": "daily"},
+        {},
+        {"token_budget": 10, "name": "renamed"},
+    ):
+        refused = await client.call("PUT", f"/admin/v1/keys/{key_id}/budget", bad)
+        assert refused.status == 400, (bad, refused.body)
+    assert (await stores.keys.list())[key_id].token_budget == 6000  # unchanged by any of them
+    removed = await client.call("PUT", f"/admin/v1/keys/{key_id}/budget", {"token_budget": None})
+    assert removed.body["key"]["token_budget"] is None and removed.body["key"]["budget_period"] is None
+    assert (await stores.keys.list())[key_id].budget is None
+    missing = await client.call("PUT", "/admin/v1/keys/k-0000000000000000/budget", {"token_budget": 1})
+    assert missing.status == 404 and missing.body["error"]["code"] == "no_key"

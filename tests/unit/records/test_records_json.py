@@ -106,15 +106,16 @@ WIRE: list[tuple[Any, str]] = [
             created_at=1_700_000_000.0,
             revoked_at=None,
         ),
-        '{"created_at":1700000000.0,"key_id":"k-1","models":["m1","m2"],"name":"team ünïcode",'
-        '"requests_per_minute":60,"revoked_at":null,'
+        '{"budget_period":"","created_at":1700000000.0,"key_id":"k-1","models":["m1","m2"],'
+        '"name":"team ünïcode","requests_per_minute":60,"revoked_at":null,'
         '"secret_sha256":"746b4ad1ca9129e1caf080bf9406d43531b8bbf97f42cc1597ee4f3d4663938e",'
-        '"tokens_per_minute":null}',
+        '"token_budget":null,"tokens_per_minute":null}',
     ),
     (
-        ApiKeyRecord("k-2", "", secret_sha256("x"), None, None, 1000, 1.0, 2.0),
-        '{"created_at":1.0,"key_id":"k-2","models":null,"name":"","requests_per_minute":null,'
-        f'"revoked_at":2.0,"secret_sha256":"{SHA_OF_X}","tokens_per_minute":1000}}',
+        ApiKeyRecord("k-2", "", secret_sha256("x"), None, None, 1000, 1.0, 2.0, 5_000_000, "30d"),
+        '{"budget_period":"30d","created_at":1.0,"key_id":"k-2","models":null,"name":"",'
+        f'"requests_per_minute":null,"revoked_at":2.0,"secret_sha256":"{SHA_OF_X}",'
+        '"token_budget":5000000,"tokens_per_minute":1000}',
     ),
     (
         CatalogVersion.of(7, 'models:\n  - name: "m1"\n', "alice@host", 1_700_000_000.0),
@@ -434,6 +435,32 @@ def test_api_key_never_holds_the_secret() -> None:
         ),
         (ApiKeyRecord, _doc(_KEY, no_revoked_at=None), "ApiKeyRecord: missing key 'revoked_at'"),
         (
+            ApiKeyRecord,
+            _doc(_KEY, token_budget=-1),
+            "ApiKeyRecord.token_budget: -1 is outside 1..9007199254740991",
+        ),
+        (
+            ApiKeyRecord,
+            _doc(_KEY, token_budget=2**53),
+            "ApiKeyRecord.token_budget: 9007199254740992 is outside 1..9007199254740991",
+        ),
+        (
+            ApiKeyRecord,
+            _doc(_KEY, token_budget="5000"),
+            "ApiKeyRecord.token_budget: expected a whole number, got a string",
+        ),
+        (
+            ApiKeyRecord,
+            _doc(_KEY, token_budget=5000, budget_period="30x"),
+            "ApiKeyRecord.budget_period: a budget period is daily, weekly, monthly, lifetime, or a whole "
+            "number of days or hours such as 30d or 12h, not '30x'",
+        ),
+        (
+            ApiKeyRecord,
+            _doc(_KEY, token_budget=5000, budget_period=30),
+            "ApiKeyRecord.budget_period: expected a string, got a number",
+        ),
+        (
             CatalogVersion,
             _doc(_CATALOG, text="b"),
             "CatalogVersion.sha256: does not match the text (the record is corrupt)",
@@ -523,3 +550,10 @@ def test_endpoint_url_brackets_ipv6() -> None:
     assert ENDPOINT.url == "http://[fd00::7]:23456"
     v4 = from_dict(Endpoint, to_dict(ENDPOINT) | {"address": "10.0.0.7"})
     assert v4.url == "http://10.0.0.7:23456"
+
+
+def test_a_key_stored_before_budgets_existed_reads_as_one_without_a_budget() -> None:
+    old = _doc(_KEY, no_token_budget=None, no_budget_period=None)
+    record = from_json(ApiKeyRecord, old)
+    assert record.token_budget is None and record.budget is None
+    assert record == _KEY
