@@ -65,6 +65,15 @@ class ConsulSettings:
     default_lock_delay: float = 15.0
     max_lock_delay: float = 60.0
 
+    # An agent answers a service or check registration once its local state has it,
+    # then syncs it to the servers' catalog in the background (agent/local/state.go:
+    # every change calls TriggerSyncChanges; agent/ae/ae.go runs the partial sync: a
+    # Catalog.Register RPC and a Raft commit). A session tied to a check that has not
+    # landed yet is refused, as the servers validate against the catalog
+    # (agent/consul/state/session.go, validateSessionChecksTxn). This is how long the
+    # stand-in's sync takes: a LAN round trip and a commit, tens of milliseconds.
+    catalog_sync_delay: float = 0.05
+
     # KV: Consul refuses values over 512 KiB (kv_max_value_size).
     kv_max_value_size: int = 512 * 1024
 
