@@ -471,6 +471,10 @@ class ClusterView:
                 raise
             except Exception as exc:  # any transport error: the stream is reopened
                 reason = f"the event stream failed: {exc}"
+                if getattr(exc, "status", None) == 403:
+                    # A refused subscription (the adapter names the rule): the token must
+                    # change, so say it loudly; the full reads still keep the state current.
+                    log.warning("Nomad %s; retrying with backoff", reason)
             failures += 1
             self._metrics.event_reconnects.inc()
             log.info("Nomad %s; reconnecting and resyncing", reason)

@@ -288,13 +288,17 @@ class NomadClient:
                     raise NomadError(
                         f"event stream: {response.status} {(await response.text())[:300]}", response.status
                     )
+                opened = False
                 while line := await response.content.readuntil(b"\n", max_size=EVENT_LINE_MAX_BYTES):
                     if not line.strip():
                         continue
+                    opened = True
                     frame = json.loads(line)
                     if not frame or not frame.get("Events"):
                         continue  # heartbeat
                     yield EventBatch(int(frame.get("Index", 0)), list(frame["Events"]))
+                if not opened:
+                    raise NomadError(self._refused_stream(topics), 403)
         except aiohttp.ServerTimeoutError as exc:
             raise NomadError(
                 f"event stream: nothing from {self._connection.address} for {silence:g}s, not even "
@@ -309,6 +313,44 @@ class NomadClient:
             raise NomadError(
                 f"event stream: lost the connection to {self._connection.address}: {exc}"
             ) from exc
+
+    def _refused_stream(self, topics: Sequence[str]) -> str:
+        """Words for a stream that ended before its first heartbeat. Nomad's HTTP agent
+        answers ``200 OK`` before the server checks the subscription's ACL and has
+        nowhere to put the RPC's ``403 Permission denied`` (``EventStream`` in
+        command/agent/event_endpoint.go, Nomad 2.0.5); an open subscription always
+        writes ``{}`` first (nomad/stream/ndjson.go)."""
+        namespace = self._connection.namespace or "default"
+        return (
+            f"event stream: {self._connection.address} answered 200 and closed the stream before its "
+            "first heartbeat, which is how Nomad answers a subscription its ACL check refuses "
+            f"(Permission denied): the token needs {'; '.join(event_stream_rules(topics, namespace))}"
+        )
+
+
+def event_stream_rules(topics: Sequence[str], namespace: str) -> list[str]:
+    """The ACL rule each topic of an event stream needs, as ``validateNsOp`` checks them
+    (nomad/event_endpoint.go, Nomad 2.0.5), one entry per distinct rule."""
+    rules: list[str] = []
+    for topic in topics:
+        if topic in ("Job", "Evaluation", "Allocation", "Deployment", "Service", "CSIPlugin"):
+            rule = f'namespace "{namespace}" {{ capabilities = ["read-job"] }} (topic {topic})'
+        elif topic == "Node":
+            rule = 'node { policy = "read" } (topic Node)'
+        elif topic == "HostVolume":
+            rule = f'namespace "{namespace}" {{ capabilities = ["host-volume-read"] }} (topic HostVolume)'
+        elif topic == "CSIVolume":
+            rule = f'namespace "{namespace}" {{ capabilities = ["csi-read-volume"] }} (topic CSIVolume)'
+        elif topic == "Operator":
+            rule = 'operator { policy = "read" } (topic Operator)'
+        elif topic == "Variable":
+            variables = 'variables { path "*" { capabilities = ["list"] } }'
+            rule = f'namespace "{namespace}" {{ {variables} }} (topic Variable)'
+        else:
+            rule = f"a management token (topic {topic})"
+        if rule not in rules:
+            rules.append(rule)
+    return rules
 
 
 def _segment(value: str) -> str:
