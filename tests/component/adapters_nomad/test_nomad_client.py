@@ -273,3 +273,31 @@ async def _first_or_none(stream: AsyncIterator[Any]) -> object:
         return await asyncio.wait_for(anext(stream), 0.2)
     except TimeoutError:
         return None
+
+
+async def test_deregister_counts_a_missing_job_as_done_whether_nomad_answers_200_or_404(
+    nomad_server: NomadServer,
+) -> None:
+    """Nomad 2.0.5 answers 200 with no evaluation for a job it does not have
+    (Job.Deregister in nomad/job_endpoint.go); a 404 "job not found" from a proxy or
+    another version means the same to the executor: the job is gone."""
+    from aiohttp import web
+
+    async with client_for(nomad_server) as nomad:
+        await nomad.deregister("never-was")  # the stand-in answers as 2.0.5 does: 200
+
+    async def not_found(request: web.Request) -> web.Response:
+        return web.Response(status=404, text="job not found")
+
+    app = web.Application()
+    app.router.add_delete("/v1/job/{job_id}", not_found)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        async with client_for(nomad_server, address=f"http://127.0.0.1:{port}") as nomad:
+            await nomad.deregister("never-was")
+    finally:
+        await runner.cleanup()
