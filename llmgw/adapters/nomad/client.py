@@ -13,7 +13,7 @@ import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 import aiohttp
@@ -33,13 +33,20 @@ class NomadError(Exception):
         self.status = status
 
 
+# Nomad blocks a query at most 5 min whatever ?wait= asks (QueryOptions.TimeToBlock,
+# MaxBlockingRPCQueryTime in nomad/structs/structs.go, v2.0.5; blockingRPC then adds up to
+# 1/16 of jitter, within request_s). A longer wait is clamped here, so the request's own
+# timeout (request_s + wait) is not stretched past what Nomad will ever hold it.
+NOMAD_MAX_BLOCKING_WAIT_S: Final = 300.0
+
+
 @dataclass(frozen=True, slots=True)
 class NomadTimeouts:
     # Connecting to the Nomad server.
     connect_s: float = 5.0
     # A plain request; blocking queries add their wait to it.
     request_s: float = 30.0
-    # Longest wait llmgw asks of a blocking query (Nomad caps it at 10 minutes).
+    # Longest wait llmgw asks of a blocking query: Nomad's cap (NOMAD_MAX_BLOCKING_WAIT_S).
     blocking_wait_s: float = 300.0
     # Silence on the event stream after which the connection counts as dead (half-open:
     # a server gone without a FIN, a NAT that forgot the flow). Nomad writes a ``{}``
@@ -173,7 +180,9 @@ class NomadClient:
     def _blocking(self, index: int | None, wait_s: float | None) -> tuple[dict[str, str | int | None], float]:
         if index is None:
             return {}, 0.0
-        wait = min(wait_s if wait_s is not None else self._timeouts.blocking_wait_s, 600.0)
+        wait = min(
+            wait_s if wait_s is not None else self._timeouts.blocking_wait_s, NOMAD_MAX_BLOCKING_WAIT_S
+        )
         return {"index": index, "wait": f"{int(wait * 1000)}ms"}, wait
 
     # --- jobs ------------------------------------------------------------------------------------

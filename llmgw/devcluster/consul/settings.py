@@ -35,8 +35,11 @@ class ConsulSettings:
     # the namespace asked for would.
     enterprise: bool = False
 
-    # Blocking queries: Consul waits 5 min without ?wait=, caps ?wait= at 10 min,
-    # and adds up to wait/16 of random extra time. 0 disables the jitter.
+    # Blocking queries: Consul waits 5 min without ?wait= (default_query_time "300s"),
+    # caps ?wait= at 10 min (max_query_time "600s"; both agent/config/default.go at
+    # 4ae4941, applied in QueryOptions.BlockingTimeout, agent/structs/structs.go at
+    # 3c56d01, hashicorp/consul), and adds up to wait/16 of random extra time
+    # (JitterFraction). 0 disables the jitter. Nomad's cap is 5 min; Consul's is 10.
     default_wait: float = 300.0
     max_wait: float = 600.0
     jitter_fraction: int = 16

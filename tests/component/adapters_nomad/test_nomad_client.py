@@ -301,3 +301,31 @@ async def test_deregister_counts_a_missing_job_as_done_whether_nomad_answers_200
             await nomad.deregister("never-was")
     finally:
         await runner.cleanup()
+
+
+async def test_a_blocking_wait_is_clamped_to_nomads_five_minute_cap(nomad_server: NomadServer) -> None:
+    """Nomad blocks at most MaxBlockingRPCQueryTime, 5 min (nomad/structs/structs.go,
+    QueryOptions.TimeToBlock, v2.0.5): a longer wait is asked as 5 min, so the request's
+    own timeout is not stretched past anything Nomad will hold it."""
+    from aiohttp import web
+
+    waits: list[str] = []
+
+    async def jobs(request: web.Request) -> web.Response:
+        waits.append(request.query.get("wait", ""))
+        return web.json_response([], headers={"X-Nomad-Index": "7"})
+
+    app = web.Application()
+    app.router.add_get("/v1/jobs", jobs)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        async with client_for(nomad_server, address=f"http://127.0.0.1:{port}") as nomad:
+            await nomad.jobs(index=5, wait_s=900.0)
+            await nomad.jobs(index=5, wait_s=60.0)
+    finally:
+        await runner.cleanup()
+    assert waits == ["300000ms", "60000ms"]
