@@ -236,6 +236,15 @@ def parse_text(raw: str) -> str:
     return raw.strip()
 
 
+def parse_runtime_name(raw: str) -> str:
+    """A Docker runtime's name as ``docker info`` lists it: one word, no comma (the driver
+    fingerprints the runtimes comma-joined in ``driver.docker.runtimes``)."""
+    name = raw.strip()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name):
+        raise ValueError("letters, digits, '.', '_' and '-' only, starting with a letter or digit")
+    return name
+
+
 def parse_command(raw: str) -> tuple[str, ...]:
     return tuple(shlex.split(raw))
 
@@ -271,6 +280,7 @@ MIRROR_URL = Variable("LLMGW_MIRROR_URL", "the mirror's URL (catalog check: or i
 MODEL_CACHE_DIR = Variable("LLMGW_MODEL_CACHE_DIR", "a directory on the nodes", parse_text)
 MODEL_CACHE_VOLUME = Variable("LLMGW_MODEL_CACHE_VOLUME", "a host volume (empty: none)", parse_text,
                               empty_counts=True)
+NVIDIA_RUNTIME = Variable("LLMGW_NVIDIA_RUNTIME", "a Docker runtime name", parse_runtime_name)
 HF_TOKEN_VARIABLE = Variable("LLMGW_HF_TOKEN_VARIABLE", "a Nomad Variable path", parse_text)
 ALLOWED_IMAGES = Variable("LLMGW_ALLOWED_IMAGES", "image repositories, comma-separated", parse_images,
                           empty_counts=True)
@@ -310,8 +320,8 @@ VARIABLES: tuple[Variable[Any], ...] = (
     LOG_LEVEL, EVENT_LOOP, CONTROL_METRICS_HOST, CONTROL_METRICS_PORT, ENGINE_KEY_SECRET, RESPONSES_KEYS,
     LLAMA_SERVER,
     DATACENTERS, NODE_POOL, NODE_COMMAND, TEMPLATES, MIRROR_URL, MODEL_CACHE_DIR, MODEL_CACHE_VOLUME,
-    HF_TOKEN_VARIABLE, ALLOWED_IMAGES, TRUSTED_IMAGE_DIGESTS, SOURCE_ALLOWED_NETWORKS, *IMAGES.values(),
-    *CPU_IMAGES.values(), NODE_GPUS,
+    NVIDIA_RUNTIME, HF_TOKEN_VARIABLE, ALLOWED_IMAGES, TRUSTED_IMAGE_DIGESTS, SOURCE_ALLOWED_NETWORKS,
+    *IMAGES.values(), *CPU_IMAGES.values(), NODE_GPUS,
     ADMIN_TOKEN, ADMIN_URL, ACTOR,
     MIRROR_STORE, MIRROR_HF_ENDPOINT, MIRROR_CONCURRENCY, MIRROR_BANDWIDTH_LIMIT, MIRROR_CONNECT_TIMEOUT,
     MIRROR_READ_TIMEOUT, MIRROR_RETRIES, MIRROR_BACKOFF_INITIAL, MIRROR_BACKOFF_MAX, MIRROR_LOCK_WAIT,

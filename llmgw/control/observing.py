@@ -350,6 +350,7 @@ class ClusterView:
         self._resync_reason: str | None = "start"
         self._last_resync: float | None = None
         self._event_index = 0
+        self._read_index: dict[str, int] = {}  # by topic: the index of the last resync's read
         self._capacity_version = 0
         # GPUs of llmgw's allocations told to stop and not yet finished, by allocation id,
         # purged jobs' included (``Observed.gpus_freeing``).
@@ -449,7 +450,13 @@ class ClusterView:
         if _capacities(nodes) != _capacities(self._nodes) or allocs != self._allocs:
             self._capacity_version += 1
         self._jobs, self._allocs, self._nodes, self._node_index = jobs, allocs, nodes, node_index
-        self._event_index = max(self._event_index, jobs_page.index, allocs_page.index, nodes_page.index)
+        # Each list's X-Nomad-Index is its own table's index (jobs, allocs, nodes), and the
+        # three reads follow one another: a job written after the jobs read may carry a
+        # lower index than the allocs or nodes read. So the stream resumes after the
+        # OLDEST read, and an event no newer than its own topic's read is not applied
+        # again (the read holds that state or a newer one).
+        self._read_index = {"Job": jobs_page.index, "Allocation": allocs_page.index, "Node": nodes_page.index}
+        self._event_index = min(self._read_index.values())
         self._resync_reason = None
         self._last_resync = self._clock.time()
         self._metrics.resyncs.labels(reason=reason).inc()
@@ -471,6 +478,10 @@ class ClusterView:
                 raise
             except Exception as exc:  # any transport error: the stream is reopened
                 reason = f"the event stream failed: {exc}"
+                if getattr(exc, "status", None) == 403:
+                    # A refused subscription (the adapter names the rule): the token must
+                    # change, so say it loudly; the full reads still keep the state current.
+                    log.warning("Nomad %s; retrying with backoff", reason)
             failures += 1
             self._metrics.event_reconnects.inc()
             log.info("Nomad %s; reconnecting and resyncing", reason)
@@ -480,6 +491,8 @@ class ClusterView:
     def apply_events(self, events: Iterable[JSON], index: int) -> None:
         changed = False
         for event in events:
+            if index <= self._read_index.get(str(event.get("Topic")), 0):
+                continue  # the last resync's read of that table already holds it
             try:
                 changed = self._apply_event(event) or changed
             except (ParseError, TypeError, ValueError, KeyError) as exc:

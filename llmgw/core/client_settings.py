@@ -50,9 +50,7 @@ def hint_for_driver_failure(message: str) -> str | None:
     runtime = _RUNTIME_NOT_FOUND.search(message)
     if runtime:
         name = runtime.group("runtime")
-        if name == "nvidia":
-            return NVIDIA_RUNTIME_HINT
-        return f'the "{name}" runtime registered with Docker on the node'
+        return runtime_hint(name)
     allowed = _RUNTIME_NOT_ALLOWED.search(message)
     if allowed:
         return f'"{allowed.group("runtime")}" in plugin "docker" {{ config {{ allow_runtimes = [...] }} }}'
@@ -83,5 +81,17 @@ def hint_for_filter(reason: str, drivers: frozenset[str]) -> str | None:
     if reason.startswith("${attr.driver.docker.volumes.enabled}"):
         return VOLUMES_HINT
     if reason.startswith("${attr.driver.docker.runtimes}"):
-        return NVIDIA_RUNTIME_HINT
+        # The scheduler words a constraint "<attribute> <operator> <value>".
+        return runtime_hint(reason.rsplit(" ", 1)[-1])
     return None
+
+
+def runtime_hint(name: str) -> str:
+    """What a node lacks when Docker does not list the runtime ``name`` GPU tasks get."""
+    if name == "nvidia":
+        return NVIDIA_RUNTIME_HINT
+    return (
+        f'the NVIDIA runtime registered with Docker as "{name}" on the node, so `docker info` lists it, '
+        f'and plugin "docker" {{ config {{ nvidia_runtime = "{name}" }} }} on its Nomad client '
+        "(LLMGW_NVIDIA_RUNTIME names it in the rendered jobs)"
+    )

@@ -207,6 +207,7 @@ def build_context(
             },
             "kill_timeout": format_duration(settings.kill_timeout_s),
             "image_pull_timeout": format_duration(settings.image_pull_timeout_s),
+            "nvidia_runtime": settings.nvidia_runtime,
             # Docker's shm_size is in bytes.
             "shm_size": (settings.shm_size_mb or DEFAULT_SHM_MB.get(profile.engine, 64)) * 2**20,
             "shutdown_delay": format_duration(settings.shutdown_delay_s),

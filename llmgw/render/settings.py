@@ -28,6 +28,7 @@ from llmgw.settings import nomad_namespace, nomad_region
 DEFAULT_MODEL_CACHE_DIR = "/var/lib/llmgw/models"
 # The client host volume (ops/README.md's GPU-node checklist) vLLM and SGLang download into.
 DEFAULT_MODEL_CACHE_VOLUME = "llmgw-models"
+DEFAULT_NVIDIA_RUNTIME = "nvidia"
 
 # Engine images pinned to a release; operators point these at their registry.
 # The releases and their tags: "Engine images" in llmgw/render/DESIGN.md.
@@ -113,6 +114,11 @@ class RenderSettings:
     # and SGLang with a repository source), so a replica restarted on a node loads from its
     # disk; None downloads into the container, again on every start.
     model_cache_volume: str | None = DEFAULT_MODEL_CACHE_VOLUME
+    # The Docker runtime the GPU clients' docker plugin gives GPU tasks: the plugin's
+    # nvidia_runtime ("nvidia" by default, drivers/docker/config.go, Nomad v2.0.5), which
+    # an operator may rename. GPU groups are constrained to nodes whose
+    # driver.docker.runtimes lists it (LLMGW_NVIDIA_RUNTIME).
+    nvidia_runtime: str = DEFAULT_NVIDIA_RUNTIME
     # Health check of every engine endpoint.
     check_interval_s: int = 5
     check_timeout_s: int = 2
@@ -247,6 +253,7 @@ def _render_settings(environ: Mapping[str, str]) -> RenderSettings:
         model_cache_dir=flags.MODEL_CACHE_DIR.read(environ) or DEFAULT_MODEL_CACHE_DIR,
         # Set but empty: no cache volume (a cluster whose clients declare none).
         model_cache_volume=DEFAULT_MODEL_CACHE_VOLUME if cache_volume is None else cache_volume or None,
+        nvidia_runtime=flags.NVIDIA_RUNTIME.read(environ) or DEFAULT_NVIDIA_RUNTIME,
         trusted_image_digests=flags.TRUSTED_IMAGE_DIGESTS.read(environ) or (),
         hf_token_variable=parse_variable_path(flags.HF_TOKEN_VARIABLE.name, hf_token) if hf_token else None,
         engine_api_keys=flags.ENGINE_KEY_SECRET.raw(environ) is not None,

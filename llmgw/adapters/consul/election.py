@@ -42,6 +42,7 @@ from llmgw.adapters.consul.client import (
     ConsulClient,
     ConsulError,
     ConsulRejected,
+    ConsulUnavailable,
     KvEntry,
     QueryMeta,
     go_duration,
@@ -58,6 +59,13 @@ T = TypeVar("T")
 # The service each control-plane instance registers on its local agent, with the TTL
 # check its leader session is tied to (``ElectionSettings.process_check_ttl``).
 PROCESS_SERVICE = "llmgw-control"
+
+
+def _check_not_synced(exc: ConsulError, checks: tuple[str, ...]) -> bool:
+    """Consul's answer to a session naming a check its servers' catalog lacks
+    (``validateSessionChecksTxn`` in agent/consul/state/session.go)."""
+    text = str(exc)
+    return any(f"Missing check '{check}' registration" in text for check in checks)
 
 
 class Term:
@@ -401,14 +409,7 @@ class LeaderElection:
                     if self._settings.process_check_ttl is not None:
                         await self._register_process_check()
                         checks = (self.process_check_id,)
-                    sent = self._loop.time()
-                    session = await self._client.session_create(
-                        name=f"llmgw leader lock: {self._instance}"[:200],
-                        ttl=self._settings.ttl,
-                        lock_delay=self._settings.lock_delay,
-                        behavior="release",
-                        service_checks=checks,
-                    )
+                    session, sent = await self._create_session(checks)
                     self._session_id = session
                     self._renewed_at = sent
                     self._renew_ok = True
@@ -421,6 +422,43 @@ class LeaderElection:
                 if failures == 1:
                     log.warning("leader election %s: %s", self._instance, exc)
                 await asyncio.sleep(self._backoff(failures))
+
+    async def _create_session(self, checks: tuple[str, ...]) -> tuple[str, float]:
+        """A session tied to ``checks``, and the loop time its create was sent.
+
+        A check registered a moment ago may not have reached the servers' catalog yet
+        (the agent syncs it in the background), which Consul answers with 500 "Missing
+        check '<id>' registration": that answer alone is retried, a bounded number of
+        times with backoff, before it fails the campaign as any other error does."""
+        assert self._loop is not None
+        attempt = 0
+        while True:
+            sent = self._loop.time()
+            try:
+                session = await self._client.session_create(
+                    name=f"llmgw leader lock: {self._instance}"[:200],
+                    ttl=self._settings.ttl,
+                    lock_delay=self._settings.lock_delay,
+                    behavior="release",
+                    service_checks=checks,
+                )
+            except ConsulUnavailable as exc:
+                attempt += 1
+                if (
+                    not (checks and _check_not_synced(exc, checks))
+                    or attempt >= self._settings.check_sync_attempts
+                ):
+                    raise
+                delay = self._settings.check_sync_backoff.delay(attempt, self._rng.random())
+                log.debug(
+                    "leader election %s: the agent has not synced its check yet (%s); retrying in %.2fs",
+                    self._instance,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            return session, sent
 
     async def _campaign(self, session: str) -> None:
         """Hold or seek the lock with ``session`` until that session is dropped."""

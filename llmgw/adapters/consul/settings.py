@@ -123,6 +123,17 @@ class ElectionSettings:
     # (doubling up to backoff_max, with equal jitter as the watches have).
     backoff_initial: float = 0.5
     backoff_max: float = 10.0
+    # A session tied to this process's check, created right after the check was
+    # registered, can be refused with 500 "Missing check '<id>' registration": the
+    # agent answered the registration before its background sync put the check in
+    # the servers' catalog (agent/local/state.go TriggerSyncChanges; the servers
+    # validate against the catalog, agent/consul/state/session.go). That answer is
+    # retried up to check_sync_attempts times, waiting check_sync_backoff_initial
+    # doubling up to check_sync_backoff_max (equal jitter), before it counts as a
+    # failure of the election (about 3 s in all by default).
+    check_sync_attempts: int = 6
+    check_sync_backoff_initial: float = 0.05
+    check_sync_backoff_max: float = 1.0
     # The blocking query on the leader key while leading or waiting: shorter than
     # the watchers' wait so a hung connection is noticed well within one TTL.
     key_wait: float = 10.0
@@ -133,6 +144,10 @@ class ElectionSettings:
     @property
     def backoff(self) -> BackoffPolicy:
         return BackoffPolicy(self.backoff_initial, self.backoff_max, jitter=0.5)
+
+    @property
+    def check_sync_backoff(self) -> BackoffPolicy:
+        return BackoffPolicy(self.check_sync_backoff_initial, self.check_sync_backoff_max, jitter=0.5)
 
     @property
     def renew_every(self) -> float:
@@ -167,3 +182,11 @@ class ElectionSettings:
             raise ConsulSettingsError("ElectionSettings: intervals must be positive")
         if self.backoff_max < self.backoff_initial:
             raise ConsulSettingsError("ElectionSettings.backoff_max must be at least backoff_initial")
+        if (
+            self.check_sync_attempts < 1
+            or not 0 < self.check_sync_backoff_initial <= self.check_sync_backoff_max
+        ):
+            raise ConsulSettingsError(
+                "ElectionSettings: check_sync_attempts >= 1 and "
+                "0 < check_sync_backoff_initial <= check_sync_backoff_max are required"
+            )

@@ -13,7 +13,7 @@ import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 import aiohttp
@@ -33,13 +33,20 @@ class NomadError(Exception):
         self.status = status
 
 
+# Nomad blocks a query at most 5 min whatever ?wait= asks (QueryOptions.TimeToBlock,
+# MaxBlockingRPCQueryTime in nomad/structs/structs.go, v2.0.5; blockingRPC then adds up to
+# 1/16 of jitter, within request_s). A longer wait is clamped here, so the request's own
+# timeout (request_s + wait) is not stretched past what Nomad will ever hold it.
+NOMAD_MAX_BLOCKING_WAIT_S: Final = 300.0
+
+
 @dataclass(frozen=True, slots=True)
 class NomadTimeouts:
     # Connecting to the Nomad server.
     connect_s: float = 5.0
     # A plain request; blocking queries add their wait to it.
     request_s: float = 30.0
-    # Longest wait llmgw asks of a blocking query (Nomad caps it at 10 minutes).
+    # Longest wait llmgw asks of a blocking query: Nomad's cap (NOMAD_MAX_BLOCKING_WAIT_S).
     blocking_wait_s: float = 300.0
     # Silence on the event stream after which the connection counts as dead (half-open:
     # a server gone without a FIN, a NAT that forgot the flow). Nomad writes a ``{}``
@@ -173,7 +180,9 @@ class NomadClient:
     def _blocking(self, index: int | None, wait_s: float | None) -> tuple[dict[str, str | int | None], float]:
         if index is None:
             return {}, 0.0
-        wait = min(wait_s if wait_s is not None else self._timeouts.blocking_wait_s, 600.0)
+        wait = min(
+            wait_s if wait_s is not None else self._timeouts.blocking_wait_s, NOMAD_MAX_BLOCKING_WAIT_S
+        )
         return {"index": index, "wait": f"{int(wait * 1000)}ms"}, wait
 
     # --- jobs ------------------------------------------------------------------------------------
@@ -288,13 +297,17 @@ class NomadClient:
                     raise NomadError(
                         f"event stream: {response.status} {(await response.text())[:300]}", response.status
                     )
+                opened = False
                 while line := await response.content.readuntil(b"\n", max_size=EVENT_LINE_MAX_BYTES):
                     if not line.strip():
                         continue
+                    opened = True
                     frame = json.loads(line)
                     if not frame or not frame.get("Events"):
                         continue  # heartbeat
                     yield EventBatch(int(frame.get("Index", 0)), list(frame["Events"]))
+                if not opened:
+                    raise NomadError(self._refused_stream(topics), 403)
         except aiohttp.ServerTimeoutError as exc:
             raise NomadError(
                 f"event stream: nothing from {self._connection.address} for {silence:g}s, not even "
@@ -309,6 +322,44 @@ class NomadClient:
             raise NomadError(
                 f"event stream: lost the connection to {self._connection.address}: {exc}"
             ) from exc
+
+    def _refused_stream(self, topics: Sequence[str]) -> str:
+        """Words for a stream that ended before its first heartbeat. Nomad's HTTP agent
+        answers ``200 OK`` before the server checks the subscription's ACL and has
+        nowhere to put the RPC's ``403 Permission denied`` (``EventStream`` in
+        command/agent/event_endpoint.go, Nomad 2.0.5); an open subscription always
+        writes ``{}`` first (nomad/stream/ndjson.go)."""
+        namespace = self._connection.namespace or "default"
+        return (
+            f"event stream: {self._connection.address} answered 200 and closed the stream before its "
+            "first heartbeat, which is how Nomad answers a subscription its ACL check refuses "
+            f"(Permission denied): the token needs {'; '.join(event_stream_rules(topics, namespace))}"
+        )
+
+
+def event_stream_rules(topics: Sequence[str], namespace: str) -> list[str]:
+    """The ACL rule each topic of an event stream needs, as ``validateNsOp`` checks them
+    (nomad/event_endpoint.go, Nomad 2.0.5), one entry per distinct rule."""
+    rules: list[str] = []
+    for topic in topics:
+        if topic in ("Job", "Evaluation", "Allocation", "Deployment", "Service", "CSIPlugin"):
+            rule = f'namespace "{namespace}" {{ capabilities = ["read-job"] }} (topic {topic})'
+        elif topic == "Node":
+            rule = 'node { policy = "read" } (topic Node)'
+        elif topic == "HostVolume":
+            rule = f'namespace "{namespace}" {{ capabilities = ["host-volume-read"] }} (topic HostVolume)'
+        elif topic == "CSIVolume":
+            rule = f'namespace "{namespace}" {{ capabilities = ["csi-read-volume"] }} (topic CSIVolume)'
+        elif topic == "Operator":
+            rule = 'operator { policy = "read" } (topic Operator)'
+        elif topic == "Variable":
+            variables = 'variables { path "*" { capabilities = ["list"] } }'
+            rule = f'namespace "{namespace}" {{ {variables} }} (topic Variable)'
+        else:
+            rule = f"a management token (topic {topic})"
+        if rule not in rules:
+            rules.append(rule)
+    return rules
 
 
 def _segment(value: str) -> str:

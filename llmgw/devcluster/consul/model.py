@@ -183,6 +183,10 @@ class CheckRecord:
     critical_since: float | None = None
     output_synced_at: float = 0.0
     output_sync_due: float | None = None
+    # When the agent's sync of this check's first registration reaches the servers
+    # (``ConsulSettings.catalog_sync_delay`` after it): before then a session can not
+    # be tied to it (``Missing check '<id>' registration``).
+    catalog_since: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,11 @@ class ConsulSettings:
     # the namespace asked for would.
     enterprise: bool = False
 
-    # Blocking queries: Consul waits 5 min without ?wait=, caps ?wait= at 10 min,
-    # and adds up to wait/16 of random extra time. 0 disables the jitter.
+    # Blocking queries: Consul waits 5 min without ?wait= (default_query_time "300s"),
+    # caps ?wait= at 10 min (max_query_time "600s"; both agent/config/default.go at
+    # 4ae4941, applied in QueryOptions.BlockingTimeout, agent/structs/structs.go at
+    # 3c56d01, hashicorp/consul), and adds up to wait/16 of random extra time
+    # (JitterFraction). 0 disables the jitter. Nomad's cap is 5 min; Consul's is 10.
     default_wait: float = 300.0
     max_wait: float = 600.0
     jitter_fraction: int = 16
@@ -64,6 +67,15 @@ class ConsulSettings:
     session_ttl_multiplier: float = 2.0
     default_lock_delay: float = 15.0
     max_lock_delay: float = 60.0
+
+    # An agent answers a service or check registration once its local state has it,
+    # then syncs it to the servers' catalog in the background (agent/local/state.go:
+    # every change calls TriggerSyncChanges; agent/ae/ae.go runs the partial sync: a
+    # Catalog.Register RPC and a Raft commit). A session tied to a check that has not
+    # landed yet is refused, as the servers validate against the catalog
+    # (agent/consul/state/session.go, validateSessionChecksTxn). This is how long the
+    # stand-in's sync takes: a LAN round trip and a commit, tens of milliseconds.
+    catalog_sync_delay: float = 0.05
 
     # KV: Consul refuses values over 512 KiB (kv_max_value_size).
     kv_max_value_size: int = 512 * 1024

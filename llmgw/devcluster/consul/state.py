@@ -331,6 +331,7 @@ class ConsulState:
             if status is HealthStatus.CRITICAL
             else None,
             output_synced_at=existing.output_synced_at if existing else now,
+            catalog_since=existing.catalog_since if existing else now + self.settings.catalog_sync_delay,
         )
 
     def _same_check(self, old: CheckRecord, new: CheckRecord) -> bool:
@@ -838,7 +839,9 @@ class ConsulState:
         checks = spec.checks if spec.checks is not None else (SERF_CHECK_ID,)
         for cid in checks:
             chk = self._checks.get((node, cid))
-            if chk is None:
+            if chk is None or chk.catalog_since > now:
+                # The servers validate against their catalog, which learns of an agent's
+                # new check only when the agent's sync of it lands.
                 raise ConsulError(500, f"Missing check '{cid}' registration")
             if chk.catalog_status is HealthStatus.CRITICAL:
                 raise ConsulError(500, f"Check '{cid}' is in critical state")

@@ -1,9 +1,9 @@
 """The Nomad client's side of Consul: agent registrations and template lookups over HTTP.
 
 Owns: the few Consul HTTP calls a Nomad client makes, with Consul's own paths and
-JSON — ``PUT /v1/agent/service/register``, ``PUT /v1/agent/check/register``,
-``PUT /v1/agent/service/deregister/:id`` (Nomad registers a service, then its checks,
-as ``command/agent/consul/service_client.go`` does), blocking
+JSON — ``PUT /v1/agent/service/register`` (a service with its checks inline, one
+call, as ``command/agent/consul/service_client.go`` of Nomad 2.0.5 does),
+``PUT /v1/agent/service/deregister/:id``, blocking
 ``GET /v1/health/service/:name`` and ``GET /v1/kv/:key`` for templates — and turning
 a Nomad ``Service`` block into those registration documents.
 
@@ -33,8 +33,7 @@ class ConsulError(Exception):
 
 @dataclass(frozen=True)
 class Registration:
-    service: JSON  # AgentServiceRegistration
-    checks: list[JSON]  # AgentCheckRegistration
+    service: JSON  # AgentServiceRegistration, its checks inline (AgentServiceCheck)
 
 
 def service_id(alloc_id: str, workload: str, service: JSON) -> str:
@@ -43,10 +42,46 @@ def service_id(alloc_id: str, workload: str, service: JSON) -> str:
 
 
 def check_id(svc_id: str, check: JSON) -> str:
-    digest = hashlib.sha1(usedforsecurity=False)
-    digest.update(svc_id.encode())
-    for key in ("Name", "Type", "Path", "PortLabel", "Interval", "Timeout", "Method", "Protocol"):
-        digest.update(str(check.get(key) or "").encode())
+    """MakeCheckID: ``_nomad-check-`` and the hex SHA-256 of the check's fields in the
+    order and with the omissions of ``ServiceCheck.Hash`` (``nomad/structs/services.go``,
+    Nomad 2.0.5; SHA-1 before hashicorp/nomad#28383). ``check`` is canonicalized (its
+    default ``Name`` filled in); the check's own ``PortLabel`` is hashed, blank or not."""
+    digest = hashlib.sha256()
+
+    def text(value: object) -> None:
+        digest.update(str(value or "").encode())
+
+    def if_set(value: object) -> None:
+        if value:
+            text(value)
+
+    text(svc_id)
+    for key in ("Name", "Type", "Command"):
+        text(check.get(key))
+    text("".join(str(a) for a in check.get("Args") or []))
+    for key in ("Path", "Protocol", "PortLabel"):
+        text(check.get(key))
+    text(format_go_duration(int(check.get("Interval") or 0)))
+    text(format_go_duration(int(check.get("Timeout") or 0)))
+    for key in ("Method", "Body", "OnUpdate", "Notes"):
+        text(check.get(key))
+    if check.get("TLSSkipVerify"):
+        text("true")
+    if_set(check.get("TLSServerName"))
+    header = check.get("Header") or {}
+    if header:
+        text("".join(sorted(str(k) + "".join(str(v) for v in vs or []) for k, vs in header.items())))
+    if_set(check.get("AddressMode"))
+    if_set(check.get("GRPCService"))
+    if check.get("GRPCUseTLS"):
+        text("true")
+    for name, key in (
+        ("success", "SuccessBeforePassing"),
+        ("failures", "FailuresBeforeCritical"),
+        ("failures-before-warning", "FailuresBeforeWarning"),
+    ):
+        if check.get(key):
+            text(f"{name}:{int(check[key])}")
     return f"_nomad-check-{digest.hexdigest()}"
 
 
@@ -73,22 +108,22 @@ def registration(
             for k, v in service["TaggedAddresses"].items()
         }
     checks: list[JSON] = []
-    for check in service.get("Checks") or []:
+    for declared in service.get("Checks") or []:
+        # ServiceCheck.Canonicalize (server side) names an unnamed check.
+        check = {**declared, "Name": declared.get("Name") or f'service: "{service.get("Name")}" check'}
         check_type = str(check.get("Type") or "")
         label = str(check.get("PortLabel") or service.get("PortLabel") or "")
         check_port = check_ports.get(label, port)
         reg: JSON = {
-            "ID": check_id(sid, check),
-            "Name": check.get("Name") or f'service: "{service.get("Name")}" check',
-            "ServiceID": sid,
+            "CheckID": check_id(sid, check),
+            "Name": check["Name"],
             "Status": check.get("InitialStatus") or "",
             "Interval": format_go_duration(int(check.get("Interval") or 0)),
             "Timeout": format_go_duration(int(check.get("Timeout") or 0)),
         }
-        if check.get("SuccessBeforePassing"):
-            reg["SuccessBeforePassing"] = check["SuccessBeforePassing"]
-        if check.get("FailuresBeforeCritical"):
-            reg["FailuresBeforeCritical"] = check["FailuresBeforeCritical"]
+        for key in ("SuccessBeforePassing", "FailuresBeforeCritical", "FailuresBeforeWarning"):
+            if check.get(key):
+                reg[key] = check[key]
         if check_type == "http":
             proto = check.get("Protocol") or "http"
             base = f"{proto}://{address}:{check_port}"
@@ -110,7 +145,10 @@ def registration(
                 f"check type {check_type!r} not valid for the dev stand-in (use http, tcp or grpc)"
             )
         checks.append(reg)
-    return Registration(svc, checks)
+    # The checks go inline, in the service's own registration: one agent call
+    # (serviceRegs, apiCheckRegistrationToCheck in service_client.go, Nomad 2.0.5).
+    svc["Checks"] = checks
+    return Registration(svc)
 
 
 class ConsulAgent:
@@ -147,8 +185,6 @@ class ConsulAgent:
 
     async def register(self, reg: Registration) -> None:
         await self._put("/v1/agent/service/register", reg.service)
-        for check in reg.checks:
-            await self._put("/v1/agent/check/register", check)
 
     async def deregister(self, svc_id: str) -> None:
         await self._put(f"/v1/agent/service/deregister/{quote(svc_id, safe='')}", None)

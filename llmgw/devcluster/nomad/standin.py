@@ -538,7 +538,9 @@ class NomadStandIn:
     def deregister_job(self, job_id: str, *, purge: bool = False) -> JSON:
         record = self.store.jobs.get(job_id)
         if record is None:
-            raise NotFound("job not found")
+            # Job.Deregister returns nil for a job it does not find (nomad/job_endpoint.go,
+            # v2.0.5): 200, no evaluation, every index 0, no write.
+            return {"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": 0, **_WRITE_META}
         with self.store.txn(EV_JOB_DEREGISTERED):
             if purge:
                 self.store.delete_job(job_id)
@@ -821,7 +823,8 @@ def _job_write_answer(ev: EvalRecord, record: JobRecord, **extra: object) -> JSO
         "EvalCreateIndex": ev.create_index,
         "JobModifyIndex": record.job_modify_index,
         **extra,
-        "KnownLeader": True,
-        "LastContact": 0,
-        "NextToken": "",
+        **_WRITE_META,
     }
+
+
+_WRITE_META: JSON = {"KnownLeader": True, "LastContact": 0, "NextToken": ""}

@@ -68,6 +68,9 @@ class OverlapMonitor:
         self._task.cancel()
 
 
+QUICK_CLIENT = ClientSettings(connect_timeout=0.5, request_timeout=1.0, blocking_slack=0.5)
+
+
 def leader_of(electors: list[LeaderElection]) -> list[LeaderElection]:
     return [e for e in electors if e.is_leader]
 
@@ -287,3 +290,48 @@ async def agent_checks(url: str) -> list[dict[str, str]]:
     async with aiohttp.ClientSession() as http, http.get(f"{url}/v1/agent/checks") as resp:
         assert resp.status == 200
         return list((await resp.json()).values())
+
+
+async def test_the_first_session_waits_for_the_agent_to_sync_its_check(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The agent answers the check's registration before its sync puts it in the servers'
+    catalog, so the session tied to it meets 500 "Missing check ... registration" at
+    first: the election retries that quietly and leads, as against a real agent."""
+    from llmgw.devcluster.consul import ConsulSettings
+
+    async with ConsulStandIn(ConsulSettings.for_tests(catalog_sync_delay=0.2)) as standin:
+        client = ConsulClient(ConsulConnection.from_env({"CONSUL_HTTP_ADDR": standin.url}), QUICK_CLIENT)
+        async with client, electors(client) as (only,):
+            with caplog.at_level(logging.DEBUG, logger="llmgw.adapters.consul.election"):
+                await asyncio.wait_for(only.wait_for_leadership(), 5)
+            assert only.last_error is None
+            assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert any("has not synced its check yet" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_check_that_never_syncs_fails_the_campaign_after_the_bounded_retries(
+    caplog: pytest.LogCaptureFixture, eventually: Eventually
+) -> None:
+    from llmgw.devcluster.consul import ConsulSettings
+
+    settings = ElectionSettings(
+        ttl=FAST.ttl,
+        renew_interval=FAST.renew_interval,
+        lock_delay=FAST.lock_delay,
+        safety_margin=FAST.safety_margin,
+        backoff_initial=5.0,
+        backoff_max=5.0,
+        check_sync_attempts=3,
+        check_sync_backoff_initial=0.01,
+        check_sync_backoff_max=0.02,
+    )
+    async with ConsulStandIn(ConsulSettings.for_tests(catalog_sync_delay=60.0)) as standin:
+        client = ConsulClient(ConsulConnection.from_env({"CONSUL_HTTP_ADDR": standin.url}), QUICK_CLIENT)
+        async with client, electors(client, settings=settings) as (only,):
+            with caplog.at_level(logging.DEBUG, logger="llmgw.adapters.consul.election"):
+                await eventually(lambda: only.last_error is not None, within=3.0)
+            assert "Missing check 'llmgw-control-alive:ctl-0' registration" in (only.last_error or "")
+            retried = [r for r in caplog.records if "has not synced its check yet" in r.getMessage()]
+            assert len(retried) == settings.check_sync_attempts - 1
+            assert not only.is_leader

@@ -229,3 +229,103 @@ async def test_plan_and_register_carry_nomads_warnings_one_per_entry(nomad_serve
         assert plan.feasible and plan.warnings == expected
         registered = await nomad.register(warned)
         assert registered.eval_id and registered.warnings == expected
+
+
+async def test_a_stream_refused_by_the_acl_check_is_a_403_naming_the_rule(nomad_server: NomadServer) -> None:
+    """Nomad 2.0.5 answers 200 before the server checks the subscription's ACL and then
+    closes the stream without a line (command/agent/event_endpoint.go, EventStream): the
+    client reports that as the ACL failure it is, with the rule each topic needs."""
+    import aiohttp
+
+    headers = {"X-Nomad-Token": TOKEN}
+    policy = {"Name": "jobs-only", "Rules": 'namespace "default" { capabilities = ["read-job"] }'}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        async with http.put(f"{nomad_server.address}/v1/acl/policy/jobs-only", json=policy) as resp:
+            assert resp.status == 200, await resp.text()
+        async with http.put(
+            f"{nomad_server.address}/v1/acl/token",
+            json={"Name": "jobs", "Type": "client", "Policies": ["jobs-only"]},
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            secret = (await resp.json())["SecretID"]
+        # What the wire carries: 200, then the end of an empty body.
+        async with http.get(
+            f"{nomad_server.address}/v1/event/stream",
+            params=[("topic", "Allocation"), ("topic", "Node")],
+            headers={"X-Nomad-Token": secret},
+        ) as resp:
+            assert (resp.status, await resp.read()) == (200, b"")
+    async with client_for(nomad_server, secret) as nomad:
+        with pytest.raises(NomadError) as refused:
+            async for _ in nomad.events(["Allocation", "Node"]):
+                pass
+    assert refused.value.status == 403
+    assert "Permission denied" in str(refused.value)
+    assert 'node { policy = "read" } (topic Node)' in str(refused.value)
+    async with client_for(nomad_server, secret) as nomad:
+        stream = nomad.events(["Allocation"])
+        assert await asyncio.wait_for(_first_or_none(stream), 0.3) is None  # open: only heartbeats
+        await stream.aclose()
+
+
+async def _first_or_none(stream: AsyncIterator[Any]) -> object:
+    try:
+        return await asyncio.wait_for(anext(stream), 0.2)
+    except TimeoutError:
+        return None
+
+
+async def test_deregister_counts_a_missing_job_as_done_whether_nomad_answers_200_or_404(
+    nomad_server: NomadServer,
+) -> None:
+    """Nomad 2.0.5 answers 200 with no evaluation for a job it does not have
+    (Job.Deregister in nomad/job_endpoint.go); a 404 "job not found" from a proxy or
+    another version means the same to the executor: the job is gone."""
+    from aiohttp import web
+
+    async with client_for(nomad_server) as nomad:
+        await nomad.deregister("never-was")  # the stand-in answers as 2.0.5 does: 200
+
+    async def not_found(request: web.Request) -> web.Response:
+        return web.Response(status=404, text="job not found")
+
+    app = web.Application()
+    app.router.add_delete("/v1/job/{job_id}", not_found)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        async with client_for(nomad_server, address=f"http://127.0.0.1:{port}") as nomad:
+            await nomad.deregister("never-was")
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_blocking_wait_is_clamped_to_nomads_five_minute_cap(nomad_server: NomadServer) -> None:
+    """Nomad blocks at most MaxBlockingRPCQueryTime, 5 min (nomad/structs/structs.go,
+    QueryOptions.TimeToBlock, v2.0.5): a longer wait is asked as 5 min, so the request's
+    own timeout is not stretched past anything Nomad will hold it."""
+    from aiohttp import web
+
+    waits: list[str] = []
+
+    async def jobs(request: web.Request) -> web.Response:
+        waits.append(request.query.get("wait", ""))
+        return web.json_response([], headers={"X-Nomad-Index": "7"})
+
+    app = web.Application()
+    app.router.add_get("/v1/jobs", jobs)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        async with client_for(nomad_server, address=f"http://127.0.0.1:{port}") as nomad:
+            await nomad.jobs(index=5, wait_s=900.0)
+            await nomad.jobs(index=5, wait_s=60.0)
+    finally:
+        await runner.cleanup()
+    assert waits == ["300000ms", "60000ms"]

@@ -167,3 +167,32 @@ def test_lock_delay_is_cut_to_consuls_60_second_cap() -> None:
     assert state.kv_put("llmgw/leader", b"w", 0, 159.0, acquire=waiter.session_id) is False
     # ...but applied for 60 s only.
     assert state.kv_put("llmgw/leader", b"w", 0, 160.5, acquire=waiter.session_id) is True
+
+
+def test_a_session_on_a_check_the_agent_has_not_synced_yet_is_refused_until_it_lands() -> None:
+    """An agent answers a registration once its local state has the check and syncs it
+    to the servers afterwards (agent/local/state.go, TriggerSyncChanges); the servers
+    validate a session's checks against their catalog (agent/consul/state/session.go,
+    validateSessionChecksTxn), so a session created at once can meet a 500."""
+    from llmgw.devcluster.consul import ConsulSettings, ConsulState
+    from llmgw.devcluster.consul.decoding import decode_service_registration, decode_session_create
+    from llmgw.devcluster.consul.model import ConsulError
+
+    settings = ConsulSettings()
+    state = ConsulState(settings)
+    state.add_node("gpu-1", "127.0.0.1")
+    service = (
+        b'{"ID": "ctl", "Name": "ctl", "Check": {"CheckID": "alive", "TTL": "10s", "Status": "passing"}}'
+    )
+    state.register_service("gpu-1", decode_service_registration(service), 0.0, replace_existing_checks=False)
+    tied = decode_session_create(b'{"NodeChecks": ["serfHealth"], "ServiceChecks": [{"ID": "alive"}]}')
+    with pytest.raises(ConsulError) as refused:
+        state.session_create("gpu-1", tied, 0.0)
+    assert (refused.value.status, refused.value.message) == (500, "Missing check 'alive' registration")
+    landed = settings.catalog_sync_delay
+    assert state.session_create("gpu-1", tied, landed).checks == ("serfHealth", "alive")
+    # Registering the same check again does not unsync it.
+    state.register_service(
+        "gpu-1", decode_service_registration(service), landed, replace_existing_checks=False
+    )
+    assert state.session_create("gpu-1", tied, landed).checks == ("serfHealth", "alive")

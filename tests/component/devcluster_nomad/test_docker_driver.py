@@ -64,6 +64,16 @@ def test_gpus_need_the_daemons_nvidia_runtime_and_it_must_be_allowed() -> None:
         'conflicting runtime requests: gpu runtime "nvidia" conflicts with task runtime "runsc"'
     )
     assert refusal(GPU_NODE_DOCKER, {"runtime": "runsc"}) == 'requested runtime "runsc" is not allowed'
+    # The plugin's nvidia_runtime renames the runtime GPU tasks get (drivers/docker/config.go).
+    renamed = DockerPlugin(
+        nvidia_runtime="nvidia-gpu",
+        daemon_runtimes=("nvidia-gpu", "runc"),
+        allow_runtimes=("runc", "nvidia-gpu"),
+    )
+    assert refusal(renamed, {}, gpus=True) is None
+    assert refusal(
+        DockerPlugin(nvidia_runtime="nvidia-gpu", daemon_runtimes=("nvidia", "runc")), {}, gpus=True
+    ) == ('requested docker runtime "nvidia-gpu" was not found')
 
 
 def test_privileged_and_capabilities_need_the_plugins_leave() -> None:

@@ -486,3 +486,20 @@ async def test_a_client_keeps_at_most_gc_max_allocs_and_destroys_the_oldest_term
         assert await wait_for(kept, "the oldest terminal allocations' directories destroyed") == set(
             finished[2:]
         )
+
+
+async def test_deregistering_a_job_that_does_not_exist_is_a_200_without_an_evaluation(tmp_path: Path) -> None:
+    """Job.Deregister returns nil when it finds no job (nomad/job_endpoint.go, v2.0.5): the
+    HTTP answer is 200, an empty EvalID and indexes of 0, X-Nomad-Index 0, nothing written."""
+    async with NomadServer(NomadStandIn(fast_config(tmp_path))) as srv, aiohttp.ClientSession() as http:
+        before = srv.standin.store.index
+        for purge in ("false", "true"):
+            async with http.delete(f"{srv.address}/v1/job/never-was", params={"purge": purge}) as resp:
+                assert resp.status == 200, await resp.text()
+                assert resp.headers["X-Nomad-Index"] == "0"
+                reply = await resp.json()
+            assert_shape(reply, "JobDeregisterResponse")
+            assert (reply["EvalID"], reply["EvalCreateIndex"], reply["JobModifyIndex"]) == ("", 0, 0)
+        assert srv.standin.store.index == before
+        async with http.get(f"{srv.address}/v1/evaluations") as resp:
+            assert await resp.json() == []

@@ -105,15 +105,25 @@ async def gpu_cluster(tmp_path: Path) -> AsyncIterator[DevCluster]:
         await cluster.stop()
 
 
-def _renderer() -> Renderer:
+def _renderer(nvidia_runtime: str = "nvidia") -> Renderer:
     settings = RenderSettings(
-        llmgw_command=("${attr.driver.raw_exec.python}", "-m", "llmgw"), mirror_url="http://127.0.0.1:9"
+        llmgw_command=("${attr.driver.raw_exec.python}", "-m", "llmgw"),
+        mirror_url="http://127.0.0.1:9",
+        nvidia_runtime=nvidia_runtime,
     )
     return Renderer(settings, read_security_policy())
 
 
-async def _plan(dev: DevCluster, catalog: Catalog, model: str, profile: int, nodes: int) -> tuple[bool, str]:
-    rendered = _renderer().render(
+async def _plan(
+    dev: DevCluster,
+    catalog: Catalog,
+    model: str,
+    profile: int,
+    nodes: int,
+    *,
+    renderer: Renderer | None = None,
+) -> tuple[bool, str]:
+    rendered = (renderer or _renderer()).render(
         catalog,
         ReplicaRequest(model, profile, "0", "fabric-a" if nodes > 1 else None),
         catalog_hash=catalog_digest(catalog),
@@ -157,6 +167,35 @@ async def test_a_node_without_docker_volumes_or_the_nvidia_runtime_is_filtered_a
         assert not feasible
         assert "3 filtered by ${attr.driver.docker.runtimes} set_contains nvidia" in explanation, explanation
         assert "NVIDIA Container Toolkit" in explanation, explanation
+    finally:
+        await cluster.stop()
+
+
+async def test_a_renamed_nvidia_runtime_places_only_with_the_render_setting_naming_it(tmp_path: Path) -> None:
+    """The docker plugin's nvidia_runtime renames the runtime GPU tasks get
+    (drivers/docker/config.go, default "nvidia"); Docker lists it under that name, so the
+    rendered constraint must name it too (RenderSettings.nvidia_runtime, LLMGW_NVIDIA_RUNTIME)."""
+    renamed = DockerPlugin(
+        volumes_enabled=True,
+        nvidia_runtime="nvidia-gpu",
+        allow_runtimes=("runc", "nvidia-gpu"),
+        daemon_runtimes=("io.containerd.runc.v2", "nvidia-gpu", "runc"),
+    )
+    cluster = await _cluster(tmp_path, renamed)
+    try:
+        feasible, explanation = await _plan(cluster, _catalog(MULTI_NODE), "mirrored", 0, 1)
+        assert not feasible
+        assert "3 filtered by ${attr.driver.docker.runtimes} set_contains nvidia" in explanation, explanation
+        feasible, explanation = await _plan(
+            cluster, _catalog(MULTI_NODE), "mirrored", 0, 1, renderer=_renderer(nvidia_runtime="nvidia-x")
+        )
+        assert not feasible
+        assert 'registered with Docker as "nvidia-x"' in explanation, explanation
+        assert 'nvidia_runtime = "nvidia-x"' in explanation, explanation
+        feasible, explanation = await _plan(
+            cluster, _catalog(MULTI_NODE), "mirrored", 0, 1, renderer=_renderer(nvidia_runtime="nvidia-gpu")
+        )
+        assert feasible, explanation
     finally:
         await cluster.stop()
 

@@ -66,3 +66,12 @@ def test_the_model_cache_volume_is_named_or_switched_off() -> None:
     assert render_settings_from_env({}).model_cache_volume == "llmgw-models"
     assert render_settings_from_env({"LLMGW_MODEL_CACHE_VOLUME": "hf"}).model_cache_volume == "hf"
     assert render_settings_from_env({"LLMGW_MODEL_CACHE_VOLUME": ""}).model_cache_volume is None
+
+
+def test_the_nvidia_runtime_is_the_docker_plugins_default_unless_renamed() -> None:
+    assert render_settings_from_env({}).nvidia_runtime == "nvidia"
+    assert render_settings_from_env({"LLMGW_NVIDIA_RUNTIME": " nvidia-gpu "}).nvidia_runtime == "nvidia-gpu"
+    with pytest.raises(
+        RenderSettingsError, match="LLMGW_NVIDIA_RUNTIME='nvidia,runc' is not a Docker runtime name"
+    ):
+        render_settings_from_env({"LLMGW_NVIDIA_RUNTIME": "nvidia,runc"})
