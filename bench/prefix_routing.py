@@ -24,8 +24,9 @@ Workloads (the issue's):
 
 Printed per run: TTFT p50/p90/p99, throughput, the engines' cache-hit rate (cached /
 prompt tokens) and the load spread (the busiest replica's requests over the mean), then
-the targets with verdicts. Not measured here: real llama-server replicas (see the
-report in the DESIGN note: not run in this session).
+the targets with verdicts. Then, with ``--llama-server PATH`` (default
+``$LLMGW_LLAMA_SERVER``), real llama-server replicas on this machine:
+``prefix_routing_llamacpp.py``, whose docstring says what it runs.
 """
 
 from __future__ import annotations
