@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/prefix_routing_llamacpp.py                 # LLMGW_LLAMA_SERVER's binary
     .venv/bin/python bench/prefix_routing_llamacpp.py --llama-server PATH --replicas 2
+    .venv/bin/python bench/prefix_routing_llamacpp.py --rounds 3 --settings sized
     .venv/bin/python bench/prefix_routing.py --llama-server PATH      # after the sim's figures
 
 Each run starts fresh replicas of llama.cpp's llama-server (``--threads 1`` each) on one
@@ -13,7 +14,10 @@ model's ``routing: {prefix_affinity: ...}`` off (least outstanding, the baseline
 with one of two shared system prompts and a first turn of its own, streaming each turn
 and resending the whole grown conversation (the answer and a tool's output) after a
 pause while the tool runs, the sessions starting staggered so they do not move in
-lockstep. Both policies run the same seeded workload.
+lockstep. The reference, sessions pinned by hand, sends session n straight to replica
+n mod the replicas (no router). Every policy runs the same seeded workload; with
+``--rounds N`` each runs N times, the policies' order rotated each round, and the
+figures are medians (with the range of p90).
 
 Printed per run: TTFT p50/p90 (to the first content token, at the client), the
 cache-hit rate from the engines' own counts (``llamacpp:prompt_tokens_cached_total``
@@ -30,13 +34,14 @@ Two engine settings:
 - **defaults**: llama-server's own (and llmgw's llama.cpp profile's, which passes no
   slot or cache flag): 4 slots over one unified KV cache of the model's context, and
   up to 8 GiB of host-memory prompt cache (``--cache-ram``, common/common.h at
-  b11434), which keeps every prompt of this small workload: a replica that saw a
-  session once still has it.
+  b11434), where a slot's prompt goes when the slot is given to another (and from where
+  a later request that shares it takes it back).
 
-And two placements: **pinned**, replica i on CPU i mod the CPUs (``sched_setaffinity``,
-taskset's call; the router and this load generator on every CPU), and **shared**,
-everything on every CPU. On a machine with fewer CPUs than replicas, pinned replicas
-share CPUs too, and the router and the load generator always compete with them.
+And two placements (pinned for the sized caches only): **pinned**, replica i on CPU i
+mod the CPUs (``sched_setaffinity``, taskset's call; the router and this load generator
+on every CPU), and **shared**, everything on every CPU. On a machine with fewer CPUs
+than replicas, pinned replicas share CPUs too, and the router and the load generator
+always compete with them: a miss's prefill then slows the replicas beside it as well.
 
 Prints figures; asserts nothing (a shared machine's load moves them).
 """
