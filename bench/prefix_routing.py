@@ -24,8 +24,9 @@ Workloads (the issue's):
 
 Printed per run: TTFT p50/p90/p99, throughput, the engines' cache-hit rate (cached /
 prompt tokens) and the load spread (the busiest replica's requests over the mean), then
-the targets with verdicts. Not measured here: real llama-server replicas (see the
-report in the DESIGN note: not run in this session).
+the targets with verdicts. Then, with ``--llama-server PATH`` (default
+``$LLMGW_LLAMA_SERVER``), real llama-server replicas on this machine:
+``prefix_routing_llamacpp.py``, whose docstring says what it runs.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import prefix_routing_llamacpp
 from llmgw.core.routing import Api, Candidate, affinity_key, choose_by_prefix, choose_endpoint
 from llmgw.sim.prefix_cache import PrefixCache
 
@@ -292,10 +294,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, action="append", help="replica counts (default 8 and 32)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--llama-server", default=prefix_routing_llamacpp.llama_server_binary(),
+        help="real llama-server rows too, with this binary (default: $LLMGW_LLAMA_SERVER)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     print("discrete-event simulation on a virtual clock (the CPU's load does not move its figures)")
     results = [ok for replicas in args.replicas or [8, 32] for ok in run(replicas, args.seed)]
     print(f"\n{sum(results)}/{len(results)} targets met")
+    prefix_routing_llamacpp.report(args.llama_server)
     return 0
 
 

@@ -85,21 +85,31 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_llama(path: Path, *, seed: int = 0, chat_template: bool = True, context: int = CONTEXT) -> Path:
+def write_llama(
+    path: Path,
+    *,
+    seed: int = 0,
+    chat_template: bool = True,
+    context: int = CONTEXT,
+    width: int = WIDTH,
+    layers: int = LAYERS,
+) -> Path:
     """A 2-layer width-64 llama in ``path`` (a few hundred KB), random weights from ``seed``,
-    trained (its metadata says) on ``context`` tokens."""
+    trained (its metadata says) on ``context`` tokens. ``width`` and ``layers`` make a
+    larger one, whose prompts cost a CPU more time (bench/prefix_routing_llamacpp.py)."""
+    feed_forward = FEED_FORWARD * width // WIDTH
     rng = np.random.default_rng(seed)
     tokens, scores, types = vocabulary()
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("llmgw-tiny-llama")
     writer.add_context_length(context)
-    writer.add_embedding_length(WIDTH)
-    writer.add_block_count(LAYERS)
-    writer.add_feed_forward_length(FEED_FORWARD)
+    writer.add_embedding_length(width)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(feed_forward)
     writer.add_head_count(HEADS)
     writer.add_head_count_kv(HEADS)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(WIDTH // HEADS)
+    writer.add_rope_dimension_count(width // HEADS)
     writer.add_vocab_size(len(tokens))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
@@ -118,22 +128,22 @@ def write_llama(path: Path, *, seed: int = 0, chat_template: bool = True, contex
         writer.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
 
     def ones(name: str) -> None:
-        writer.add_tensor(name, np.ones(WIDTH, dtype=np.float32))
+        writer.add_tensor(name, np.ones(width, dtype=np.float32))
 
     # numpy shapes are (out, in): gguf reverses them into ggml's ne.
-    weight("token_embd.weight", len(tokens), WIDTH)
-    for layer in range(LAYERS):
+    weight("token_embd.weight", len(tokens), width)
+    for layer in range(layers):
         block = f"blk.{layer}"
         ones(f"{block}.attn_norm.weight")
         for part in ("q", "k", "v", "output"):
-            weight(f"{block}.attn_{part}.weight", WIDTH, WIDTH)
+            weight(f"{block}.attn_{part}.weight", width, width)
         ones(f"{block}.ffn_norm.weight")
-        weight(f"{block}.ffn_gate.weight", FEED_FORWARD, WIDTH)
-        weight(f"{block}.ffn_up.weight", FEED_FORWARD, WIDTH)
-        weight(f"{block}.ffn_down.weight", WIDTH, FEED_FORWARD)
+        weight(f"{block}.ffn_gate.weight", feed_forward, width)
+        weight(f"{block}.ffn_up.weight", feed_forward, width)
+        weight(f"{block}.ffn_down.weight", width, feed_forward)
     ones("output_norm.weight")
     # Flat logits over the vocabulary: sampling wanders through bytes and words alike.
-    weight("output.weight", len(tokens), WIDTH, scale=0.05)
+    weight("output.weight", len(tokens), width, scale=0.05)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
