@@ -69,6 +69,7 @@ class Request:
     key: str | None
     answer_tokens: int
     history: bool = False  # ``routing.has_history`` of its body: an earlier answer in it
+    concurrent: int = 0  # its router's requests of its key in flight as it arrives
     arrived: float = 0.0
 
 
@@ -116,7 +117,9 @@ def least_outstanding(candidates: list[Candidate], request: Request, turn: int) 
 
 
 def prefix_aware(candidates: list[Candidate], request: Request, turn: int) -> str:
-    chosen = choose_by_prefix(candidates, (), request.key, turn, history=request.history).key
+    chosen = choose_by_prefix(
+        candidates, (), request.key, turn, history=request.history, concurrent=request.concurrent
+    ).key
     assert chosen is not None
     return chosen
 
@@ -177,6 +180,7 @@ def simulate(
     # Each router's own count of the conversations it sent each replica lately, kept as
     # the gateway's book keeps it (``EndpointBook.choose_by_prefix``).
     held = [HeldConversations() for _ in range(routers)]
+    by_key: list[dict[str | None, int]] = [{} for _ in range(routers)]
     by_name = {r.name: r for r in pool}
     figures = Figures()
     events: list[tuple[float, int, str, object]] = []
@@ -225,7 +229,9 @@ def simulate(
                 )
                 for r in pool
             ]
+            request.concurrent = by_key[router].get(request.key, 0)
             replica = by_name[policy(candidates, request, next(turns))]
+            by_key[router][request.key] = request.concurrent + 1
             if counted and request.key:
                 mine.record(MODEL, request.key, replica.name, now)
             counts[replica.name] += 1
@@ -242,6 +248,7 @@ def simulate(
         else:
             request, router, name = payload  # type: ignore[misc]
             outstanding[router][name] -= 1
+            by_key[router][request.key] -= 1
             figures.answer_tokens += request.answer_tokens
             figures.finished_at = now
             if isinstance(workload, Agentic):

@@ -315,23 +315,25 @@ def choose_endpoint(candidates: Iterable[Candidate], avoid: Collection[str], tur
 
 # --- prefix affinity: the same conversation to the same replica, from every router -----------------
 
-# How far above the mean outstanding load a replica may go and still take the requests
-# whose prefix it owns, counted at this instant: the ``c`` of Mirrokni, Thorup and
-# Zadimoghaddam's "Consistent Hashing with Bounded Loads" (2018), as KubeAI's
-# ``meanLoadFactor`` (internal/loadbalancer/balance_chwbl.go, ``chwblLoadOK``). Looser
-# than KubeAI's default 125 (api/k8s/v1/model_types.go ``meanLoadPercentage``): here it
-# only stops a burst (a hot prefix, one client's key sent many times at once); the
-# share below balances the conversations, and a tighter bound on this instant's count
-# moves a conversation away whenever its owner's count peaks (an agent's conversation
-# is outstanding while answered, not while its tool runs), each time to a replica that
-# has none of it cached.
-AFFINITY_LOAD_FACTOR = 3.0
+# How far above the mean outstanding load a replica may go and still take a request of
+# a key the router already has requests of in flight (a burst: a hot prefix, one
+# client's key sent many times at once): the ``c`` of Mirrokni, Thorup and
+# Zadimoghaddam's "Consistent Hashing with Bounded Loads" (2018), KubeAI's
+# ``meanLoadFactor`` (internal/loadbalancer/balance_chwbl.go, ``chwblLoadOK``;
+# ``meanLoadPercentage``'s default 125 in api/k8s/v1/model_types.go).
+AFFINITY_LOAD_FACTOR = 1.25
+# The same for a conversation's lone turn (none of its key in flight, as an agent waits
+# for each answer): loose, because its conversation is balanced by the share below, and
+# a tight bound on this instant's count would move a turn away whenever its owner's
+# count peaks (a conversation is outstanding while answered, not while its tool runs),
+# each time to a replica that has none of it cached.
+TURN_LOAD_FACTOR = 3.0
 # How far above the mean number of conversations a replica may hold (``Candidate.load``)
 # and keep the one at hand: each conversation's own threshold between the two, drawn
 # from a hash of its key and the replica, so that a replica over its share gives away
 # the same few conversations on every turn (they move once, and are cached where they
 # go) rather than whichever turn comes when it is busy.
-AFFINITY_SHARE = (1.2, 1.8)
+AFFINITY_SHARE = (1.3, 1.9)
 # How long a router counts a conversation on the replica it last sent it to
 # (``Candidate.load``): a few of an agent's turns (a turn and its tool call take
 # seconds to a minute), so one that pauses still counts, and one that ended soon stops.
@@ -449,7 +451,9 @@ def choose_by_prefix(
     factor: float = AFFINITY_LOAD_FACTOR,
     *,
     history: bool = True,
+    concurrent: int = 1,
     share: tuple[float, float] = AFFINITY_SHARE,
+    turn_factor: float = TURN_LOAD_FACTOR,
 ) -> Choice:
     """Consistent hashing with bounded loads over rendezvous hashing: the first endpoint
     in ``key``'s ``rendezvous_order`` that is within its share and under the bound.
@@ -465,9 +469,11 @@ def choose_by_prefix(
       so a bound on it moves a different turn of every conversation whenever the count
       peaks, each to a replica that has none of it.
     - **The bound** on this instant's outstanding requests, with this one:
-      ``load_bound`` of the usable endpoints' total. A burst of one prefix (a hot
-      system prompt, one client's key) fills its owner to the bound and spills to the
-      next in its own order (which then caches it too), never pinning one replica.
+      ``load_bound`` of the usable endpoints' total, with ``factor`` when the router
+      has other requests of this key in flight (``concurrent``: a burst of one prefix,
+      a hot key), else the looser ``turn_factor``. A burst fills its owner to the
+      bound and spills to the next in its own order (which then caches it too), never
+      pinning one replica.
 
     No key, or no usable endpoint outside ``avoid`` that is not a suspect, or every one
     over: ``choose_endpoint``'s least outstanding (suspects last, as there). A first
@@ -492,7 +498,8 @@ def choose_by_prefix(
     if key is not None:
         eligible = {c.key: c for c in listed if c.usable and not c.suspect and c.key not in avoid}
         if eligible:
-            bound = load_bound(sum(c.in_flight for c in eligible.values()), len(eligible), factor)
+            outstanding = sum(c.in_flight for c in eligible.values())
+            bound = load_bound(outstanding, len(eligible), factor if concurrent > 0 else turn_factor)
             held = [c.load for c in eligible.values() if c.load is not None]
             mean = (sum(held) + 1) / len(eligible) if len(held) == len(eligible) else None
             low, high = share

@@ -93,6 +93,7 @@ class EndpointBook:
         self._catalog_sha: str | None = None  # of the catalog the router routes by
         self._in_flight: dict[str, int] = {}  # by service id
         self._held = HeldConversations()
+        self._key_in_flight: dict[str, int] = {}  # by affinity key: a burst of one key
         self._turn = 0
         self._changed = asyncio.Event()
         self.snapshot_index = 0  # Consul's index of the snapshot in use
@@ -302,7 +303,10 @@ class EndpointBook:
             )
             for e in endpoints
         )
-        choice = routing.choose_by_prefix(candidates, avoid, key, self._turn, history=history)
+        concurrent = self._key_in_flight.get(key, 0) if key is not None else 0
+        choice = routing.choose_by_prefix(
+            candidates, avoid, key, self._turn, history=history, concurrent=concurrent
+        )
         self._turn += 1
         if choice.key is None:
             return None, choice.outcome
@@ -316,11 +320,15 @@ class EndpointBook:
         if self._suspect_for > 0 and routing.marks_suspect(failure):
             self._suspect_until[endpoint.service_id] = self._monotonic() + self._suspect_for
 
-    def lease(self, endpoint: Endpoint) -> Lease:
-        """Count one outstanding request on ``endpoint`` until the lease is closed
-        (``close()`` or the end of a ``with`` block; closing twice counts once)."""
+    def lease(self, endpoint: Endpoint, affinity: str | None = None) -> Lease:
+        """Count one outstanding request on ``endpoint`` (and of the conversation key
+        ``affinity``, when given) until the lease is closed (``close()`` or the end of
+        a ``with`` block; closing twice counts once)."""
         key = endpoint.service_id
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        if affinity is not None:
+            self._key_in_flight[affinity] = self._key_in_flight.get(affinity, 0) + 1
+            return Lease(self._in_flight, key, self._key_in_flight, affinity)
         return Lease(self._in_flight, key)
 
 
@@ -375,24 +383,38 @@ class Lease:
     """One in-flight slot. A class rather than a generator context manager: it is
     taken and released on every request."""
 
-    __slots__ = ("_in_flight", "_key")
+    __slots__ = ("_affinity", "_by_affinity", "_in_flight", "_key")
 
-    def __init__(self, in_flight: dict[str, int], key: str) -> None:
+    def __init__(
+        self,
+        in_flight: dict[str, int],
+        key: str,
+        by_affinity: dict[str, int] | None = None,
+        affinity: str = "",
+    ) -> None:
         self._in_flight: dict[str, int] | None = in_flight
         self._key = key
+        self._by_affinity = by_affinity
+        self._affinity = affinity
 
     def close(self) -> None:
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is None:
             return
-        remaining = in_flight[self._key] - 1
-        if remaining:
-            in_flight[self._key] = remaining
-        else:
-            del in_flight[self._key]
+        _uncount(in_flight, self._key)
+        if self._by_affinity is not None:
+            _uncount(self._by_affinity, self._affinity)
 
     def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _uncount(counts: dict[str, int], key: str) -> None:
+    remaining = counts[key] - 1
+    if remaining:
+        counts[key] = remaining
+    else:
+        del counts[key]

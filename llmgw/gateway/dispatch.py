@@ -668,7 +668,7 @@ class Dispatcher:
                 self._metrics.counter(self._metrics.routing_decisions, model, outcome).inc()
             else:
                 endpoint, same = same, None
-            lease = self._book.lease(endpoint)  # in the same step as the choice
+            lease = self._book.lease(endpoint, key)  # in the same step as the choice
             route.attempts_total += 1
             attempts_on_model += 1
             try:
