@@ -6,26 +6,38 @@
 A discrete-event simulation on a virtual clock, not processes: at 8 and 32 replicas of a
 GPU shape this machine cannot run the engines, so each replica is the sim's own
 ``PrefixCache`` (vLLM 0.34.0's blocks of 64 tokens, LRU) in front of a prefill queue
-(``--prefill-token-time`` per uncached token, one prompt at a time, as a GPU's prefill
-is compute bound) and decode at ``--token-rate`` per sequence. The routers choose with
-the gateway's own functions: ``routing.affinity_key`` of each request's body and
-``routing.choose_by_prefix`` (prefix-aware) or ``routing.choose_endpoint`` (least
-outstanding, today's policy), over each router's own outstanding counts. The baseline
-(least outstanding) and the reference (each session pinned to a replica by hand) run in
-the same invocation on the same workload, seeded.
+(``PREFILL_TOKEN_TIME`` per uncached token, one prompt at a time, as a GPU's prefill is
+compute bound) and decode at ``TOKEN_RATE`` per sequence. The clock is virtual, so the
+figures are the same whatever else shares the CPUs: there is no "pinned" against
+"shared CPUs" pair to print, and a run's wall time says nothing. The routers choose
+with the gateway's own functions: ``routing.affinity_key`` and ``routing.has_history``
+of each request's body, and ``routing.choose_by_prefix`` (prefix-aware) or
+``routing.choose_endpoint`` (least outstanding, the policy before it), over each
+router's own counts: its outstanding requests, its requests of each key in flight, and
+the conversations it sent each replica lately (``gateway.book.HeldConversations``, as
+the gateway keeps them). The baseline (least outstanding) and the reference (each
+session pinned to a replica by hand, evenly) run in the same invocation on the same
+workload, seeded; the seed draws the conversations' contents too, so each seed puts
+their keys on other replicas.
 
 Workloads (the issue's):
   (a) agentic: sessions resending their growing conversation each turn (system prompts
       shared by groups of sessions, a pause while a tool runs), more context in total
-      than one replica's cache holds;
+      than one replica's cache holds. The sessions arrive at random over 180 s, each
+      about a minute long, so about 8 run at once on each replica as in a cluster
+      that has been serving a while (sessions start and end all the time);
+  (a, cold start) the same 8 a replica all starting within 20 s on empty caches:
+      printed with its ratios, not judged (see the DESIGN note): every replica meets
+      the system prompts for the first time at once, and the pinned reference, which
+      pins session ``i`` to replica ``i mod n`` and gives it system prompt ``i mod 4``,
+      puts one system prompt on each replica by that arithmetic;
   (b) no shared prefix: every request a new prompt, Poisson arrivals;
   (c) (a) through three routers, each request to one of them in turn, each with only
       its own counts.
 
 Printed per run: TTFT p50/p90/p99, throughput, the engines' cache-hit rate (cached /
 prompt tokens) and the load spread (the busiest replica's requests over the mean), then
-the targets with verdicts. Not measured here: real llama-server replicas (see the
-report in the DESIGN note: not run in this session).
+the targets with verdicts. Not measured here: real llama-server replicas.
 """
 
 from __future__ import annotations
@@ -246,7 +258,9 @@ def simulate(
             done = prefilled + request.answer_tokens / TOKEN_RATE
             heapq.heappush(events, (done, next(order), "done", (request, router, replica.name)))
         else:
-            request, router, name = payload  # type: ignore[misc]
+            assert isinstance(payload, tuple)
+            request, router, name = payload
+            assert isinstance(request, Request) and isinstance(router, int) and isinstance(name, str)
             outstanding[router][name] -= 1
             by_key[router][request.key] -= 1
             figures.answer_tokens += request.answer_tokens

@@ -347,7 +347,9 @@ class RouteOutcome(StrEnum):
     """How ``choose_by_prefix`` chose (the ``llmgw_routing_decisions_total`` label)."""
 
     AFFINITY = "affinity"  # the replica that owns the request's prefix
-    OVERFLOW = "overflow"  # its owner was over its share or the bound: the next under them, in the key's order
+    OVERFLOW = (
+        "overflow"  # its owner was over its share or the bound: the next under them, in the key's order
+    )
     NO_HISTORY = "no-history"  # a conversation's first turn: nothing cached to follow, least outstanding
     NO_KEY = "no-key"  # no prefix to follow (or affinity off), or every replica over: least outstanding
 

@@ -31,5 +31,9 @@ def owned_by(target: str, service_ids: Collection[str]) -> list[dict[str, str]]:
         key = affinity_key(Api.CHAT, {"messages": messages})
         assert key is not None
         if rendezvous_order(key, service_ids)[0] == target:
-            return [*messages, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Go on."}]
+            return [
+                *messages,
+                {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "Go on."},
+            ]
     raise AssertionError("unreachable")

@@ -49,7 +49,9 @@ async def test_least_outstanding_spreads_concurrent_streams(
     hot: Any = [*MESSAGES, {"role": "assistant", "content": "Sure."}, {"role": "user", "content": "Again."}]
 
     async def one() -> str:
-        stream = await client.chat.completions.create(model="sim-chat", messages=hot, max_tokens=10, stream=True)
+        stream = await client.chat.completions.create(
+            model="sim-chat", messages=hot, max_tokens=10, stream=True
+        )
         return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
 
     await asyncio.gather(*(one() for _ in range(8)))
@@ -119,7 +121,9 @@ async def test_a_hot_prefix_spreads_past_its_owners_load_bound(
     hot: Any = [*MESSAGES, {"role": "assistant", "content": "Sure."}, {"role": "user", "content": "Again."}]
 
     async def one() -> str:
-        stream = await client.chat.completions.create(model="sim-chat", messages=hot, max_tokens=10, stream=True)
+        stream = await client.chat.completions.create(
+            model="sim-chat", messages=hot, max_tokens=10, stream=True
+        )
         return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
 
     await asyncio.gather(*(one() for _ in range(8)))

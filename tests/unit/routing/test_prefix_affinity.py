@@ -117,14 +117,20 @@ def test_odd_content_still_hashes() -> None:
     [
         (Api.CHAT, {"messages": [SYSTEM, FIRST]}, False),  # a first turn
         (Api.CHAT, {"messages": [SYSTEM, FIRST, {"role": "assistant", "content": "Done."}, FIRST]}, True),
-        (Api.MESSAGES, {"system": "Rules", "messages": [FIRST, {"role": "assistant", "content": "ok"}]}, True),
+        (
+            Api.MESSAGES,
+            {"system": "Rules", "messages": [FIRST, {"role": "assistant", "content": "ok"}]},
+            True,
+        ),
         (Api.MESSAGES, {"system": "Rules", "messages": [FIRST]}, False),
         (Api.CHAT, {"messages": "not a list"}, False),
         (Api.CHAT, {}, False),
         (Api.COMPLETIONS, {"prompt": "assistant"}, False),
     ],
 )
-def test_history_is_an_earlier_answer_in_the_request(api: Api, body: dict[str, object], expected: bool) -> None:
+def test_history_is_an_earlier_answer_in_the_request(
+    api: Api, body: dict[str, object], expected: bool
+) -> None:
     assert has_history(api, body) is expected
 
 
@@ -274,7 +280,9 @@ def test_a_replica_over_its_share_gives_away_the_same_conversations_every_turn()
         held = given_at[key]
         order = rendezvous_order(key, names)
         loads = dict(zip(order, [held, 8, 8, 8], strict=True))
-        one = choose_by_prefix([Candidate(n, 0, True, load=loads[n]) for n in names], (), key, 0, concurrent=0)
+        one = choose_by_prefix(
+            [Candidate(n, 0, True, load=loads[n]) for n in names], (), key, 0, concurrent=0
+        )
         other = choose_by_prefix(
             [Candidate(n, 2, True, load=loads[n]) for n in reversed(names)], (), key, 5, concurrent=0
         )
