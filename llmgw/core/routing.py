@@ -347,9 +347,7 @@ class RouteOutcome(StrEnum):
     """How ``choose_by_prefix`` chose (the ``llmgw_routing_decisions_total`` label)."""
 
     AFFINITY = "affinity"  # the replica that owns the request's prefix
-    OVERFLOW = (
-        "overflow"  # its owner was over its share or the bound: the next under them, in the key's order
-    )
+    OVERFLOW = "overflow"  # its owner was over its share or the bound: the next in the key's order
     NO_HISTORY = "no-history"  # a conversation's first turn: nothing cached to follow, least outstanding
     NO_KEY = "no-key"  # no prefix to follow (or affinity off), or every replica over: least outstanding
 
@@ -473,7 +471,8 @@ def choose_by_prefix(
     - **The bound** on this instant's outstanding requests, with this one:
       ``load_bound`` of the usable endpoints' total, with ``factor`` when the router
       has other requests of this key in flight (``concurrent``: a burst of one prefix,
-      a hot key), else the looser ``turn_factor``. A burst fills its owner to the
+      a hot key; a caller that does not count them gets this one), else the looser
+      ``turn_factor``. A burst fills its owner to the
       bound and spills to the next in its own order (which then caches it too), never
       pinning one replica.
 
