@@ -277,6 +277,10 @@ class Candidate:
     # It refused this router's connection a moment ago (``marks_suspect``), before
     # Consul's check has caught up with it.
     suspect: bool = False
+    # The conversations (keys of requests with history) this router sent it last in the
+    # last ``CONVERSATION_SECONDS``, the request's own left out: how many it holds, which
+    # the count mid-turn (``in_flight``) swings around. None: not counted.
+    load: int | None = None
 
 
 def choose_endpoint(candidates: Iterable[Candidate], avoid: Collection[str], turn: int) -> str | None:
@@ -311,12 +315,29 @@ def choose_endpoint(candidates: Iterable[Candidate], avoid: Collection[str], tur
 
 # --- prefix affinity: the same conversation to the same replica, from every router -----------------
 
-# How far above the mean outstanding load a replica may go and still take the requests
-# whose prefix it owns: the ``c`` of Mirrokni, Thorup and Zadimoghaddam's "Consistent
-# Hashing with Bounded Loads" (2018), KubeAI's ``meanLoadFactor``
-# (internal/loadbalancer/balance_chwbl.go, ``chwblLoadOK``; ``meanLoadPercentage``'s
-# default 125 in api/k8s/v1/model_types.go).
+# How far above the mean outstanding load a replica may go and still take a request of
+# a key the router already has requests of in flight (a burst: a hot prefix, one
+# client's key sent many times at once): the ``c`` of Mirrokni, Thorup and
+# Zadimoghaddam's "Consistent Hashing with Bounded Loads" (2018), KubeAI's
+# ``meanLoadFactor`` (internal/loadbalancer/balance_chwbl.go, ``chwblLoadOK``;
+# ``meanLoadPercentage``'s default 125 in api/k8s/v1/model_types.go).
 AFFINITY_LOAD_FACTOR = 1.25
+# The same for a conversation's lone turn (none of its key in flight, as an agent waits
+# for each answer): loose, because its conversation is balanced by the share below, and
+# a tight bound on this instant's count would move a turn away whenever its owner's
+# count peaks (a conversation is outstanding while answered, not while its tool runs),
+# each time to a replica that has none of it cached.
+TURN_LOAD_FACTOR = 3.0
+# How far above the mean number of conversations a replica may hold (``Candidate.load``)
+# and keep the one at hand: each conversation's own threshold between the two, drawn
+# from a hash of its key and the replica, so that a replica over its share gives away
+# the same few conversations on every turn (they move once, and are cached where they
+# go) rather than whichever turn comes when it is busy.
+AFFINITY_SHARE = (1.3, 1.9)
+# How long a router counts a conversation on the replica it last sent it to
+# (``Candidate.load``): a few of an agent's turns (a turn and its tool call take
+# seconds to a minute), so one that pauses still counts, and one that ended soon stops.
+CONVERSATION_SECONDS = 60.0
 # Leading content hashed for a key, at most: enough to tell conversations apart, and a
 # bound on the work of a request with a huge first turn.
 _KEY_CONTENT_CHARS = 64 * 1024
@@ -326,8 +347,9 @@ class RouteOutcome(StrEnum):
     """How ``choose_by_prefix`` chose (the ``llmgw_routing_decisions_total`` label)."""
 
     AFFINITY = "affinity"  # the replica that owns the request's prefix
-    OVERFLOW = "overflow"  # its owner was over the load bound: the next under it, in the key's order
-    NO_KEY = "no-key"  # no prefix to follow (or affinity off): least outstanding
+    OVERFLOW = "overflow"  # its owner was over its share or the bound: the next in the key's order
+    NO_HISTORY = "no-history"  # a conversation's first turn: nothing cached to follow, least outstanding
+    NO_KEY = "no-key"  # no prefix to follow (or affinity off), or every replica over: least outstanding
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +403,21 @@ def affinity_key(api: Api, body: Mapping[str, object], explicit: str | None = No
     return _digest("prefix", text[:_KEY_CONTENT_CHARS])
 
 
+def has_history(api: Api, body: Mapping[str, object]) -> bool:
+    """The request carries an earlier answer (an ``assistant`` message, in chat
+    completions or the Messages API): its conversation has been served before, so some
+    replica holds more than its first turn. A first turn (or a one-off prompt) has
+    nothing cached anywhere but maybe a shared system prompt, which every replica that
+    serves the model soon holds: it gains nothing from its owner and goes where the
+    load is least (``choose_by_prefix``)."""
+    if api not in (Api.CHAT, Api.MESSAGES):
+        return False
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return False
+    return any(isinstance(m, Mapping) and m.get("role") == "assistant" for m in messages)
+
+
 def _digest(kind: str, text: str) -> str:
     data = text.encode("utf-8", "surrogatepass")
     return kind + ":" + hashlib.blake2b(data, digest_size=16).hexdigest()
@@ -412,17 +449,43 @@ def choose_by_prefix(
     key: str | None,
     turn: int,
     factor: float = AFFINITY_LOAD_FACTOR,
+    *,
+    history: bool = True,
+    concurrent: int = 1,
+    share: tuple[float, float] = AFFINITY_SHARE,
+    turn_factor: float = TURN_LOAD_FACTOR,
 ) -> Choice:
     """Consistent hashing with bounded loads over rendezvous hashing: the first endpoint
-    in ``key``'s ``rendezvous_order`` whose outstanding requests, with this one, stay
-    within ``load_bound`` of the usable endpoints' total. A hot prefix thus fills its
-    owner to the bound and spills to the next in its order (which then caches it too),
-    never pinning one replica; no replica goes past about ``factor`` times the mean.
+    in ``key``'s ``rendezvous_order`` that is within its share and under the bound.
 
-    No key, or no usable endpoint outside ``avoid`` that is not a suspect:
-    ``choose_endpoint``'s least outstanding (suspects last, as there). The state is
-    the router's own outstanding counts only, so routers share nothing: with the load
-    even they agree, and where one is busier it spills as the others would.
+    - **The share** (when the candidates carry ``load``, the conversations each holds):
+      the endpoint's conversations with this one within ``t`` times the mean (this one
+      counted once), where ``t`` lies between ``share``'s two ends by a hash of the key
+      and the endpoint. Rendezvous hashing alone gives some replicas half as many
+      conversations again as the mean (a binomial draw): such an owner keeps those of
+      high ``t`` and gives away the same ones of low ``t`` on every turn, each to the
+      next in its order, where it stays and is cached. ``in_flight`` would not do: an
+      agent's conversation is outstanding while answered and not while its tool runs,
+      so a bound on it moves a different turn of every conversation whenever the count
+      peaks, each to a replica that has none of it.
+    - **The bound** on this instant's outstanding requests, with this one:
+      ``load_bound`` of the usable endpoints' total, with ``factor`` when the router
+      has other requests of this key in flight (``concurrent``: a burst of one prefix,
+      a hot key; a caller that does not count them gets this one), else the looser
+      ``turn_factor``. A burst fills its owner to the
+      bound and spills to the next in its own order (which then caches it too), never
+      pinning one replica.
+
+    No key, or no usable endpoint outside ``avoid`` that is not a suspect, or every one
+    over: ``choose_endpoint``'s least outstanding (suspects last, as there). A first
+    turn (``history`` False, see ``has_history``) goes there too (``NO_HISTORY``): it
+    has nothing cached to follow, and the replica its key owns has no more of it than
+    any other, so it only balances the load (a workload of one-off prompts is routed
+    as by least outstanding). The state is the router's own counts only (its
+    outstanding requests, the conversations it sent each endpoint lately), so routers
+    share nothing: each sees every conversation every few turns, so their counts of
+    conversations agree, and so do their choices; where one is busier it spills as
+    the others would.
 
     Chosen over SGLang's router's ``cache_aware`` policy (sgl-router
     src/policies/cache_aware.rs: a radix tree per router of the prompts it sent each
@@ -430,14 +493,33 @@ def choose_by_prefix(
     min * balance_rel_threshold``): its tree is each router's own, so routers that
     do not share it disagree (the issue's 0.66 hit rate with 8 gateways)."""
     listed = list(candidates)
+    if key is not None and not history:
+        chosen = choose_endpoint(listed, avoid, turn)
+        return Choice(chosen, RouteOutcome.NO_HISTORY if chosen is not None else RouteOutcome.NO_KEY)
     if key is not None:
         eligible = {c.key: c for c in listed if c.usable and not c.suspect and c.key not in avoid}
         if eligible:
-            bound = load_bound(sum(c.in_flight for c in eligible.values()), len(eligible), factor)
+            outstanding = sum(c.in_flight for c in eligible.values())
+            bound = load_bound(outstanding, len(eligible), factor if concurrent > 0 else turn_factor)
+            held = [c.load for c in eligible.values() if c.load is not None]
+            mean = (sum(held) + 1) / len(eligible) if len(held) == len(eligible) else None
+            low, high = share
             for rank, replica in enumerate(rendezvous_order(key, eligible)):
-                if eligible[replica].in_flight + 1 <= bound:
-                    return Choice(replica, RouteOutcome.AFFINITY if rank == 0 else RouteOutcome.OVERFLOW)
+                candidate = eligible[replica]
+                if candidate.in_flight + 1 > bound:
+                    continue
+                if mean is not None and candidate.load is not None:
+                    threshold = low + (high - low) * _unit(key, replica)
+                    if candidate.load + 1 > max(1.0, threshold * mean):
+                        continue
+                return Choice(replica, RouteOutcome.AFFINITY if rank == 0 else RouteOutcome.OVERFLOW)
     return Choice(choose_endpoint(listed, avoid, turn), RouteOutcome.NO_KEY)
+
+
+def _unit(key: str, replica: str) -> float:
+    """A number in [0, 1) of ``key`` and ``replica``, the same in every router."""
+    digest = hashlib.blake2b(f"share\x00{key}\x00{replica}".encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") / 2**64
 
 
 # --- whether Nomad vouches for an endpoint ------------------------------------------------------

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 
 from llmgw.core import routing
@@ -91,6 +92,8 @@ class EndpointBook:
         self._unavailable_by_model: Mapping[str, UnavailableModel] = {}
         self._catalog_sha: str | None = None  # of the catalog the router routes by
         self._in_flight: dict[str, int] = {}  # by service id
+        self._held = HeldConversations()
+        self._key_in_flight: dict[str, int] = {}  # by affinity key: a burst of one key
         self._turn = 0
         self._changed = asyncio.Event()
         self.snapshot_index = 0  # Consul's index of the snapshot in use
@@ -274,30 +277,41 @@ class EndpointBook:
         return self.choose_by_prefix(model, avoid, None)[0]
 
     def choose_by_prefix(
-        self, model: str, avoid: Collection[str], key: str | None
+        self, model: str, avoid: Collection[str], key: str | None, history: bool = True
     ) -> tuple[Endpoint | None, routing.RouteOutcome]:
         """The endpoint for the next try of a request whose conversation has ``key``
-        (``routing.choose_by_prefix``; None: least outstanding), and how it was chosen;
-        lease it at once."""
+        (``routing.choose_by_prefix``; None: least outstanding) and, with ``history``,
+        has been answered before (``routing.has_history``), and how it was chosen;
+        lease it at once. A conversation with history is counted on the endpoint chosen
+        (``HeldConversations``), the load its next turns are balanced by."""
         endpoints = self._by_model.get(model, ())
         if not endpoints:
             return None, routing.RouteOutcome.NO_KEY
         in_flight = self._in_flight
         suspects = self._suspect_until
-        now = self._monotonic() if suspects else 0.0
+        held = self._held if key is not None and history else None
+        now = self._monotonic() if suspects or held is not None else 0.0
+        if held is not None:
+            held.expire(now)
         candidates = (
             routing.Candidate(
                 e.service_id,
                 in_flight.get(e.service_id, 0),
                 self._usable(e),
                 suspects.get(e.service_id, 0.0) > now,
+                None if held is None or key is None else held.load(model, key, e.service_id),
             )
             for e in endpoints
         )
-        choice = routing.choose_by_prefix(candidates, avoid, key, self._turn)
+        concurrent = self._key_in_flight.get(key, 0) if key is not None else 0
+        choice = routing.choose_by_prefix(
+            candidates, avoid, key, self._turn, history=history, concurrent=concurrent
+        )
         self._turn += 1
         if choice.key is None:
             return None, choice.outcome
+        if held is not None and key is not None:
+            held.record(model, key, choice.key, now)
         return next(e for e in endpoints if e.service_id == choice.key), choice.outcome
 
     def report_failure(self, endpoint: Endpoint, failure: routing.Failure) -> None:
@@ -306,36 +320,101 @@ class EndpointBook:
         if self._suspect_for > 0 and routing.marks_suspect(failure):
             self._suspect_until[endpoint.service_id] = self._monotonic() + self._suspect_for
 
-    def lease(self, endpoint: Endpoint) -> Lease:
-        """Count one outstanding request on ``endpoint`` until the lease is closed
-        (``close()`` or the end of a ``with`` block; closing twice counts once)."""
+    def lease(self, endpoint: Endpoint, affinity: str | None = None) -> Lease:
+        """Count one outstanding request on ``endpoint`` (and of the conversation key
+        ``affinity``, when given) until the lease is closed (``close()`` or the end of
+        a ``with`` block; closing twice counts once)."""
         key = endpoint.service_id
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        if affinity is not None:
+            self._key_in_flight[affinity] = self._key_in_flight.get(affinity, 0) + 1
+            return Lease(self._in_flight, key, self._key_in_flight, affinity)
         return Lease(self._in_flight, key)
+
+
+class HeldConversations:
+    """Per model, the endpoint this router last sent each conversation to, kept for
+    ``routing.CONVERSATION_SECONDS`` after its last turn: the conversations each
+    endpoint holds (``routing.Candidate.load``), as this router alone sees them. No
+    I/O and no clock of its own: the caller passes ``now`` (monotonic seconds)."""
+
+    __slots__ = ("_counts", "_last", "_limit", "_seconds")
+
+    def __init__(self, seconds: float = routing.CONVERSATION_SECONDS, limit: int = 100_000) -> None:
+        self._seconds = seconds
+        self._limit = limit  # conversations kept at most: the oldest go first
+        # By (model, key): (service id, last seen), the least recently seen first.
+        self._last: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
+        self._counts: dict[tuple[str, str], int] = {}  # by (model, service id)
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def expire(self, now: float) -> None:
+        while self._last:
+            (model, _), (service_id, seen) = next(iter(self._last.items()))
+            if now - seen <= self._seconds and len(self._last) <= self._limit:
+                return
+            self._last.popitem(last=False)
+            self._uncount(model, service_id)
+
+    def load(self, model: str, key: str, service_id: str) -> int:
+        """The conversations of ``model`` held on ``service_id``, ``key``'s own left out."""
+        count = self._counts.get((model, service_id), 0)
+        entry = self._last.get((model, key))
+        return count - 1 if entry is not None and entry[0] == service_id else count
+
+    def record(self, model: str, key: str, service_id: str, now: float) -> None:
+        previous = self._last.pop((model, key), None)
+        if previous is not None:
+            self._uncount(model, previous[0])
+        self._last[(model, key)] = (service_id, now)
+        self._counts[(model, service_id)] = self._counts.get((model, service_id), 0) + 1
+
+    def _uncount(self, model: str, service_id: str) -> None:
+        remaining = self._counts[(model, service_id)] - 1
+        if remaining:
+            self._counts[(model, service_id)] = remaining
+        else:
+            del self._counts[(model, service_id)]
 
 
 class Lease:
     """One in-flight slot. A class rather than a generator context manager: it is
     taken and released on every request."""
 
-    __slots__ = ("_in_flight", "_key")
+    __slots__ = ("_affinity", "_by_affinity", "_in_flight", "_key")
 
-    def __init__(self, in_flight: dict[str, int], key: str) -> None:
+    def __init__(
+        self,
+        in_flight: dict[str, int],
+        key: str,
+        by_affinity: dict[str, int] | None = None,
+        affinity: str = "",
+    ) -> None:
         self._in_flight: dict[str, int] | None = in_flight
         self._key = key
+        self._by_affinity = by_affinity
+        self._affinity = affinity
 
     def close(self) -> None:
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is None:
             return
-        remaining = in_flight[self._key] - 1
-        if remaining:
-            in_flight[self._key] = remaining
-        else:
-            del in_flight[self._key]
+        _uncount(in_flight, self._key)
+        if self._by_affinity is not None:
+            _uncount(self._by_affinity, self._affinity)
 
     def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _uncount(counts: dict[str, int], key: str) -> None:
+    remaining = counts[key] - 1
+    if remaining:
+        counts[key] = remaining
+    else:
+        del counts[key]

@@ -269,6 +269,8 @@ class _Route:
     direct_to: asyncio.Transport | None = None
     # The conversation's key (``routing.affinity_key``): its turns go to one replica.
     affinity: str | None = None
+    # It carries an earlier answer (``routing.has_history``): a first turn has none.
+    history: bool = False
     attempts_total: int = 0
     failures: int = 0
     waited_for: str | None = None
@@ -568,6 +570,7 @@ class Dispatcher:
             path=API_PATHS[routing.Api.CHAT],
             request_id=request_id,
             affinity=routing.affinity_key(routing.Api.CHAT, body),
+            history=routing.has_history(routing.Api.CHAT, body),
         )
         opened = await self._open(route)
         with opened.lease:
@@ -659,13 +662,13 @@ class Dispatcher:
         key = route.affinity if route.catalog.models[model].prefix_affinity else None
         while True:
             if same is None:
-                endpoint, outcome = self._book.choose_by_prefix(model, avoid, key)
+                endpoint, outcome = self._book.choose_by_prefix(model, avoid, key, route.history)
                 if endpoint is None:
                     return None
                 self._metrics.counter(self._metrics.routing_decisions, model, outcome).inc()
             else:
                 endpoint, same = same, None
-            lease = self._book.lease(endpoint)  # in the same step as the choice
+            lease = self._book.lease(endpoint, key)  # in the same step as the choice
             route.attempts_total += 1
             attempts_on_model += 1
             try:
@@ -813,6 +816,7 @@ def _route_for_call(
         translate=translate,
         direct_to=direct_to,
         affinity=routing.affinity_key(call.api, call.body, affinity),
+        history=routing.has_history(call.api, call.body),
     )
 
 

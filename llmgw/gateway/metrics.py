@@ -194,8 +194,9 @@ class RouterMetrics:
         self.routing_decisions = Counter(
             PREFIX + "routing_decisions",
             "Replicas chosen for a try, by how: affinity (the replica that owns the conversation's prefix), "
-            "overflow (its owner was past the load bound: the next in its order), no-key (least "
-            "outstanding: no conversation to follow, or the model's prefix affinity is off)",
+            "overflow (its owner was past its share of conversations or the load bound: the next in its "
+            "order), no-history (least outstanding: a conversation's first turn, nothing cached to follow), "
+            "no-key (least outstanding: no conversation to follow, or the model's prefix affinity is off)",
             ["model", "outcome"], registry=r,
         )  # fmt: skip
         self.retries = Counter(

@@ -24,11 +24,16 @@ def conversation(index: int) -> list[dict[str, str]]:
 
 def owned_by(target: str, service_ids: Collection[str]) -> list[dict[str, str]]:
     """A conversation whose prefix the endpoint ``target`` (a service id) owns among
-    ``service_ids``: with loads even, its requests try ``target`` first."""
+    ``service_ids``, past its first turn (a first turn goes where the load is least):
+    with loads even, its requests try ``target`` first."""
     for index in itertools.count():
         messages = conversation(index)
         key = affinity_key(Api.CHAT, {"messages": messages})
         assert key is not None
         if rendezvous_order(key, service_ids)[0] == target:
-            return messages
+            return [
+                *messages,
+                {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "Go on."},
+            ]
     raise AssertionError("unreachable")

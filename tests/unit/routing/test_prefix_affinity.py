@@ -1,6 +1,7 @@
 """Prefix affinity as tables: the key a conversation keeps over its turns, the replica it
-goes to from any router, the load bound that spreads a hot prefix, and how few keys move
-when replicas join or leave."""
+goes to from any router, a first turn going where the load is least, the share of
+conversations that balances the rest, the load bound that spreads a hot prefix, and how
+few keys move when replicas join or leave."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import pytest
 
 from llmgw.core.routing import (
     AFFINITY_LOAD_FACTOR,
+    AFFINITY_SHARE,
     Api,
     Candidate,
     RouteOutcome,
     affinity_key,
     choose_by_prefix,
+    choose_endpoint,
+    has_history,
     load_bound,
     rendezvous_order,
 )
@@ -108,6 +112,28 @@ def test_odd_content_still_hashes() -> None:
     assert affinity_key(Api.CHAT, {"messages": [{"role": "user", "content": "\ud800"}]}) is not None
 
 
+@pytest.mark.parametrize(
+    ("api", "body", "expected"),
+    [
+        (Api.CHAT, {"messages": [SYSTEM, FIRST]}, False),  # a first turn
+        (Api.CHAT, {"messages": [SYSTEM, FIRST, {"role": "assistant", "content": "Done."}, FIRST]}, True),
+        (
+            Api.MESSAGES,
+            {"system": "Rules", "messages": [FIRST, {"role": "assistant", "content": "ok"}]},
+            True,
+        ),
+        (Api.MESSAGES, {"system": "Rules", "messages": [FIRST]}, False),
+        (Api.CHAT, {"messages": "not a list"}, False),
+        (Api.CHAT, {}, False),
+        (Api.COMPLETIONS, {"prompt": "assistant"}, False),
+    ],
+)
+def test_history_is_an_earlier_answer_in_the_request(
+    api: Api, body: dict[str, object], expected: bool
+) -> None:
+    assert has_history(api, body) is expected
+
+
 # --- the choice ------------------------------------------------------------------------------------
 
 
@@ -181,6 +207,107 @@ def test_no_key_is_least_outstanding() -> None:
     assert (choice.key, choice.outcome) == ("b", RouteOutcome.NO_KEY)
 
 
+def test_a_first_turn_goes_where_the_load_is_least() -> None:
+    # Nothing of a conversation is cached before its first answer: its owner has no more
+    # of it than any replica, so the turn balances the load (one-off prompts route as
+    # least outstanding does, ties round-robin by turn).
+    key = "prefix:first"
+    owner = rendezvous_order(key, ["a", "b", "c"])[0]
+    busy = [Candidate(n, 2 if n == owner else 1, True) for n in ("a", "b", "c")]
+    for turn in range(4):
+        choice = choose_by_prefix(busy, (), key, turn, history=False)
+        assert choice.key == choose_endpoint(busy, (), turn) != owner
+        assert choice.outcome is RouteOutcome.NO_HISTORY
+    assert choose_by_prefix([], (), key, 0, history=False) == choose_by_prefix([], (), None, 0)
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "concurrent", "expected"),
+    [
+        # Four replicas, the owner first. A lone turn (none of its key in flight) stays
+        # on its owner up to ceil(3 * (total + 1) / 4); a burst of its key spills at 1.25.
+        ((4, 1, 1, 1), 0, 0),  # bound ceil(3 * 8 / 4) = 6
+        ((6, 1, 1, 1), 0, 0),  # ceil(3 * 10 / 4) = 8: still its owner
+        ((8, 0, 0, 0), 0, 1),  # ceil(3 * 9 / 4) = 7: 8 + 1 does not fit, the next in its order
+        ((4, 1, 1, 1), 1, 1),  # a burst: ceil(1.25 * 8 / 4) = 3, the next
+        ((1, 1, 1, 1), 1, 0),  # a burst under its bound: ceil(1.25 * 5 / 4) = 2
+    ],
+)
+def test_a_lone_turn_gets_a_loose_bound_a_burst_the_tight_one(
+    in_flight: tuple[int, int, int, int], concurrent: int, expected: int
+) -> None:
+    key = "prefix:lone"
+    order = rendezvous_order(key, ["a", "b", "c", "d"])
+    candidates = [Candidate(n, load, True) for n, load in zip(order, in_flight, strict=True)]
+    choice = choose_by_prefix(candidates, (), key, 0, concurrent=concurrent)
+    assert choice.key == order[expected]
+
+
+def _share_of(key: str, replica: str) -> float:
+    """Where ``key``'s threshold on ``replica`` lies between the share's ends, found by
+    asking: the most conversations ``replica`` may hold with 8 the mean elsewhere."""
+    names = ["x", "y", "z", "w"]
+    order = rendezvous_order(key, names)
+    assert order[0] == replica
+    for held in range(0, 40):
+        loads = [held, 8, 8, 8]
+        candidates = [Candidate(n, 0, True, load=load) for n, load in zip(order, loads, strict=True)]
+        if choose_by_prefix(candidates, (), key, 0, concurrent=0).key != replica:
+            return held
+    raise AssertionError("never given away")
+
+
+def test_a_replica_over_its_share_gives_away_the_same_conversations_every_turn() -> None:
+    names = ["x", "y", "z", "w"]
+    sample = [k for k in keys(400) if rendezvous_order(k, names)[0] == "x"]
+    given_at = {k: _share_of(k, "x") for k in sample}
+    low, high = AFFINITY_SHARE
+    # Each conversation's own threshold, between the share's ends: with 3 others holding
+    # 8 each, "x" holding h, the mean with this one is (h + 24 + 1) / 4.
+    for held in given_at.values():
+        mean = (held + 24 + 1) / 4
+        assert low * mean - 1 <= held <= high * mean + 1
+    # The thresholds differ by key, so as the owner holds more, it gives away more of
+    # them, the same ones first: those given away at h are given away at every h' > h.
+    for held in range(8, 30):
+        away = {k for k, at in given_at.items() if at <= held}
+        more = {k for k, at in given_at.items() if at <= held + 1}
+        assert away <= more
+    counts = sorted(set(given_at.values()))
+    assert len(counts) >= 4  # spread over several counts, not one cliff
+    # And the choice is the same from any router that counts the same.
+    for key in sample[:20]:
+        held = given_at[key]
+        order = rendezvous_order(key, names)
+        loads = dict(zip(order, [held, 8, 8, 8], strict=True))
+        one = choose_by_prefix(
+            [Candidate(n, 0, True, load=loads[n]) for n in names], (), key, 0, concurrent=0
+        )
+        other = choose_by_prefix(
+            [Candidate(n, 2, True, load=loads[n]) for n in reversed(names)], (), key, 5, concurrent=0
+        )
+        assert one == other and one.key == order[1] and one.outcome is RouteOutcome.OVERFLOW
+
+
+def test_conversations_spread_evenly_when_each_takes_its_share() -> None:
+    # 32 replicas, 256 conversations arriving one by one, each counted where it went:
+    # rendezvous hashing alone puts 15 on some replica (1.9x the mean of 8); the share
+    # keeps every replica within its upper end, and the busiest well under it.
+    names = [f"engine-{index:02d}" for index in range(32)]
+    held = dict.fromkeys(names, 0)
+    alone = dict.fromkeys(names, 0)
+    for key in keys(256):
+        alone[rendezvous_order(key, names)[0]] += 1
+        candidates = [Candidate(n, 0, True, load=held[n]) for n in names]
+        choice = choose_by_prefix(candidates, (), key, 0, concurrent=0)
+        assert choice.key is not None
+        held[choice.key] += 1
+    mean = 256 / 32
+    assert max(alone.values()) == 15
+    assert max(held.values()) <= math.ceil(AFFINITY_SHARE[1] * mean)
+    assert max(held.values()) / mean <= 1.5
+
+
 def test_unusable_avoided_and_suspect_endpoints_are_not_owners() -> None:
     key = "prefix:skip"
     order = rendezvous_order(key, ["a", "b", "c"])
@@ -241,3 +368,46 @@ def test_routers_with_their_own_loads_agree_while_under_the_bound() -> None:
     # Its own counts: one request on each but the last (bound ceil(1.25 * 8 / 8) = 2).
     router_b = [Candidate(n, 0 if index == 7 else 1, True) for index, n in enumerate(names)]
     assert choose_by_prefix(router_a, (), key, 0).key == choose_by_prefix(router_b, (), key, 3).key
+
+
+@pytest.mark.parametrize("replicas", [8, 32])
+def test_with_the_share_a_replica_joining_or_leaving_moves_few_conversations(replicas: int) -> None:
+    # Eight conversations a replica, placed one by one with the share and counted where
+    # they went; then a replica joins (or one leaves) and every conversation's next turn
+    # is asked with the counts as they stand (its own left out, as a router counts it).
+    # Only those the new replica takes, or the gone one held, move, and a few the share
+    # rebalances: not a reshuffle. (Even with nothing changed, a round moves a few
+    # conversations whose threshold its owner's count sits at: at most 3 in 100.)
+    def turns(names: list[str], home: dict[str, str], sample: list[str]) -> dict[str, str]:
+        held = dict.fromkeys(names, 0)
+        for key in sample:
+            if home.get(key) in held:
+                held[home[key]] += 1
+        after = dict(home)
+        for key in sample:
+            own = after.get(key)
+            if own in held:
+                held[own] -= 1
+            candidates = [Candidate(n, 0, True, load=held[n]) for n in names]
+            choice = choose_by_prefix(candidates, (), key, 0, concurrent=0)
+            assert choice.key is not None
+            after[key] = choice.key
+            held[choice.key] += 1
+        return after
+
+    names = [f"engine-{index:02d}" for index in range(replicas)]
+    sample = keys(replicas * 8)
+    before = turns(names, turns(names, {}, sample), sample)
+    again = turns(names, before, sample)
+    churn = sum(before[k] != again[k] for k in sample)
+    assert churn <= len(sample) * 0.03
+    joined = turns([*names, "engine-new"], before, sample)
+    moved = [k for k in sample if before[k] != joined[k]]
+    assert sum(joined[k] == "engine-new" for k in moved) >= len(moved) / 2  # mostly to it
+    assert len(moved) <= len(sample) / (replicas + 1) * 1.5 + 2 * churn + 2
+    gone = names[replicas // 2]
+    left = turns([n for n in names if n != gone], before, sample)
+    moved = [k for k in sample if before[k] != left[k]]
+    own = [k for k in sample if before[k] == gone]
+    assert set(own) <= set(moved)  # every one it held finds a new home
+    assert len(moved) <= len(own) * 1.25 + 2 * churn + 2
