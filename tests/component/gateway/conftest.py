@@ -31,6 +31,7 @@ from llmgw.core.records import (
 )
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.context import CONTEXT
+from llmgw.gateway.keys import new_api_key
 from llmgw.gateway.ports import RouterDeps
 from llmgw.gateway.settings import RouterSettings
 from llmgw.sim.app import create_app as create_sim_app
@@ -285,6 +286,13 @@ class Cluster:
                 context.book.wait_processed(watched, generation),
                 f"the router applied {watched.name} generation {generation}",
             )
+
+    def issue_key(self, name: str = "team", **fields: Any) -> tuple[str, ApiKeyRecord]:
+        """A new API key (its secret and record) published beside the others, as the admin
+        API would issue it now."""
+        issued = new_api_key(name, now=self.clock.now, **fields)
+        self.keys.publish({**(self.keys.latest or {}), issued.record.key_id: issued.record})
+        return issued.key, issued.record
 
     def deps(self, *, with_keys: bool = False) -> RouterDeps:
         return RouterDeps(

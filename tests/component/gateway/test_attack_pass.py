@@ -25,7 +25,6 @@ from tests.support.waiting import eventually
 
 from .conftest import Cluster, StartRouter
 from .test_guard import ScreeningJudge, _screening, guard_catalog
-from .test_keys import _issue
 
 _BIG = 64 * 1024 * 1024  # what the fakes below read: more than any body the router sends
 
@@ -366,7 +365,7 @@ async def test_a_token_count_is_charged_to_the_key(
     # Five counts of a 2 MB prompt on a 1,000 TPM key charged nothing and the next
     # request passed: a count is the engine's work (it tokenizes the whole prompt).
     await cluster.add_sim("sim-chat")
-    key, _ = _issue(cluster, tokens_per_minute=1_000)
+    key, _ = cluster.issue_key(tokens_per_minute=1_000)
     router = await start_router(with_keys=True)
     headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
     prompt = {"model": "sim-chat", "messages": [{"role": "user", "content": "word " * 1_000}]}
@@ -385,8 +384,8 @@ async def test_the_model_list_does_not_name_a_judge_the_key_may_not_use(
     cluster.set_catalog(guard_catalog())
     await cluster.add_sim("guarded")
     await cluster.add_app("judge", ArrivalJudge().app())
-    scoped, _ = _issue(cluster, models=("guarded",))
-    both, _ = _issue(cluster, name="both", models=("guarded", "judge"))
+    scoped, _ = cluster.issue_key(models=("guarded",))
+    both, _ = cluster.issue_key(name="both", models=("guarded", "judge"))
     router = await start_router(with_keys=True)
     seen = {}
     for key in (scoped, both):
@@ -523,8 +522,8 @@ async def test_one_key_cannot_hold_more_than_its_share_of_requests(
 ) -> None:
     engine = HeldEngine()
     await cluster.add_app("chat-a", engine.app())
-    key, _ = _issue(cluster)
-    other, _ = _issue(cluster, name="other")
+    key, _ = cluster.issue_key()
+    other, _ = cluster.issue_key(name="other")
     router = await start_router(with_keys=True, max_concurrent_per_key=2)
     chat = {"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -44,12 +44,6 @@ async def redis_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
     await server.stop()
 
 
-def _issue(cluster: Cluster, **fields: Any) -> tuple[str, ApiKeyRecord]:
-    issued = new_api_key("team", now=cluster.clock.now, **fields)
-    cluster.keys.publish({**(cluster.keys.latest or {}), issued.record.key_id: issued.record})
-    return issued.key, issued.record
-
-
 async def _routers(start_router: StartRouter, redis: RedisServer, n: int = 3) -> list[RouterServer]:
     return [
         await start_router(with_keys=True, router_id=f"router-{i}", limits_redis_url=redis.url)
@@ -94,7 +88,7 @@ async def test_three_routers_at_once_hold_a_keys_budget_and_the_usage_is_the_eng
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, redis_server: RedisServer
 ) -> None:
     engine = await cluster.add_sim("sim-chat")
-    key, record = _issue(cluster, token_budget=3000)
+    key, record = cluster.issue_key(token_budget=3000)
     routers = await _routers(start_router, redis_server)
     # Sixty requests at once, twenty on each router: each holds its estimate (prompt
     # bytes / 4 + max_tokens) from the one balance, so the holds in flight never pass it.
@@ -125,7 +119,7 @@ async def test_a_spent_budget_is_openais_insufficient_quota_and_no_engine_genera
     redis_server: RedisServer,
 ) -> None:
     engine = await cluster.add_sim("sim-chat")
-    key, _ = _issue(cluster, token_budget=400, budget_period="monthly")
+    key, _ = cluster.issue_key(token_budget=400, budget_period="monthly")
     (router,) = await _routers(start_router, redis_server, 1)
     for _ in range(40):
         if (await _post(http, router, key, max_tokens=50)).status == 429:
@@ -155,7 +149,7 @@ async def test_the_budget_resets_at_the_periods_boundary(
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, redis_server: RedisServer
 ) -> None:
     await cluster.add_sim("sim-chat")
-    key, _ = _issue(cluster, token_budget=300, budget_period="daily")
+    key, _ = cluster.issue_key(token_budget=300, budget_period="daily")
     routers = await _routers(start_router, redis_server, 2)
     statuses = [(await _post(http, routers[i % 2], key, max_tokens=40)).status for i in range(12)]
     assert statuses[0] == 200 and statuses[-1] == 429
@@ -169,7 +163,7 @@ async def test_a_raised_budget_admits_the_key_again_this_period(
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, redis_server: RedisServer
 ) -> None:
     await cluster.add_sim("sim-chat")
-    key, record = _issue(cluster, token_budget=200, budget_period="weekly")
+    key, record = cluster.issue_key(token_budget=200, budget_period="weekly")
     routers = await _routers(start_router, redis_server, 2)
     statuses = [(await _post(http, routers[i % 2], key, max_tokens=40)).status for i in range(10)]
     assert statuses[-1] == 429
@@ -184,7 +178,7 @@ async def test_usage_and_a_spent_budget_survive_a_router_restart_and_a_redis_res
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, redis_server: RedisServer
 ) -> None:
     engine = await cluster.add_sim("sim-chat")
-    key, record = _issue(cluster, token_budget=500, budget_period="30d")
+    key, record = cluster.issue_key(token_budget=500, budget_period="30d")
     (first,) = await _routers(start_router, redis_server, 1)
     statuses = [(await _post(http, first, key, max_tokens=40)).status for _ in range(20)]
     assert 429 in statuses
@@ -223,7 +217,7 @@ async def test_a_router_without_shared_limits_refuses_a_budgeted_key_rather_than
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
 ) -> None:
     engine = await cluster.add_sim("sim-chat")
-    key, _ = _issue(cluster, token_budget=1_000_000)
+    key, _ = cluster.issue_key(token_budget=1_000_000)
     router = await start_router(with_keys=True)
     refused = await _post(http, router, key, max_tokens=5)
     assert refused.status == 503 and (await refused.json())["error"]["code"] == "limits_unavailable"

@@ -11,7 +11,6 @@ import openai
 import pytest
 from aiohttp import web
 
-from llmgw.core.records import ApiKeyRecord
 from llmgw.gateway.app import RouterServer, create_app
 from llmgw.gateway.context import CONTEXT
 from llmgw.gateway.keys import KeyRing, new_api_key
@@ -20,14 +19,6 @@ from llmgw.gateway.settings import RouterSettingsError
 from .conftest import Cluster, Engine, OpenAIFor, StartRouter, eventually, router_settings
 
 MESSAGES: Any = [{"role": "user", "content": "hello there"}]
-
-
-def _issue(cluster: Cluster, name: str = "team", **limits: Any) -> tuple[str, ApiKeyRecord]:
-    issued = new_api_key(name, now=cluster.clock.now, **limits)
-    keys = dict(cluster.keys.latest or {})
-    keys[issued.record.key_id] = issued.record
-    cluster.keys.publish(keys)
-    return issued.key, issued.record
 
 
 async def test_a_new_key_is_shown_once_and_stored_hashed(cluster: Cluster) -> None:
@@ -43,7 +34,7 @@ async def test_requests_need_a_valid_key(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
 ) -> None:
     await cluster.add_sim("sim-chat")
-    key, _ = _issue(cluster)
+    key, _ = cluster.issue_key()
     router = await start_router(with_keys=True)
     completion = await openai_for(router, api_key=key).chat.completions.create(
         model="sim-chat", messages=MESSAGES, max_tokens=1
@@ -67,7 +58,7 @@ async def test_a_revoked_key_is_refused(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
 ) -> None:
     await cluster.add_sim("sim-chat")
-    key, record = _issue(cluster)
+    key, record = cluster.issue_key()
     router = await start_router(with_keys=True)
     client = openai_for(router, api_key=key)
     assert (await client.models.list()).data
@@ -83,7 +74,7 @@ async def test_a_model_outside_the_keys_list_looks_unknown(
 ) -> None:
     await cluster.add_sim("sim-chat")
     await cluster.add_sim("chat-b")
-    key, _ = _issue(cluster, models=["sim-chat"])
+    key, _ = cluster.issue_key(models=["sim-chat"])
     client = openai_for(await start_router(with_keys=True), api_key=key)
     await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
     await client.chat.completions.create(model="fast", messages=MESSAGES, max_tokens=1)  # its alias
@@ -103,8 +94,8 @@ async def test_a_fallback_outside_the_keys_list_never_answers(
 ) -> None:
     # chat-a has no replica; its fallbacks are chat-b and sim-chat, and sim-chat serves.
     await cluster.add_sim("sim-chat")
-    only_chat_a, _ = _issue(cluster, "only-chat-a", models=["chat-a"])
-    with_fast, _ = _issue(cluster, "chat-a-and-fast", models=["chat-a", "fast"])
+    only_chat_a, _ = cluster.issue_key("only-chat-a", models=["chat-a"])
+    with_fast, _ = cluster.issue_key("chat-a-and-fast", models=["chat-a", "fast"])
     router = await start_router(with_keys=True)
     body = {"model": "chat-a", "messages": MESSAGES, "max_tokens": 1}
 
@@ -223,7 +214,7 @@ async def test_requests_per_minute_limit(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
 ) -> None:
     await cluster.add_sim("sim-chat")
-    key, _ = _issue(cluster, requests_per_minute=2)
+    key, _ = cluster.issue_key(requests_per_minute=2)
     client = openai_for(await start_router(with_keys=True), api_key=key)
     for _ in range(2):
         await client.chat.completions.create(model="sim-chat", messages=MESSAGES, max_tokens=1)
@@ -238,7 +229,7 @@ async def test_tokens_per_minute_counts_usage_even_of_streams_that_did_not_ask(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
 ) -> None:
     await cluster.add_sim("sim-chat")
-    key, _ = _issue(cluster, tokens_per_minute=30)
+    key, _ = cluster.issue_key(tokens_per_minute=30)
     client = openai_for(await start_router(with_keys=True), api_key=key)
     # A stream without include_usage: the router asks the engine for usage on the
     # key's behalf and takes that chunk out again, so the client sees what it asked for.
@@ -266,7 +257,7 @@ async def _slow_streams(
 ) -> tuple[Engine, str, RouterServer]:
     """A slow simulated engine, a key with this token limit, and a router that checks keys."""
     engine = await cluster.add_sim("sim-chat", token_rate=20.0)
-    key, _ = _issue(cluster, tokens_per_minute=tokens_per_minute)
+    key, _ = cluster.issue_key(tokens_per_minute=tokens_per_minute)
     return engine, key, await start_router(with_keys=True)
 
 
@@ -350,7 +341,7 @@ async def test_an_answer_charges_its_usage_not_its_hold(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
 ) -> None:
     await cluster.add_app("chat-a", _short_answers_engine())
-    key, _ = _issue(cluster, tokens_per_minute=400)
+    key, _ = cluster.issue_key(tokens_per_minute=400)
     client = openai_for(await start_router(with_keys=True), api_key=key)
     # Each holds ~230 tokens and uses 12: without settling by usage the second would
     # be refused; with it, ten use 120 and the last still finds its 230.
@@ -376,7 +367,7 @@ async def test_requests_no_engine_generated_for_give_their_hold_back(
     app = web.Application()
     app.router.add_post("/v1/chat/completions", refuse)
     await cluster.add_app("chat-a", app)
-    key, _ = _issue(cluster, tokens_per_minute=500)
+    key, _ = cluster.issue_key(tokens_per_minute=500)
     client = openai_for(await start_router(with_keys=True), api_key=key)
     for _ in range(4):  # each holds ~430: only a released hold lets the next one in
         with pytest.raises(openai.BadRequestError):
@@ -387,7 +378,7 @@ async def test_an_engine_that_reports_no_usage_is_charged_the_hold(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
 ) -> None:
     await cluster.add_app("chat-a", _short_answers_engine(usage=None))
-    key, _ = _issue(cluster, tokens_per_minute=500)
+    key, _ = cluster.issue_key(tokens_per_minute=500)
     client = openai_for(await start_router(with_keys=True), api_key=key)
     await client.chat.completions.create(model="chat-a", messages=MESSAGES, max_tokens=400)
     with pytest.raises(openai.RateLimitError):

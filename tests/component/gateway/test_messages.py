@@ -19,7 +19,6 @@ from aiohttp import web
 
 from .conftest import Cluster, StartRouter, eventually, metric_value
 from .test_guard import FakeJudge, guard_catalog
-from .test_keys import _issue
 
 USER: Any = [{"role": "user", "content": "hello there"}]
 # A user turn whose only block is a document: a chat completion cannot carry it and the
@@ -335,7 +334,7 @@ async def test_x_api_key_and_bearer_both_authenticate_and_a_key_keeps_its_models
 ) -> None:
     await cluster.add_sim("sim-chat")
     await cluster.add_sim("chat-b")
-    key, _ = _issue(cluster, models=["chat-b"])
+    key, _ = cluster.issue_key(models=["chat-b"])
     router = await start_router(with_keys=True)
     by_header = anthropic_for(router, api_key=key)  # x-api-key
     by_bearer = anthropic_for(router, api_key=None, auth_token=key)  # Claude Code's ANTHROPIC_AUTH_TOKEN
@@ -360,8 +359,8 @@ async def test_two_different_keys_in_one_request_are_refused(
     """A client holding a narrow key and a broad one must not get the broad one's rights
     by sending both: whichever header the router read first."""
     await cluster.add_sim("sim-chat")
-    narrow, _ = _issue(cluster, name="narrow", models=["chat-b"])
-    broad, _ = _issue(cluster, name="broad")
+    narrow, _ = cluster.issue_key(name="narrow", models=["chat-b"])
+    broad, _ = cluster.issue_key(name="broad")
     router = await start_router(with_keys=True)
     body = {"model": "sim-chat", "max_tokens": 2, "messages": USER}
     for headers in (
@@ -402,7 +401,7 @@ async def test_usage_of_messages_settles_a_token_limited_key(
     await cluster.add_sim("chat-b")
     long_word: Any = [{"role": "user", "content": "x" * 300}]
     for model in ("sim-chat", "chat-b"):
-        key, _ = _issue(cluster, name=model, tokens_per_minute=200)
+        key, _ = cluster.issue_key(name=model, tokens_per_minute=200)
         client = anthropic_for(await start_router(with_keys=True), api_key=key)
         if streamed:
             async with client.messages.stream(model=model, max_tokens=60, messages=long_word) as stream:

@@ -19,21 +19,12 @@ from aiohttp import web
 from llmgw.core.responses import parse_stored_name
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.context import CONTEXT
-from llmgw.gateway.keys import new_api_key
 from llmgw.gateway.ports import MemoryResponseStore, process_sealing_keys
 
 from .conftest import Cluster, OpenAIFor, StartRouter, eventually, metric_value, router_settings
 from .test_guard import guard_catalog
 
 RESPONSE_ID = re.compile(r"^resp_[0-9a-f]{48}$")
-
-
-def _issue(cluster: Cluster, name: str = "team", **limits: Any) -> str:
-    issued = new_api_key(name, now=cluster.clock.now, **limits)
-    keys = dict(cluster.keys.latest or {})
-    keys[issued.record.key_id] = issued.record
-    cluster.keys.publish(keys)
-    return issued.key
 
 
 async def test_a_response_whole_and_streamed(
@@ -149,7 +140,7 @@ async def test_state_errors_as_openai_answers_them(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor
 ) -> None:
     await cluster.add_sim("sim-chat")
-    mine, theirs = _issue(cluster, "mine"), _issue(cluster, "theirs")
+    mine, theirs = cluster.issue_key("mine")[0], cluster.issue_key("theirs")[0]
     router = await start_router(with_keys=True)
     client, other = openai_for(router, api_key=mine), openai_for(router, api_key=theirs)
     stored = await client.responses.create(model="sim-chat", input="hello", max_output_tokens=2)
@@ -254,8 +245,8 @@ async def test_models_keys_and_apis(
 ) -> None:
     await cluster.add_sim("sim-chat")
     await cluster.add_sim("embed")
-    scoped = _issue(cluster, "scoped", models=["embed"])
-    anyone = _issue(cluster, "anyone")
+    scoped = cluster.issue_key("scoped", models=["embed"])[0]
+    anyone = cluster.issue_key("anyone")[0]
     router = await start_router(with_keys=True)
     with pytest.raises(openai.NotFoundError) as caught:
         await openai_for(router, api_key=scoped).responses.create(model="sim-chat", input="hello")
@@ -333,7 +324,7 @@ async def test_usage_reaches_the_metrics_and_the_keys_budget(
     cluster: Cluster, start_router: StartRouter, openai_for: OpenAIFor, http: aiohttp.ClientSession
 ) -> None:
     await cluster.add_sim("sim-chat")
-    key = _issue(cluster, tokens_per_minute=150)
+    key = cluster.issue_key(tokens_per_minute=150)[0]
     router = await start_router(with_keys=True)
     client = openai_for(router, api_key=key)
     whole = await client.responses.create(model="sim-chat", input="hello there", max_output_tokens=5)

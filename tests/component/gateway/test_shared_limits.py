@@ -40,12 +40,6 @@ async def redis_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
     await server.stop()
 
 
-def _issue(cluster: Cluster, **limits: Any) -> tuple[str, ApiKeyRecord]:
-    issued = new_api_key("team", now=cluster.clock.now, **limits)
-    cluster.keys.publish({**(cluster.keys.latest or {}), issued.record.key_id: issued.record})
-    return issued.key, issued.record
-
-
 async def _routers(start_router: StartRouter, redis: RedisServer | None, n: int = 3) -> list[RouterServer]:
     shared = {"limits_redis_url": redis.url} if redis is not None else {}
     return [await start_router(with_keys=True, router_id=f"router-{i}", **shared) for i in range(n)]
@@ -75,7 +69,7 @@ async def test_each_router_alone_admits_the_whole_limit_so_three_admit_three_tim
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession
 ) -> None:
     await cluster.add_sim("sim-chat")
-    key, _ = _issue(cluster, requests_per_minute=10)
+    key, _ = cluster.issue_key(requests_per_minute=10)
     statuses = await _send_round_robin(http, await _routers(start_router, None), key, 36, max_tokens=1)
     assert statuses.count(200) == 30  # why --limits-redis-url exists
 
@@ -84,7 +78,7 @@ async def test_three_routers_sharing_redis_admit_a_keys_requests_per_minute_once
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, redis_server: RedisServer
 ) -> None:
     await cluster.add_sim("sim-chat")
-    key, _ = _issue(cluster, requests_per_minute=10)
+    key, _ = cluster.issue_key(requests_per_minute=10)
     routers = await _routers(start_router, redis_server)
     started = asyncio.get_running_loop().time()
     statuses = await _send_round_robin(http, routers, key, 36, max_tokens=1)
@@ -99,7 +93,7 @@ async def test_three_routers_keep_a_keys_tokens_within_its_limit_and_usage_match
     cluster: Cluster, start_router: StartRouter, http: aiohttp.ClientSession, redis_server: RedisServer
 ) -> None:
     engine = await cluster.add_sim("sim-chat")
-    key, record = _issue(cluster, tokens_per_minute=2000)
+    key, record = cluster.issue_key(tokens_per_minute=2000)
     routers = await _routers(start_router, redis_server)
     started = asyncio.get_running_loop().time()
     statuses = await _send_round_robin(http, routers, key, 40, max_tokens=100)

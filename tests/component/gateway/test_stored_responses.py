@@ -18,7 +18,6 @@ import pytest
 from llmgw.core.responses import parse_stored_name
 from llmgw.core.sealing import SealingKey, SealingKeys
 from llmgw.gateway.app import RouterServer
-from llmgw.gateway.keys import new_api_key
 from llmgw.gateway.ports import MemoryResponseStore
 
 from .conftest import Cluster, OpenAIFor, router_settings
@@ -26,14 +25,6 @@ from .conftest import Cluster, OpenAIFor, router_settings
 
 def _keys(*ids: str) -> SealingKeys:
     return SealingKeys(tuple(SealingKey(key_id, os.urandom(32)) for key_id in ids))
-
-
-def _issue(cluster: Cluster, name: str) -> tuple[str, str]:
-    issued = new_api_key(name, now=cluster.clock.now)
-    keys = dict(cluster.keys.latest or {})
-    keys[issued.record.key_id] = issued.record
-    cluster.keys.publish(keys)
-    return issued.key, issued.record.key_id
 
 
 class Routers:
@@ -89,7 +80,8 @@ async def test_a_stored_conversation_is_sealed_and_named_by_its_owner(
     routers: Routers, openai_for: OpenAIFor
 ) -> None:
     router = await routers.start(_keys("k1"))
-    api_key, key_id = _issue(routers.cluster, "team")
+    api_key, record = routers.cluster.issue_key("team")
+    key_id = record.key_id
     client = openai_for(router, api_key)
     stored = await client.responses.create(model="sim-chat", input="the secret plan is ZEBRA-42")
     (name,) = _names(routers.store, stored.id)
@@ -106,8 +98,9 @@ async def test_another_keys_conversation_is_not_found_even_copied_under_its_own_
     routers: Routers, openai_for: OpenAIFor
 ) -> None:
     router = await routers.start(_keys("k1"))
-    alice, _ = _issue(routers.cluster, "alice")
-    mallory, mallory_id = _issue(routers.cluster, "mallory")
+    alice, _ = routers.cluster.issue_key("alice")
+    mallory, mallory_record = routers.cluster.issue_key("mallory")
+    mallory_id = mallory_record.key_id
     theirs = await openai_for(router, alice).responses.create(model="sim-chat", input="alice's notes")
     thief = openai_for(router, mallory)
     assert await _follow_up_code(thief, theirs.id) == "previous_response_not_found"
@@ -141,7 +134,7 @@ async def test_a_tampered_record_is_not_found_and_the_router_serves_on(
     routers: Routers, openai_for: OpenAIFor, tamper: Any
 ) -> None:
     router = await routers.start(_keys("k1"))
-    api_key, _ = _issue(routers.cluster, "team")
+    api_key, _ = routers.cluster.issue_key("team")
     client = openai_for(router, api_key)
     stored = await client.responses.create(model="sim-chat", input="hello")
     (name,) = _names(routers.store, stored.id)
@@ -156,7 +149,7 @@ async def test_a_rotated_key_opens_old_records_seals_new_ones_and_once_retired_o
 ) -> None:
     old, new = _keys("2026-06"), _keys("2026-12")
     first = await routers.start(old)
-    api_key, _ = _issue(routers.cluster, "team")
+    api_key, _ = routers.cluster.issue_key("team")
     before = await openai_for(first, api_key).responses.create(model="sim-chat", input="under the old key")
     await routers.stop(first)
     # The operator rotates: the new key first (it seals), the old one after it (it opens).
@@ -176,7 +169,7 @@ async def test_a_router_restarted_without_keys_stores_and_reads_nothing_and_says
     routers: Routers, openai_for: OpenAIFor
 ) -> None:
     first = await routers.start(_keys("k1"))
-    api_key, _ = _issue(routers.cluster, "team")
+    api_key, _ = routers.cluster.issue_key("team")
     stored = await openai_for(first, api_key).responses.create(model="sim-chat", input="hello")
     await routers.stop(first)
     before = dict(routers.store.values)
@@ -199,8 +192,8 @@ async def test_a_key_at_its_quota_is_refused_before_the_engine_and_keeps_what_it
     routers: Routers, openai_for: OpenAIFor, http: aiohttp.ClientSession
 ) -> None:
     router = await routers.start(_keys("k1"), responses_max_per_key=3)
-    api_key, _ = _issue(routers.cluster, "team")
-    other_key, _ = _issue(routers.cluster, "other")
+    api_key, _ = routers.cluster.issue_key("team")
+    other_key, _ = routers.cluster.issue_key("other")
     client = openai_for(router, api_key)
     kept = [await client.responses.create(model="sim-chat", input=f"turn {n}") for n in range(3)]
     served = (await routers.cluster.engines[0].stats(http))["requests_total"]
@@ -227,7 +220,8 @@ async def test_parallel_stores_of_one_key_cannot_pass_its_quota_together(
     routers: Routers, openai_for: OpenAIFor
 ) -> None:
     router = await routers.start(_keys("k1"), responses_max_per_key=3)
-    api_key, key_id = _issue(routers.cluster, "team")
+    api_key, record = routers.cluster.issue_key("team")
+    key_id = record.key_id
     client = openai_for(router, api_key)
     results = await asyncio.gather(
         *(client.responses.create(model="sim-chat", input=f"n{n}") for n in range(12)), return_exceptions=True
@@ -241,7 +235,8 @@ async def test_a_key_at_its_bytes_quota_is_refused_and_an_answer_that_overflows_
     routers: Routers, openai_for: OpenAIFor
 ) -> None:
     router = await routers.start(_keys("k1"), responses_max_bytes_per_key=3000)
-    api_key, key_id = _issue(routers.cluster, "team")
+    api_key, record = routers.cluster.issue_key("team")
+    key_id = record.key_id
     client = openai_for(router, api_key)
     big = await client.responses.create(model="sim-chat", input="word " * 400)  # about 2 kB stored
     # The next one fits at the door (its input is small) but not once sealed with its answer.
