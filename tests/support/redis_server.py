@@ -16,6 +16,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from llmgw.devcluster.nomad.processes import die_with_parent
 from tests.support.waiting import eventually
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -47,6 +48,7 @@ class RedisServer:
             "--dir", str(self.folder),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
+            preexec_fn=die_with_parent,  # a killed test run leaves no redis-server behind
         )  # fmt: skip
         client = aioredis.Redis.from_url(self.url)
         try:

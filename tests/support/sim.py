@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from llmgw.devcluster.nomad.processes import die_with_parent
 from llmgw.sim.settings import SimSettings
 
 TEST_MODEL = "sim/greek-test"
@@ -124,6 +125,7 @@ async def start_sim_process(
             stdout=asyncio.subprocess.PIPE,
             stderr=log_file,
             env={**os.environ, **(env or {})},
+            preexec_fn=die_with_parent,  # a killed test run leaves no engine behind
         )
     sim = SimProcess(process, port=0, log_path=log_path)
     assert process.stdout is not None  # stdout=PIPE above

@@ -26,7 +26,9 @@ SIGNALS: dict[str, int] = {
 }
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """``preexec_fn`` of a child that must not outlive this process (it runs in the child,
+    between fork and exec): the kernel sends it SIGKILL when its parent dies."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
@@ -64,7 +66,7 @@ class ProcessTable:
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         finally:
             out.close()
