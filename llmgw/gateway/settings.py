@@ -12,6 +12,7 @@ Consul is ``llmgw.settings.ConsulConnection``, not here.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -37,7 +38,13 @@ class RouterSettings:
     host: str = field(default="127.0.0.1", metadata=_help("address to listen on"))
     port: int = field(default=8080, metadata=_help("port to listen on (0: any free port)"))
     # This router's name in Consul (its demand key llmgw/demand/<id>); empty: hostname-port.
-    router_id: str = field(default="", metadata=_help("this router's id in Consul (none: HOSTNAME-PORT)"))
+    router_id: str = field(
+        default="",
+        metadata=_help(
+            "this router's id in Consul and the shared limits "
+            "(none: HOSTNAME-PORT, HOSTNAME-pidPID on port 0)"
+        ),
+    )
     # aiohttp's default of 128 overflows when hundreds of clients connect at once
     # (a batch job starting): the kernel then drops SYNs and clients stall for a
     # second or more. Linux silently caps it at net.core.somaxconn (4096 today).
@@ -238,8 +245,15 @@ class RouterSettings:
 
     def resolved_router_id(self) -> str:
         """The id given, else ``<hostname>-<port>``: unique per machine, stable across restarts
-        (so a restarted router replaces its own demand report instead of adding one)."""
-        return self.router_id or f"{socket.gethostname()}-{self.port}"
+        (so a restarted router replaces its own demand report instead of adding one). On
+        port 0 (the kernel's pick, known only once bound) ``<hostname>-pid<pid>``: every
+        router of a host on port 0 would otherwise be ``<hostname>-0``, one demand report
+        and one heartbeat in the shared limits for all of them."""
+        if self.router_id:
+            return self.router_id
+        if self.port == 0:
+            return f"{socket.gethostname()}-pid{os.getpid()}"
+        return f"{socket.gethostname()}-{self.port}"
 
     @property
     def on_loopback(self) -> bool:
