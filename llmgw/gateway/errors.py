@@ -197,7 +197,9 @@ def limits_unavailable() -> ApiError:
 
 def budget_not_kept() -> ApiError:
     """A key with a token budget on a router that shares no Redis: the budget cannot be
-    held there (each router alone would count its own), so the key is refused."""
+    held there (each router alone would count its own), so the key is refused. The
+    router's configuration, not a passing state: no Retry-After, and ``x-should-retry:
+    false`` so a client does not retry what only an operator can change."""
     return ApiError(
         Refusal(
             503,
@@ -205,7 +207,7 @@ def budget_not_kept() -> ApiError:
             "limits with the other routers); ask your llmgw operator.",
             "server_error",
             "limits_unavailable",
-            retry_after=60,
+            retryable=False,
         )
     )
 

@@ -221,6 +221,9 @@ async def test_a_router_without_shared_limits_refuses_a_budgeted_key_rather_than
     router = await start_router(with_keys=True)
     refused = await _post(http, router, key, max_tokens=5)
     assert refused.status == 503 and (await refused.json())["error"]["code"] == "limits_unavailable"
+    # Its configuration, which no retry changes: the openai clients are told not to retry.
+    assert refused.headers.get("x-should-retry") == "false", dict(refused.headers)
+    assert "Retry-After" not in refused.headers
     assert (await engine.stats(http))["requests_total"] == 0
 
 
