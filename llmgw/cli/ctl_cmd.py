@@ -215,7 +215,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     amount = budget.add_mutually_exclusive_group(required=True)
     amount.add_argument("--token-budget", type=int, help="tokens per period")
     amount.add_argument("--none", action="store_true", help="remove the key's budget")
-    budget.add_argument("--budget-period", help="as keys create takes it (default: monthly)")
+    budget.add_argument(
+        "--budget-period",
+        help="as keys create takes it (default: the key's period, monthly for a key that had no budget)",
+    )
     budget.set_defaults(handler=_keys_budget)
     usage = key_commands.add_parser(
         "usage",
@@ -770,7 +773,8 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 def _keys_budget(args: argparse.Namespace) -> int:
     def print_text(changed: dict[str, Any]) -> None:
         key = changed.get("key") or {}
-        print(f"API key {key.get('id')} ({key.get('name')}): token budget {_budget(key)}")
+        budget = _budget(key) if key.get("token_budget") is not None else "removed"
+        print(f"API key {key.get('id')} ({key.get('name')}): token budget {budget}")
 
     payload = {"token_budget": None if args.none else args.token_budget, "budget_period": args.budget_period}
     return _request_and_print(

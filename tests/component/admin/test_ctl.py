@@ -332,7 +332,7 @@ async def test_keys_create_with_a_budget_and_usage_shows_the_period_used_and_lef
         left = json.loads((await ctl("keys", "usage", key["id"], "--json")).out)["budget"]["left"]
         assert left == 8000 - 1234  # the period's usage stays counted
         removed = await ctl("keys", "budget", key["id"], "--none")
-        assert removed.code == 0 and removed.out.strip().endswith("token budget -")
+        assert removed.code == 0 and removed.out.strip().endswith("token budget removed")
         with pytest.raises(SystemExit) as usage_error:  # one of --token-budget, --none
             await ctl("keys", "budget", key["id"])
         assert usage_error.value.code == 2
