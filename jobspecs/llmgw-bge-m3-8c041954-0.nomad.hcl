@@ -16,7 +16,7 @@ job "llmgw-bge-m3-8c041954-0" {
     "llmgw_model" = "bge-m3"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "5ea7f6d4e2e5c215ff03bdeae0469e5786f1a68fe6ff011349b4cfbe60a38064"
+    "llmgw_spec_hash" = "ac88251ff67915fdfed9bf9794010a495c52cd57f352b546e0847040e585f336"
     "llmgw_version" = "0.1.0"
   }
 
@@ -107,7 +107,7 @@ job "llmgw-bge-m3-8c041954-0" {
         # The whole pull of an engine image of many GB (the plugin's default is 5m).
         image_pull_timeout = "15m"
         entrypoint   = ["vllm"]
-        args         = ["serve", "BAAI/bge-m3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "bge-m3", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--runner", "pooling"]
+        args         = ["serve", "BAAI/bge-m3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "bge-m3", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--runner", "pooling", "--enable-prompt-tokens-details"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

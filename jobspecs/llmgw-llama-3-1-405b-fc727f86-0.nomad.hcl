@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "189f019300273f168e84ef886036a70dd84af056807ff0fa06356dca4d039361"
+    "llmgw_spec_hash" = "d7dc08a8022326df2b7dba339e9b2c7fda3b89c26ccdd942c49d1882d84e402c"
     "llmgw_version" = "0.1.0"
   }
 
@@ -147,7 +147,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
         # The whole pull of an engine image of many GB (the plugin's default is 5m).
         image_pull_timeout = "15m"
         entrypoint   = ["python3"]
-        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--tool-call-parser", "llama3", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "${NOMAD_ADDR_dist}", "--dist-timeout", "3600"]
+        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--tool-call-parser", "llama3", "--enable-cache-report", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "${NOMAD_ADDR_dist}", "--dist-timeout", "3600"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.
@@ -292,7 +292,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
         # The whole pull of an engine image of many GB (the plugin's default is 5m).
         image_pull_timeout = "15m"
         entrypoint   = ["python3"]
-        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--tool-call-parser", "llama3", "--host", "127.0.0.1", "--port", "${NOMAD_PORT_health}", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}", "--dist-timeout", "3600"]
+        args         = ["-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-405B-Instruct-FP8", "--served-model-name", "llama-3.1-405b", "--tp-size", "16", "--pp-size", "1", "--tool-call-parser", "llama3", "--enable-cache-report", "--host", "127.0.0.1", "--port", "${NOMAD_PORT_health}", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "${LLMGW_HEAD_ADDR}", "--dist-timeout", "3600"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

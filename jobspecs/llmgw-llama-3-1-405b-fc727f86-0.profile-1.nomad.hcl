@@ -17,7 +17,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
     "llmgw_model" = "llama-3.1-405b"
     "llmgw_profile" = "1"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "7cbe0ffa82558da3d73029ca63bbf87b30f50eed2198ca49d371161859c672a4"
+    "llmgw_spec_hash" = "651d0986614a165f015c2e959d29c06ad8edacee945df54ddaa72112b284049d"
     "llmgw_version" = "0.1.0"
   }
 
@@ -135,7 +135,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
 
       config {
         command = "llmgw"
-        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "llama-3.1-405b", "--served-model-name", "llama-3.1-405b", "--rank", "0", "--world-size", "2", "--token-rate", "20.0", "--load-time", "3.0"]
+        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "llama-3.1-405b", "--served-model-name", "llama-3.1-405b", "--rank", "0", "--world-size", "2", "--enable-prompt-tokens-details", "--token-rate", "20.0", "--load-time", "3.0"]
       }
 
       env = {}
@@ -241,7 +241,7 @@ job "llmgw-llama-3-1-405b-fc727f86-0" {
 
       config {
         command = "llmgw"
-        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--head-file", "${NOMAD_TASK_DIR}/llmgw-head", "--model", "llama-3.1-405b", "--served-model-name", "llama-3.1-405b", "--rank", "1", "--world-size", "2", "--token-rate", "20.0", "--load-time", "3.0"]
+        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--head-file", "${NOMAD_TASK_DIR}/llmgw-head", "--model", "llama-3.1-405b", "--served-model-name", "llama-3.1-405b", "--rank", "1", "--world-size", "2", "--enable-prompt-tokens-details", "--token-rate", "20.0", "--load-time", "3.0"]
       }
 
       env = {}

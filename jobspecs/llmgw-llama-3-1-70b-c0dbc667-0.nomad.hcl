@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
     "llmgw_model" = "llama-3.1-70b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "95a96b4b9c0722d198d3f78337f1f0c41511ee4bfe74f495ab92a5f7755d3d67"
+    "llmgw_spec_hash" = "211b72d35fb4286c3a8b8b93417226596adc82257c0c69700d0f152a56ed8c16"
     "llmgw_version" = "0.1.0"
   }
 
@@ -107,7 +107,7 @@ job "llmgw-llama-3-1-70b-c0dbc667-0" {
         # The whole pull of an engine image of many GB (the plugin's default is 5m).
         image_pull_timeout = "15m"
         entrypoint   = ["vllm"]
-        args         = ["serve", "meta-llama/Llama-3.1-70B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "8", "--pipeline-parallel-size", "1", "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json", "--max-model-len", "32768", "--enable-prefix-caching"]
+        args         = ["serve", "meta-llama/Llama-3.1-70B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "8", "--pipeline-parallel-size", "1", "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json", "--enable-prompt-tokens-details", "--max-model-len", "32768", "--enable-prefix-caching"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

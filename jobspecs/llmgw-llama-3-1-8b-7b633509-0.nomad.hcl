@@ -16,7 +16,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
     "llmgw_model" = "llama-3.1-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "0410ae448a76135a92148e316140bdb6417cf432d401bf6a8bb60332cdeac356"
+    "llmgw_spec_hash" = "9b420adcbad655386a16e3aaa5d59ce66e5ff9a385c5b2c63843b739823a3361"
     "llmgw_version" = "0.1.0"
   }
 
@@ -107,7 +107,7 @@ job "llmgw-llama-3-1-8b-7b633509-0" {
         # The whole pull of an engine image of many GB (the plugin's default is 5m).
         image_pull_timeout = "15m"
         entrypoint   = ["vllm"]
-        args         = ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json", "--max-model-len", "16384", "--gpu-memory-utilization", "0.9"]
+        args         = ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json", "--enable-prompt-tokens-details", "--max-model-len", "16384", "--gpu-memory-utilization", "0.9"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

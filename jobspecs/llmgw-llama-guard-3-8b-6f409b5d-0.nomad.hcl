@@ -16,7 +16,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
     "llmgw_model" = "llama-guard-3-8b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "453a346f02bffae8c3551d4f00589edc92612cb8f9af92bc1fa6d0dac5b92ab5"
+    "llmgw_spec_hash" = "68825513c8d3f485f226ac500198a92c6bf46f60c9e7fcce74d5795072a0943c"
     "llmgw_version" = "0.1.0"
   }
 
@@ -107,7 +107,7 @@ job "llmgw-llama-guard-3-8b-6f409b5d-0" {
         # The whole pull of an engine image of many GB (the plugin's default is 5m).
         image_pull_timeout = "15m"
         entrypoint   = ["vllm"]
-        args         = ["serve", "meta-llama/Llama-Guard-3-8B", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-guard-3-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "16384", "--gpu-memory-utilization", "0.9"]
+        args         = ["serve", "meta-llama/Llama-Guard-3-8B", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "llama-guard-3-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--enable-prompt-tokens-details", "--max-model-len", "16384", "--gpu-memory-utilization", "0.9"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

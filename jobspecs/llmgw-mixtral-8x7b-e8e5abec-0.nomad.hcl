@@ -16,7 +16,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
     "llmgw_model" = "mixtral-8x7b"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "6c6f2535689698e07dedf6c8e904c29aca6d2c4644adf1f939bdfaa1cfd01d87"
+    "llmgw_spec_hash" = "24093400d1e20311127609973636b0bba89a1a93d37f469ce48ff16ef5b43d94"
     "llmgw_version" = "0.1.0"
   }
 
@@ -107,7 +107,7 @@ job "llmgw-mixtral-8x7b-e8e5abec-0" {
         # The whole pull of an engine image of many GB (the plugin's default is 5m).
         image_pull_timeout = "15m"
         entrypoint   = ["vllm"]
-        args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--enable-auto-tool-choice", "--tool-call-parser", "mistral"]
+        args         = ["serve", "mistralai/Mixtral-8x7B-Instruct-v0.1", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}", "--served-model-name", "mixtral-8x7b", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--enable-auto-tool-choice", "--tool-call-parser", "mistral", "--enable-prompt-tokens-details"]
         network_mode = "host"
         # Shared memory for NCCL and the engine's workers, in the container's own IPC
         # namespace: no host IPC, which a default docker plugin refuses.

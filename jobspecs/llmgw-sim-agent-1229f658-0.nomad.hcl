@@ -16,7 +16,7 @@ job "llmgw-sim-agent-1229f658-0" {
     "llmgw_model" = "sim-agent"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "6a63b5914aa626fb64451ae69f6ee4305c94ee80d2e15e150077953abefd10f4"
+    "llmgw_spec_hash" = "fbd110551d6a9dde8efd35e60f770ae644e2e5df715ccd1272ccd71b29b078cf"
     "llmgw_version" = "0.1.0"
   }
 
@@ -96,7 +96,7 @@ job "llmgw-sim-agent-1229f658-0" {
 
       config {
         command = "llmgw"
-        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-agent", "--served-model-name", "sim-agent", "--rank", "0", "--world-size", "1", "--token-rate", "2000.0", "--load-time", "0.5", "--max-model-len", "1000000", "--answer-tokens", "8"]
+        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-agent", "--served-model-name", "sim-agent", "--rank", "0", "--world-size", "1", "--enable-prompt-tokens-details", "--token-rate", "2000.0", "--load-time", "0.5", "--max-model-len", "1000000", "--answer-tokens", "8"]
       }
 
       env = {}

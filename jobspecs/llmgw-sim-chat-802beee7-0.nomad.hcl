@@ -16,7 +16,7 @@ job "llmgw-sim-chat-802beee7-0" {
     "llmgw_model" = "sim-chat"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "7135065f24a0e3d7c0c3e2a364dd7f4f75fe3079540ec1d6d71a9a7120ea86a2"
+    "llmgw_spec_hash" = "7d21e219a937c6d2d935ac7c3b172f0f5cdd8a0fa2019a0da1e03cb5a6aaca4e"
     "llmgw_version" = "0.1.0"
   }
 
@@ -96,7 +96,7 @@ job "llmgw-sim-chat-802beee7-0" {
 
       config {
         command = "llmgw"
-        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-chat", "--served-model-name", "sim-chat", "--rank", "0", "--world-size", "1", "--token-rate", "50.0", "--load-time", "1.0"]
+        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-chat", "--served-model-name", "sim-chat", "--rank", "0", "--world-size", "1", "--enable-prompt-tokens-details", "--token-rate", "50.0", "--load-time", "1.0"]
       }
 
       env = {}

@@ -16,7 +16,7 @@ job "llmgw-sim-embed-5559e68e-0" {
     "llmgw_model" = "sim-embed"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "9889696e3f3654d9272c173598e4495038686ce04a2911f2b2521ff7b42b12ee"
+    "llmgw_spec_hash" = "199e9c96530efd6764f3c6d62938fe737493634409cbf83a2a1c0202e4827a54"
     "llmgw_version" = "0.1.0"
   }
 
@@ -96,7 +96,7 @@ job "llmgw-sim-embed-5559e68e-0" {
 
       config {
         command = "llmgw"
-        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-embed", "--served-model-name", "sim-embed", "--rank", "0", "--world-size", "1"]
+        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-embed", "--served-model-name", "sim-embed", "--rank", "0", "--world-size", "1", "--enable-prompt-tokens-details"]
       }
 
       env = {}

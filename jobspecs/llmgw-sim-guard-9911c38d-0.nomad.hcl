@@ -16,7 +16,7 @@ job "llmgw-sim-guard-9911c38d-0" {
     "llmgw_model" = "sim-guard"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "6dd5ee619a159a7ea70beb1d7440f2084102989cc112e75b3d9fd031b450ab61"
+    "llmgw_spec_hash" = "c574f427f037a46fa4a72cbdc52cf9e409eee6ec4eae30c8c45008702758f95f"
     "llmgw_version" = "0.1.0"
   }
 
@@ -96,7 +96,7 @@ job "llmgw-sim-guard-9911c38d-0" {
 
       config {
         command = "llmgw"
-        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-guard", "--served-model-name", "sim-guard", "--rank", "0", "--world-size", "1", "--judge-unsafe-phrase", "forbidden fruit"]
+        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-guard", "--served-model-name", "sim-guard", "--rank", "0", "--world-size", "1", "--enable-prompt-tokens-details", "--judge-unsafe-phrase", "forbidden fruit"]
       }
 
       env = {}

@@ -16,7 +16,7 @@ job "llmgw-sim-guarded-eb9a20b8-0" {
     "llmgw_model" = "sim-guarded"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "c1e201789770cba1e515613d0c3626faf01c23e71a18ada808d2abab72506dd1"
+    "llmgw_spec_hash" = "49170cd622e759b0011820f837d9a04307a141e0de94add9405b4b5f78090ae1"
     "llmgw_version" = "0.1.0"
   }
 
@@ -96,7 +96,7 @@ job "llmgw-sim-guarded-eb9a20b8-0" {
 
       config {
         command = "llmgw"
-        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-guarded", "--served-model-name", "sim-guarded", "--rank", "0", "--world-size", "1", "--token-rate", "50.0", "--load-time", "1.0"]
+        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-guarded", "--served-model-name", "sim-guarded", "--rank", "0", "--world-size", "1", "--enable-prompt-tokens-details", "--token-rate", "50.0", "--load-time", "1.0"]
       }
 
       env = {}

@@ -16,7 +16,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
     "llmgw_model" = "sim-on-demand"
     "llmgw_profile" = "0"
     "llmgw_replica" = "0"
-    "llmgw_spec_hash" = "9dac2fa227b92be8760d701e42d9532dbe1833fd0f3fa8f8907ac3d6a1417aee"
+    "llmgw_spec_hash" = "5d6254f1cbcbc00e7c14da56aeb506af0b75a6f84945b7c57bc4eaacf81c58b2"
     "llmgw_version" = "0.1.0"
   }
 
@@ -96,7 +96,7 @@ job "llmgw-sim-on-demand-20e747f0-0" {
 
       config {
         command = "llmgw"
-        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-on-demand", "--served-model-name", "sim-on-demand", "--rank", "0", "--world-size", "1", "--token-rate", "100.0", "--load-time", "2.0"]
+        args    = ["sim", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--model", "sim-on-demand", "--served-model-name", "sim-on-demand", "--rank", "0", "--world-size", "1", "--enable-prompt-tokens-details", "--token-rate", "100.0", "--load-time", "2.0"]
       }
 
       env = {}

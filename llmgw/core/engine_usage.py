@@ -1,8 +1,9 @@
 """What an engine's chat answer reports of the tokens it read from its prefix cache.
 
 Owns: where each engine puts that count: vLLM and SGLang in
-``usage.prompt_tokens_details.cached_tokens`` (vLLM only with
-``--enable-prompt-tokens-details``), llama-server there too at build 11434
+``usage.prompt_tokens_details.cached_tokens`` (only with vLLM's
+``--enable-prompt-tokens-details`` and SGLang's ``--enable-cache-report``, which llmgw
+renders for both: llmgw.core.engines), llama-server there too at build 11434
 (``usage_json_oaicompat``, tools/server/server-task.cpp) and in ``timings.cache_n``
 (``server_slot_stats::to_json``), the one count its older builds give.
 

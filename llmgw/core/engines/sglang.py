@@ -185,6 +185,10 @@ def launch_sglang(profile: Profile, context: LaunchContext) -> Launch:
         *numbers(profile.pipeline_parallel),
         *role_args(Engine.SGLANG, context.roles),
         *tool_call_args(profile, context.roles, context.release),
+        # usage.prompt_tokens_details.cached_tokens in each answer, which SGLang leaves out
+        # without it (UsageProcessor's enable_cache_report, python/sglang/srt/entrypoints/
+        # openai/serving_chat.py; in 0.5.3 and 0.5.23): the router's cached-token counts.
+        "--enable-cache-report",
     )
     serve_api: tuple[Word, ...] = ("--host", context.container_listen_host, "--port", port("http"))
     if nodes == 1:

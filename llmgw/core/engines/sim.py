@@ -48,6 +48,8 @@ def launch_sim(profile: Profile, context: LaunchContext) -> Launch:
             *numbers(rank),
             "--world-size",
             *numbers(nodes),
+            # As vLLM is rendered (llmgw.core.engines.vllm): cached tokens in the usage.
+            "--enable-prompt-tokens-details",
             *options,
             *profile.args,
         )

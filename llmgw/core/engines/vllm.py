@@ -89,6 +89,11 @@ def launch_vllm(profile: Profile, context: LaunchContext) -> Launch:
         *numbers(profile.pipeline_parallel),
         *role_args(Engine.VLLM, context.roles),
         *tool_call_args(profile, context.roles, context.release),
+        # The prompt tokens read from the prefix cache in each answer's
+        # usage.prompt_tokens_details.cached_tokens, which vLLM leaves out without it
+        # (FrontendArgs.enable_prompt_tokens_details, vllm/entrypoints/openai/cli_args.py,
+        # in 0.10.2, 0.11.0 and 0.34.0): the router's cached-token counts and key usage.
+        "--enable-prompt-tokens-details",
     )
     # Media URLs in requests must not follow redirects to internal addresses.
     engine_env: tuple[tuple[str, Word], ...] = (("VLLM_MEDIA_URL_ALLOW_REDIRECTS", "0"),)

@@ -276,3 +276,24 @@ def test_what_the_policy_readme_says_llmgw_sets_it_sets(shipped_policy: Security
             assert name in env, (
                 f"policies/README.md says llmgw sets {name}, but the {engine} engine has no such env"
             )
+
+
+# Each engine's switch for usage.prompt_tokens_details.cached_tokens, which vLLM and SGLang
+# leave out of their answers without it (llama-server reports it always): the router's
+# cached-token metrics and each key's usage read it (llmgw/core/engine_usage.py).
+CACHE_REPORT = {Engine.VLLM: "--enable-prompt-tokens-details", Engine.SGLANG: "--enable-cache-report"}
+
+
+@pytest.mark.parametrize("engine", sorted(CACHE_REPORT, key=str))
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_the_serving_engine_reports_its_cached_tokens(
+    shipped_policy: SecurityPolicy, engine: Engine, nodes: int
+) -> None:
+    text = _profile_lines(engine, nodes, DEFAULT_IMAGES[engine], Role.CHAT)
+    catalog = load_catalog(text, filename="c", policy=shipped_policy).catalog
+    assert catalog is not None
+    job = _render(shipped_policy, catalog, "m", 0)
+    serving = [i for i in invocations(job, engine, DEFAULT_IMAGES[engine]) if "--served-model-name" in i.argv]
+    assert serving, job["TaskGroups"]
+    for invocation in serving:
+        assert CACHE_REPORT[engine] in invocation.argv, invocation.argv
