@@ -24,6 +24,7 @@ import logging
 import os
 import shlex
 import shutil
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -436,9 +437,18 @@ def _more_routers_line(shared_secret: bool) -> str:
         )
     return (
         "  more routers      with the exports above and the same LLMGW_ENGINE_KEY_SECRET:\n"
-        "                    llmgw serve --role router --port 8081   (LLMGW_ROUTER_LIMITS_REDIS_URL\n"
+        f"                    llmgw serve --role router --port {_free_port()}"
+        "   (LLMGW_ROUTER_LIMITS_REDIS_URL\n"
         "                    on each, the same Redis, and a key's limits hold across them)\n"
     )
+
+
+def _free_port() -> int:
+    """A loopback port free as the banner is printed, for the command a user copies (a
+    fixed number would be one of dev's own, 8081 its admin API's); the router binds it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _key_note(admin: str, api_keys: bool) -> str:

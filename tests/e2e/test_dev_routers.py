@@ -59,7 +59,12 @@ async def redis_url(tmp_path: Path) -> AsyncIterator[str]:
 
 
 def _second_router(dev: RunningDev, redis_url: str, log: Path) -> tuple[subprocess.Popen[str], str]:
-    """``llmgw serve --role router`` with the banner's exports, the same secret and Redis."""
+    """The banner's ``llmgw serve --role router --port N`` with its exports, the same
+    secret and Redis, and its default router id."""
+    command = re.search(r"llmgw serve --role router --port (\d+)", dev.banner)
+    assert command, dev.banner  # the banner says how
+    port = command.group(1)
+    assert int(port) not in {dev.port, int(dev.state["admin_url"].rsplit(":", 1)[1])}  # none of dev's
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "NOMAD_", "CONSUL_"))}
     env |= {
         "NOMAD_ADDR": dev.state["nomad_addr"],
@@ -70,7 +75,7 @@ def _second_router(dev: RunningDev, redis_url: str, log: Path) -> tuple[subproce
         "LLMGW_ROUTER_LIMITS_REDIS_URL": redis_url,
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "llmgw", "serve", "--role", "router", "--port", "0", "--router-id", "second"],
+        [sys.executable, "-m", "llmgw", "serve", "--role", "router", "--port", port],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log.open("w"),
@@ -96,7 +101,6 @@ def test_a_second_router_reaches_devs_engines_and_shares_a_keys_limit(
     dev = start_dev(tmp_path, "--catalog", str(tmp_path / "catalog.yaml"), "--api-keys")
     second: subprocess.Popen[str] | None = None
     try:
-        assert "llmgw serve --role router" in dev.banner  # the banner says how
         second, second_url = _second_router(dev, redis_url, tmp_path / "second.log")
         key = dev.create_key("team", "--requests-per-minute", "6")
         routers = [f"http://127.0.0.1:{dev.port}", second_url]
