@@ -10,7 +10,7 @@ job "llmgw-sim-guard-9911c38d-0" {
 
   # What llmgw needs to adopt this job after its own restart.
   meta = {
-    "llmgw_catalog_hash" = "40fc4bd1f3de4eb4e89aa673ef1c33e431ec4e2a4f430e6a9a7815582a9216b4"
+    "llmgw_catalog_hash" = "022cd6f14450b6b7573cf9ffe10d6a995372ace5a3c944fb575032f5769811dc"
     "llmgw_engine" = "sim"
     "llmgw_managed_by" = "llmgw"
     "llmgw_model" = "sim-guard"

@@ -291,9 +291,11 @@ class Routing(_Strict):
 
     prefix_affinity: StrictBool = Field(
         True,
-        description="chat models: send a conversation's requests to the replica that has its prefix "
-        "cached (its system prompt and first turn, or the client's prompt_cache_key), unless that "
-        "replica is past 1.25 times the mean load (default true); false: least outstanding requests",
+        description="chat models: send a conversation's later turns to the replica that has it "
+        "cached (keyed by its system prompt and first turn, or the client's prompt_cache_key), "
+        "unless that replica holds more than its share of conversations or of the requests in "
+        "flight; a first turn goes by least outstanding requests (default true); false: every "
+        "request by least outstanding requests",
     )
 
 
