@@ -12,6 +12,7 @@ from llmgw.adapters.nomad import NomadClient, NomadError, NomadTimeouts
 from llmgw.devcluster.nomad import NodeSpec, NomadServer, NomadStandIn, StandInConfig
 from llmgw.devcluster.partition import TcpProxy
 from llmgw.settings import NomadConnection
+from tests.support.http_app import serving
 
 TOKEN = "s3cr3t-management-token"
 
@@ -291,16 +292,8 @@ async def test_deregister_counts_a_missing_job_as_done_whether_nomad_answers_200
 
     app = web.Application()
     app.router.add_delete("/v1/job/{job_id}", not_found)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = runner.addresses[0][1]
-        async with client_for(nomad_server, address=f"http://127.0.0.1:{port}") as nomad:
-            await nomad.deregister("never-was")
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url, client_for(nomad_server, address=url) as nomad:
+        await nomad.deregister("never-was")
 
 
 async def test_a_blocking_wait_is_clamped_to_nomads_five_minute_cap(nomad_server: NomadServer) -> None:
@@ -317,15 +310,7 @@ async def test_a_blocking_wait_is_clamped_to_nomads_five_minute_cap(nomad_server
 
     app = web.Application()
     app.router.add_get("/v1/jobs", jobs)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = runner.addresses[0][1]
-        async with client_for(nomad_server, address=f"http://127.0.0.1:{port}") as nomad:
-            await nomad.jobs(index=5, wait_s=900.0)
-            await nomad.jobs(index=5, wait_s=60.0)
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url, client_for(nomad_server, address=url) as nomad:
+        await nomad.jobs(index=5, wait_s=900.0)
+        await nomad.jobs(index=5, wait_s=60.0)
     assert waits == ["300000ms", "60000ms"]

@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -266,83 +266,82 @@ async def test_keys(ctl: CtlRunner, stores: Stores) -> None:
     assert missing.code == 1 and "no API key" in missing.err
 
 
-@pytest.mark.skipif(REDIS_SERVER is None, reason=MISSING)
-async def test_keys_usage_prints_what_the_routers_counted(
-    ctl: CtlRunner, stores: Stores, start: StartAdmin, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[RedisLimitStore]:
+    """The routers' shared limits and usage, on a real redis-server (its tests skip without one)."""
     redis = RedisServer(tmp_path / "redis")
     await redis.start()
-    store = RedisLimitStore(redis.url)
+    limits = RedisLimitStore(redis.url)
     try:
-        key_id = (await stores.keys.create("team-a")).record.key_id
-        await store.count_usage(key_id, "chat", {"requests": 3, "input_tokens": 40, "output_tokens": 7})
-        monkeypatch.setenv("LLMGW_ADMIN_URL", (await start(stores, usage=store)).url)
-        shown = await ctl("keys", "usage", key_id)
-        assert shown.code == 0
-        assert shown.lines[0] == f"API key {key_id} (team-a)"
-        assert shown.lines[1].split() == ["MODEL", "REQUESTS", "INPUT", "OUTPUT", "CACHED"]
-        assert shown.lines[2].split() == ["chat", "3", "40", "7", "0"]
-        as_json = json.loads((await ctl("keys", "usage", key_id, "--json")).out)
-        assert as_json["usage"][0]["input_tokens"] == 40
+        yield limits
     finally:
-        await store.close()
+        await limits.close()
         await redis.stop()
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason=MISSING)
+async def test_keys_usage_prints_what_the_routers_counted(
+    ctl: CtlRunner, stores: Stores, start: StartAdmin, monkeypatch: pytest.MonkeyPatch, store: RedisLimitStore
+) -> None:
+    key_id = (await stores.keys.create("team-a")).record.key_id
+    await store.count_usage(key_id, "chat", {"requests": 3, "input_tokens": 40, "output_tokens": 7})
+    monkeypatch.setenv("LLMGW_ADMIN_URL", (await start(stores, usage=store)).url)
+    shown = await ctl("keys", "usage", key_id)
+    assert shown.code == 0
+    assert shown.lines[0] == f"API key {key_id} (team-a)"
+    assert shown.lines[1].split() == ["MODEL", "REQUESTS", "INPUT", "OUTPUT", "CACHED"]
+    assert shown.lines[2].split() == ["chat", "3", "40", "7", "0"]
+    as_json = json.loads((await ctl("keys", "usage", key_id, "--json")).out)
+    assert as_json["usage"][0]["input_tokens"] == 40
 
 
 @pytest.mark.skipif(REDIS_SERVER is None, reason=MISSING)
 async def test_keys_create_with_a_budget_and_usage_shows_the_period_used_and_left(
-    ctl: CtlRunner, stores: Stores, start: StartAdmin, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ctl: CtlRunner, stores: Stores, start: StartAdmin, monkeypatch: pytest.MonkeyPatch, store: RedisLimitStore
 ) -> None:
-    redis = RedisServer(tmp_path / "redis")
-    await redis.start()
-    store = RedisLimitStore(redis.url)
-    try:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", (await start(stores, usage=store)).url)
-        created = await ctl(
-            "keys", "create", "team-a", "--token-budget", "5000", "--budget-period", "daily", "--json"
-        )
-        assert created.code == 0, created.err
-        key = json.loads(created.out)["key"]
-        assert (key["token_budget"], key["budget_period"]) == (5000, "daily")
-        listed = await ctl("keys", "list")
-        assert "5000/daily" in listed.out.splitlines()[1].split()
-        record = (await stores.keys.list())[key["id"]]
-        period = record.budget
-        assert period is not None
-        window = budget_window(period, record.created_at, time.time())
-        assert window.end is not None
-        held = BudgetHold(5000, window.start, window.end, 1000, 86400)
-        admitted = await store.admit(
-            key["id"], "r", "h1", requests_per_minute=None, tokens_per_minute=None, tokens=0, unbounded=False,
-            budget=held,
-        )  # fmt: skip
-        assert admitted.admitted
-        await store.settle(key["id"], "r", "h1", tokens_per_minute=None, held=0, used=1234, budget=held)
-        shown = await ctl("keys", "usage", key["id"])
-        assert shown.code == 0
-        assert shown.lines[-1].startswith("budget: 1234 of 5000 tokens used this period (daily, since ")
-        assert shown.lines[-1].endswith(f"3766 left; resets at {format_when(window.end)}")
-        as_json = json.loads((await ctl("keys", "usage", key["id"], "--json")).out)
-        assert as_json["budget"] == {
-            "tokens": 5000, "period": "daily", "period_start": window.start, "resets_at": window.end,
-            "used": 1234, "left": 3766,
-        }  # fmt: skip
-        raised = await ctl("keys", "budget", key["id"], "--token-budget", "8000")
-        assert raised.code == 0 and raised.out.strip().endswith("token budget 8000/daily")  # its period kept
-        left = json.loads((await ctl("keys", "usage", key["id"], "--json")).out)["budget"]["left"]
-        assert left == 8000 - 1234  # the period's usage stays counted
-        removed = await ctl("keys", "budget", key["id"], "--none")
-        assert removed.code == 0 and removed.out.strip().endswith("token budget removed")
-        with pytest.raises(SystemExit) as usage_error:  # one of --token-budget, --none
-            await ctl("keys", "budget", key["id"])
-        assert usage_error.value.code == 2
-        refused = await ctl("keys", "create", "team-b", "--token-budget", "-1")
-        assert refused.code == 1 and "token budget" in refused.err
-        bad_period = await ctl("keys", "create", "team-b", "--token-budget", "10", "--budget-period", "soon")
-        assert bad_period.code == 1 and "daily, weekly, monthly" in bad_period.err
-    finally:
-        await store.close()
-        await redis.stop()
+    monkeypatch.setenv("LLMGW_ADMIN_URL", (await start(stores, usage=store)).url)
+    created = await ctl(
+        "keys", "create", "team-a", "--token-budget", "5000", "--budget-period", "daily", "--json"
+    )
+    assert created.code == 0, created.err
+    key = json.loads(created.out)["key"]
+    assert (key["token_budget"], key["budget_period"]) == (5000, "daily")
+    listed = await ctl("keys", "list")
+    assert "5000/daily" in listed.out.splitlines()[1].split()
+    record = (await stores.keys.list())[key["id"]]
+    period = record.budget
+    assert period is not None
+    window = budget_window(period, record.created_at, time.time())
+    assert window.end is not None
+    held = BudgetHold(5000, window.start, window.end, 1000, 86400)
+    admitted = await store.admit(
+        key["id"], "r", "h1", requests_per_minute=None, tokens_per_minute=None, tokens=0, unbounded=False,
+        budget=held,
+    )  # fmt: skip
+    assert admitted.admitted
+    await store.settle(key["id"], "r", "h1", tokens_per_minute=None, held=0, used=1234, budget=held)
+    shown = await ctl("keys", "usage", key["id"])
+    assert shown.code == 0
+    assert shown.lines[-1].startswith("budget: 1234 of 5000 tokens used this period (daily, since ")
+    assert shown.lines[-1].endswith(f"3766 left; resets at {format_when(window.end)}")
+    as_json = json.loads((await ctl("keys", "usage", key["id"], "--json")).out)
+    assert as_json["budget"] == {
+        "tokens": 5000, "period": "daily", "period_start": window.start, "resets_at": window.end,
+        "used": 1234, "left": 3766,
+    }  # fmt: skip
+    raised = await ctl("keys", "budget", key["id"], "--token-budget", "8000")
+    assert raised.code == 0 and raised.out.strip().endswith("token budget 8000/daily")  # its period kept
+    left = json.loads((await ctl("keys", "usage", key["id"], "--json")).out)["budget"]["left"]
+    assert left == 8000 - 1234  # the period's usage stays counted
+    removed = await ctl("keys", "budget", key["id"], "--none")
+    assert removed.code == 0 and removed.out.strip().endswith("token budget removed")
+    with pytest.raises(SystemExit) as usage_error:  # one of --token-budget, --none
+        await ctl("keys", "budget", key["id"])
+    assert usage_error.value.code == 2
+    refused = await ctl("keys", "create", "team-b", "--token-budget", "-1")
+    assert refused.code == 1 and "token budget" in refused.err
+    bad_period = await ctl("keys", "create", "team-b", "--token-budget", "10", "--budget-period", "soon")
+    assert bad_period.code == 1 and "daily, weekly, monthly" in bad_period.err
 
 
 async def test_drain_restart_and_status(

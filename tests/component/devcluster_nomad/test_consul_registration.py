@@ -11,6 +11,7 @@ import aiohttp
 from aiohttp import web
 
 from llmgw.devcluster.nomad.consul_http import ConsulAgent, registration
+from tests.support.http_app import serving
 
 S = 1_000_000_000
 SID = "_nomad-task-0b6c-group-web-web-http"
@@ -89,12 +90,7 @@ async def test_a_service_and_its_checks_are_one_agent_call() -> None:
 
     app = web.Application()
     app.router.add_put("/{tail:.*}", record)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = runner.addresses[0][1]
+    async with serving(app) as url:
         reg = registration(
             alloc_id="0b6c",
             workload="group-web",
@@ -104,8 +100,6 @@ async def test_a_service_and_its_checks_are_one_agent_call() -> None:
             check_ports={},
         )
         async with aiohttp.ClientSession() as http:
-            await ConsulAgent(http, f"http://127.0.0.1:{port}").register(reg)
-    finally:
-        await runner.cleanup()
+            await ConsulAgent(http, url).register(reg)
     assert [path for path, _ in calls] == ["/v1/agent/service/register"]
     assert len(calls[0][1]["Checks"]) == 2  # type: ignore[arg-type]

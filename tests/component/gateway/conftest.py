@@ -31,9 +31,11 @@ from llmgw.core.records import (
 )
 from llmgw.gateway.app import RouterServer
 from llmgw.gateway.context import CONTEXT
+from llmgw.gateway.errors import ApiError
 from llmgw.gateway.keys import new_api_key
 from llmgw.gateway.ports import RouterDeps
 from llmgw.gateway.settings import RouterSettings
+from llmgw.gateway.shared_limits import SharedLimits
 from llmgw.sim.app import create_app as create_sim_app
 from tests.support.conversations import PROBES, conversation
 from tests.support.sim import fast_settings
@@ -425,3 +427,13 @@ async def replicas_serving(client: AsyncOpenAI, model: str = "sim-chat") -> set[
         )
         replicas.add(raw.headers["x-llmgw-replica"])
     return replicas
+
+
+async def admits(limits: SharedLimits, record: ApiKeyRecord, tokens: int = 0) -> bool:
+    """Whether ``limits`` admits a request of ``record`` holding ``tokens`` now (a hold it
+    then keeps)."""
+    try:
+        await limits.admit(record, tokens)
+    except ApiError:
+        return False
+    return True

@@ -27,7 +27,7 @@ from llmgw.gateway.shared_limits import SharedLimits, StoreDown
 from tests.support.redis_server import MISSING, REDIS_SERVER, RedisServer
 from tests.support.waiting import eventually
 
-from .conftest import Cluster, StartRouter
+from .conftest import Cluster, StartRouter, admits
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason=MISSING)
 
@@ -293,14 +293,11 @@ async def test_a_killed_routers_budget_holds_return_within_seconds(redis_server:
         assert doomed._keep_alive_task is not None
         doomed._keep_alive_task.cancel()
 
-        async def admitted() -> bool:
-            try:
-                await survivor.admit(record, 500)
-            except ApiError:
-                return False
-            return True
-
-        await eventually(admitted, within=15.0, what="the dead router's 800 budget tokens returned")
+        await eventually(
+            lambda: admits(survivor, record, 500),
+            within=15.0,
+            what="the dead router's 800 budget tokens returned",
+        )
     finally:
         await survivor.close()
         await doomed.close()

@@ -25,7 +25,7 @@ from llmgw.gateway.shared_limits import SharedLimits, StoreDown
 from tests.support.redis_server import MISSING, REDIS_SERVER, RedisServer
 from tests.support.waiting import eventually
 
-from .conftest import Cluster, StartRouter
+from .conftest import Cluster, StartRouter, admits
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason=MISSING)
 
@@ -141,14 +141,9 @@ async def test_a_killed_routers_held_tokens_return_within_seconds(redis_server: 
         doomed._keep_alive_task.cancel()
         started = asyncio.get_running_loop().time()
 
-        async def admitted() -> bool:
-            try:
-                await survivor.admit(record, 500)
-            except ApiError:
-                return False
-            return True
-
-        await eventually(admitted, within=15.0, what="the dead router's 800 tokens returned")
+        await eventually(
+            lambda: admits(survivor, record, 500), within=15.0, what="the dead router's 800 tokens returned"
+        )
         waited = asyncio.get_running_loop().time() - started
         assert survivor.reaped_holds == 1
         assert waited < 1.0 + 2 * 0.2 + 2.0  # its TTL, a sweep's interval and slack: seconds, not a minute
@@ -207,16 +202,8 @@ async def test_while_redis_does_not_answer_a_closed_router_refuses_limited_keys(
         # A key without limits is not refused: there is nothing to check.
         await limits.admit(_key())
         redis_server.resume()
-        await eventually(lambda: _admits(limits, record), what="shared limits back once Redis answers")
+        await eventually(lambda: admits(limits, record), what="shared limits back once Redis answers")
         assert limits.up
     finally:
         redis_server.resume()
         await limits.close()
-
-
-async def _admits(limits: SharedLimits, record: ApiKeyRecord) -> bool:
-    try:
-        await limits.admit(record)
-    except ApiError:
-        return False
-    return True
