@@ -34,6 +34,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
+from typing import TypeVar
 
 from llmgw.core import routing
 from llmgw.core.catalog import Model
@@ -46,6 +47,8 @@ from llmgw.core.records import (
     unavailable_trusted,
 )
 from llmgw.core.routing import NomadView, Vouch
+
+K = TypeVar("K")  # a count's key: a service id, or (model, service id)
 
 # Nomad's words under which a registered endpoint not passing yet may be a replica starting:
 # its allocation runs (the engine loads) or is starting; one stopping, gone or unknown is not.
@@ -356,7 +359,7 @@ class HeldConversations:
             if now - seen <= self._seconds and len(self._last) <= self._limit:
                 return
             self._last.popitem(last=False)
-            self._uncount(model, service_id)
+            _uncount(self._counts, (model, service_id))
 
     def load(self, model: str, key: str, service_id: str) -> int:
         """The conversations of ``model`` held on ``service_id``, ``key``'s own left out."""
@@ -367,16 +370,9 @@ class HeldConversations:
     def record(self, model: str, key: str, service_id: str, now: float) -> None:
         previous = self._last.pop((model, key), None)
         if previous is not None:
-            self._uncount(model, previous[0])
+            _uncount(self._counts, (model, previous[0]))
         self._last[(model, key)] = (service_id, now)
         self._counts[(model, service_id)] = self._counts.get((model, service_id), 0) + 1
-
-    def _uncount(self, model: str, service_id: str) -> None:
-        remaining = self._counts[(model, service_id)] - 1
-        if remaining:
-            self._counts[(model, service_id)] = remaining
-        else:
-            del self._counts[(model, service_id)]
 
 
 class Lease:
@@ -412,7 +408,9 @@ class Lease:
         self.close()
 
 
-def _uncount(counts: dict[str, int], key: str) -> None:
+def _uncount(counts: dict[K, int], key: K) -> None:
+    """One less of ``key``; a count that reaches 0 is removed, so the maps stay as small
+    as what is outstanding."""
     remaining = counts[key] - 1
     if remaining:
         counts[key] = remaining
