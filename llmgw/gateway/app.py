@@ -163,7 +163,7 @@ def _shared_limits(
     if not settings.limits_redis_url:
         return None
     return SharedLimits(
-        RedisLimitStore(settings.limits_redis_url),
+        RedisLimitStore(settings.limits_redis_url, timeout=settings.limits_redis_timeout),
         settings.resolved_router_id(),
         store_down=StoreDown(settings.limits_store_down),
         heartbeat_ttl=settings.limits_heartbeat_ttl,

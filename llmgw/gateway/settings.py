@@ -183,6 +183,12 @@ class RouterSettings:
         default="local-share",
         metadata=_help("while the limits' Redis is unreachable: local-share or closed"),
     )
+    # How long a call to that Redis may take before it counts as not answering (and
+    # --limits-store-down applies): short, as every limited request waits on it; longer
+    # for a Redis across a slow network or on a loaded host.
+    limits_redis_timeout: float = field(
+        default=0.25, metadata=_help("seconds a call to the limits' Redis may take before it is unreachable")
+    )
     # A router whose heartbeat is this old is taken for dead, and what it held is returned.
     limits_heartbeat_ttl: float = field(
         default=5.0, metadata=_help("seconds after which a silent router's token holds are returned")
@@ -317,7 +323,7 @@ def validate(settings: RouterSettings) -> list[str]:
         "upstream_first_byte_timeout", "upstream_idle_timeout", "upstream_pool_idle",
         "loading_comment_interval", "queue_timeout", "guard_timeout", "demand_interval",
         "unavailable_stale_after", "responses_retention", "responses_sweep_interval",
-        "limits_heartbeat_ttl",
+        "limits_heartbeat_ttl", "limits_redis_timeout",
     ):  # fmt: skip
         if getattr(settings, name) <= 0:
             problems.append(f"{flag(name)} must be > 0, got {getattr(settings, name)}")

@@ -41,7 +41,9 @@ async def redis_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
 
 
 async def _routers(start_router: StartRouter, redis: RedisServer | None, n: int = 3) -> list[RouterServer]:
-    shared = {"limits_redis_url": redis.url} if redis is not None else {}
+    # With Redis: one that answers however loaded the machine (its outage is tested on
+    # SharedLimits itself, with a short timeout).
+    shared: dict[str, Any] = {"limits_redis_url": redis.url, "limits_redis_timeout": 5.0} if redis else {}
     return [await start_router(with_keys=True, router_id=f"router-{i}", **shared) for i in range(n)]
 
 
